@@ -1,0 +1,495 @@
+//! JSON-RPC 2.0 envelope: message classification, ids and standard error objects.
+//!
+//! MCP (2025-11-25 basic/index) carries every message as a JSON-RPC 2.0 request,
+//! notification or response. This module only classifies the envelope; `params`
+//! stay a `serde_json::Value` (small, and the router rewrites a few fields in them)
+//! and a response's `result` stays a [`RawValue`] so that large results pass through
+//! without being parsed unless the router has to rewrite something inside them.
+
+use std::fmt;
+
+use serde::de::{self, Deserializer};
+use serde::{Deserialize, Serialize, Serializer};
+use serde_json::Value;
+use serde_json::value::RawValue;
+
+/// Parse error: the body is not JSON (JSON-RPC 2.0 §5.1).
+pub const PARSE_ERROR: i64 = -32700;
+/// The JSON is not a valid JSON-RPC message.
+pub const INVALID_REQUEST: i64 = -32600;
+/// The method does not exist or is not available (also: capability not offered).
+pub const METHOD_NOT_FOUND: i64 = -32601;
+/// Invalid method parameters (MCP: unknown tool, bad cursor, unsupported version …).
+pub const INVALID_PARAMS: i64 = -32602;
+/// Internal error.
+pub const INTERNAL_ERROR: i64 = -32603;
+/// MCP 2025-11-25 server/resources: resource not found.
+pub const RESOURCE_NOT_FOUND: i64 = -32002;
+/// SDK convention (not spec) for transport-level rejections (400/403/406/415).
+pub const TRANSPORT_ERROR: i64 = -32000;
+/// SDK convention (not spec) for "session not found" (404).
+pub const SESSION_NOT_FOUND: i64 = -32001;
+/// MCP 2026-07-28: unsupported protocol version, `data: {supported, requested}`.
+pub const UNSUPPORTED_PROTOCOL_VERSION: i64 = -32022;
+
+/// A JSON-RPC request id: an integer or a string, never `null` (MCP basic/index).
+///
+/// The original JSON type is kept: `1` and `"1"` are different ids and are echoed back
+/// exactly as received.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Id {
+    /// An integer id.
+    Num(i64),
+    /// A string id.
+    Str(Box<str>),
+}
+
+impl fmt::Display for Id {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Id::Num(n) => write!(f, "{n}"),
+            Id::Str(s) => write!(f, "{s:?}"),
+        }
+    }
+}
+
+impl Id {
+    /// Reads an id from a JSON value; `None` for `null`, floats and other types.
+    pub fn from_value(v: &Value) -> Option<Id> {
+        match v {
+            Value::Number(n) => n.as_i64().map(Id::Num),
+            Value::String(s) => Some(Id::Str(s.as_str().into())),
+            _ => None,
+        }
+    }
+
+    /// The id as a JSON value of its original type.
+    pub fn to_value(&self) -> Value {
+        match self {
+            Id::Num(n) => Value::from(*n),
+            Id::Str(s) => Value::from(&**s),
+        }
+    }
+}
+
+impl Serialize for Id {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Id::Num(n) => s.serialize_i64(*n),
+            Id::Str(v) => s.serialize_str(v),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Id {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let v = Value::deserialize(d)?;
+        Id::from_value(&v).ok_or_else(|| de::Error::custom("id must be an integer or a string"))
+    }
+}
+
+/// A JSON-RPC error object (`{code, message, data?}`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ErrorObject {
+    /// Integer error code.
+    pub code: i64,
+    /// Short human-readable description.
+    pub message: String,
+    /// Optional structured detail.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data: Option<Value>,
+}
+
+impl ErrorObject {
+    /// An error with a code and message and no data.
+    pub fn new(code: i64, message: impl Into<String>) -> Self {
+        ErrorObject {
+            code,
+            message: message.into(),
+            data: None,
+        }
+    }
+
+    /// The same error with `data` attached.
+    pub fn with_data(mut self, data: Value) -> Self {
+        self.data = Some(data);
+        self
+    }
+}
+
+/// A request: has a method and a non-null id.
+#[derive(Debug, Clone)]
+pub struct Request {
+    /// Request id, unique per requestor within a session.
+    pub id: Id,
+    /// Method name, e.g. `tools/call`.
+    pub method: String,
+    /// Parameters (an object when present).
+    pub params: Option<Value>,
+}
+
+/// A notification: has a method and no id.
+#[derive(Debug, Clone)]
+pub struct Notification {
+    /// Method name, e.g. `notifications/progress`.
+    pub method: String,
+    /// Parameters (an object when present).
+    pub params: Option<Value>,
+}
+
+/// A response: a result or an error for the request with the same id.
+#[derive(Debug)]
+pub struct Response {
+    /// The id of the request answered; `None` only for errors about unreadable ids.
+    pub id: Option<Id>,
+    /// The result (kept raw) or the error.
+    pub outcome: Result<Box<RawValue>, ErrorObject>,
+}
+
+/// One JSON-RPC message of any kind.
+#[derive(Debug)]
+pub enum Message {
+    /// A request.
+    Request(Request),
+    /// A notification.
+    Notification(Notification),
+    /// A response (result or error).
+    Response(Response),
+}
+
+/// Why a JSON value is not a JSON-RPC message; maps to `-32700` or `-32600`.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum EnvelopeError {
+    /// The text is not JSON (`-32700`).
+    #[error("parse error: {0}")]
+    Parse(String),
+    /// JSON, but not a valid JSON-RPC 2.0 message (`-32600`).
+    #[error("invalid request: {reason}")]
+    Invalid {
+        /// The id when it could be read, so the error can echo it.
+        id: Option<Id>,
+        /// What is wrong.
+        reason: &'static str,
+    },
+}
+
+impl EnvelopeError {
+    /// The JSON-RPC error object for this failure.
+    pub fn to_error_object(&self) -> ErrorObject {
+        match self {
+            EnvelopeError::Parse(m) => ErrorObject::new(PARSE_ERROR, format!("Parse error: {m}")),
+            EnvelopeError::Invalid { reason, .. } => {
+                ErrorObject::new(INVALID_REQUEST, format!("Invalid Request: {reason}"))
+            }
+        }
+    }
+
+    /// The id to echo in the error response, if one could be read.
+    pub fn id(&self) -> Option<&Id> {
+        match self {
+            EnvelopeError::Parse(_) => None,
+            EnvelopeError::Invalid { id, .. } => id.as_ref(),
+        }
+    }
+}
+
+/// Wire shape used only to classify; `id` distinguishes "absent" from `null`.
+#[derive(Deserialize)]
+struct Envelope {
+    jsonrpc: Option<Box<RawValue>>,
+    #[serde(default, deserialize_with = "present")]
+    id: Option<Value>,
+    method: Option<Value>,
+    params: Option<Value>,
+    result: Option<Box<RawValue>>,
+    error: Option<Value>,
+}
+
+/// Deserializes a field that is present (even as `null`) into `Some`.
+fn present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
+    Value::deserialize(d).map(Some)
+}
+
+/// Parses one message from JSON text.
+///
+/// Errors: [`EnvelopeError::Parse`] for non-JSON text; [`EnvelopeError::Invalid`] for
+/// JSON that is not a JSON-RPC 2.0 message (wrong `jsonrpc`, `null` or fractional id,
+/// non-string method, non-object params, a response with both or neither of
+/// `result`/`error`).
+pub fn parse_message(text: &[u8]) -> Result<Message, EnvelopeError> {
+    let raw: &RawValue =
+        serde_json::from_slice(text).map_err(|e| EnvelopeError::Parse(e.to_string()))?;
+    classify_raw(raw)
+}
+
+/// Classifies one already-parsed JSON value (used for batch elements).
+pub fn classify_raw(raw: &RawValue) -> Result<Message, EnvelopeError> {
+    let env: Envelope = serde_json::from_str(raw.get()).map_err(|_| EnvelopeError::Invalid {
+        id: None,
+        reason: "a JSON-RPC message must be a JSON object",
+    })?;
+    let id = match &env.id {
+        None => None,
+        Some(v) => match Id::from_value(v) {
+            Some(id) => Some(Ok(id)),
+            None => Some(Err(v.is_null())),
+        },
+    };
+    let readable_id = match &id {
+        Some(Ok(id)) => Some(id.clone()),
+        _ => None,
+    };
+    let invalid = |reason| EnvelopeError::Invalid {
+        id: readable_id.clone(),
+        reason,
+    };
+    if env.jsonrpc.as_deref().map(RawValue::get) != Some("\"2.0\"") {
+        return Err(invalid("jsonrpc must be \"2.0\""));
+    }
+    if let Some(method) = env.method {
+        let Value::String(method) = method else {
+            return Err(invalid("method must be a string"));
+        };
+        if env.result.is_some() || env.error.is_some() {
+            return Err(invalid("a request must not carry result or error"));
+        }
+        if let Some(p) = &env.params {
+            if !p.is_object() {
+                return Err(invalid("params must be an object"));
+            }
+        }
+        return match id {
+            None => Ok(Message::Notification(Notification {
+                method,
+                params: env.params,
+            })),
+            Some(Ok(id)) => Ok(Message::Request(Request {
+                id,
+                method,
+                params: env.params,
+            })),
+            Some(Err(true)) => Err(invalid("id must not be null")),
+            Some(Err(false)) => Err(invalid("id must be an integer or a string")),
+        };
+    }
+    let id = match id {
+        Some(Ok(id)) => Some(id),
+        // An error response may carry a null id when the request id was unreadable.
+        Some(Err(true)) if env.error.is_some() => None,
+        None if env.error.is_some() => None,
+        _ => return Err(invalid("a response needs an integer or string id")),
+    };
+    let outcome = match (env.result, env.error) {
+        (Some(r), None) => Ok(r),
+        (None, Some(e)) => Err(serde_json::from_value::<ErrorObject>(e)
+            .map_err(|_| invalid("error must be {code, message, data?}"))?),
+        _ => return Err(invalid("a message needs a method, a result or an error")),
+    };
+    Ok(Message::Response(Response { id, outcome }))
+}
+
+/// Serializes a request.
+pub fn request_bytes(id: &Id, method: &str, params: Option<&Value>) -> Vec<u8> {
+    #[derive(Serialize)]
+    struct Out<'a> {
+        jsonrpc: &'static str,
+        id: &'a Id,
+        method: &'a str,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        params: Option<&'a Value>,
+    }
+    serde_json::to_vec(&Out {
+        jsonrpc: "2.0",
+        id,
+        method,
+        params,
+    })
+    .unwrap_or_default()
+}
+
+/// Serializes a notification.
+pub fn notification_bytes(method: &str, params: Option<&Value>) -> Vec<u8> {
+    #[derive(Serialize)]
+    struct Out<'a> {
+        jsonrpc: &'static str,
+        method: &'a str,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        params: Option<&'a Value>,
+    }
+    serde_json::to_vec(&Out {
+        jsonrpc: "2.0",
+        method,
+        params,
+    })
+    .unwrap_or_default()
+}
+
+/// Serializes a success response whose result is already JSON text.
+pub fn result_bytes(id: &Id, result: &RawValue) -> Vec<u8> {
+    let id = serde_json::to_string(id).unwrap_or_default();
+    let mut out = Vec::with_capacity(result.get().len() + id.len() + 32);
+    out.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
+    out.extend_from_slice(id.as_bytes());
+    out.extend_from_slice(b",\"result\":");
+    out.extend_from_slice(result.get().as_bytes());
+    out.push(b'}');
+    out
+}
+
+/// Serializes a success response from a JSON value.
+pub fn result_value_bytes(id: &Id, result: &Value) -> Vec<u8> {
+    #[derive(Serialize)]
+    struct Out<'a> {
+        jsonrpc: &'static str,
+        id: &'a Id,
+        result: &'a Value,
+    }
+    serde_json::to_vec(&Out {
+        jsonrpc: "2.0",
+        id,
+        result,
+    })
+    .unwrap_or_default()
+}
+
+/// Serializes an error response; `id: None` is written as `null`.
+pub fn error_bytes(id: Option<&Id>, error: &ErrorObject) -> Vec<u8> {
+    #[derive(Serialize)]
+    struct Out<'a> {
+        jsonrpc: &'static str,
+        id: Option<&'a Id>,
+        error: &'a ErrorObject,
+    }
+    serde_json::to_vec(&Out {
+        jsonrpc: "2.0",
+        id,
+        error,
+    })
+    .unwrap_or_default()
+}
+
+/// Serializes an error with no `id` member at all (HTTP-plane rejections, MCP
+/// 2025-11-25 transports: "a JSON-RPC error response that has no id").
+pub fn error_bytes_without_id(error: &ErrorObject) -> Vec<u8> {
+    #[derive(Serialize)]
+    struct Out<'a> {
+        jsonrpc: &'static str,
+        error: &'a ErrorObject,
+    }
+    serde_json::to_vec(&Out {
+        jsonrpc: "2.0",
+        error,
+    })
+    .unwrap_or_default()
+}
+
+/// Reads `params._meta.progressToken` (a string or an integer) if present.
+pub fn progress_token(params: Option<&Value>) -> Option<&Value> {
+    params?
+        .get("_meta")?
+        .get("progressToken")
+        .filter(|t| t.is_string() || t.is_i64() || t.is_u64())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(s: &str) -> Result<Message, EnvelopeError> {
+        parse_message(s.as_bytes())
+    }
+
+    #[test]
+    fn classifies_the_three_kinds() {
+        assert!(matches!(
+            parse(r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#),
+            Ok(Message::Request(Request { id: Id::Num(1), .. }))
+        ));
+        assert!(matches!(
+            parse(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#),
+            Ok(Message::Notification(_))
+        ));
+        match parse(r#"{"jsonrpc":"2.0","id":"a","result":{"x":[1,2]}}"#) {
+            Ok(Message::Response(Response {
+                id: Some(Id::Str(s)),
+                outcome: Ok(r),
+            })) => {
+                assert_eq!(&*s, "a");
+                assert_eq!(r.get(), r#"{"x":[1,2]}"#);
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+        assert!(matches!(
+            parse(r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"x"}}"#),
+            Ok(Message::Response(Response {
+                id: None,
+                outcome: Err(_)
+            }))
+        ));
+    }
+
+    #[test]
+    fn keeps_id_types_apart() {
+        let a = parse(r#"{"jsonrpc":"2.0","id":1,"method":"m"}"#).unwrap();
+        let b = parse(r#"{"jsonrpc":"2.0","id":"1","method":"m"}"#).unwrap();
+        let (Message::Request(a), Message::Request(b)) = (a, b) else {
+            panic!("not requests")
+        };
+        assert_ne!(a.id, b.id);
+        assert_eq!(serde_json::to_string(&a.id).unwrap(), "1");
+        assert_eq!(serde_json::to_string(&b.id).unwrap(), "\"1\"");
+    }
+
+    #[test]
+    fn rejects_bad_envelopes() {
+        let cases = [
+            r#"{"jsonrpc":"1.0","id":1,"method":"m"}"#,
+            r#"{"id":1,"method":"m"}"#,
+            r#"{"jsonrpc":"2.0","id":null,"method":"m"}"#,
+            r#"{"jsonrpc":"2.0","id":1.5,"method":"m"}"#,
+            r#"{"jsonrpc":"2.0","id":{},"method":"m"}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":7}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"m","params":3}"#,
+            r#"{"jsonrpc":"2.0","id":1}"#,
+            r#"{"jsonrpc":"2.0","id":1,"result":{},"error":{"code":1,"message":"m"}}"#,
+            r#"[1]"#,
+            r#""text""#,
+        ];
+        for c in cases {
+            match parse(c) {
+                Err(EnvelopeError::Invalid { .. }) => {}
+                other => panic!("{c}: expected invalid, got {other:?}"),
+            }
+        }
+        assert!(matches!(parse("{nope"), Err(EnvelopeError::Parse(_))));
+        assert!(matches!(parse(""), Err(EnvelopeError::Parse(_))));
+    }
+
+    #[test]
+    fn invalid_keeps_readable_id() {
+        let e = parse(r#"{"jsonrpc":"1.0","id":"x","method":"m"}"#).unwrap_err();
+        assert_eq!(e.id(), Some(&Id::Str("x".into())));
+    }
+
+    #[test]
+    fn serializes_responses() {
+        let raw = RawValue::from_string(r#"{"ok":true}"#.into()).unwrap();
+        assert_eq!(
+            String::from_utf8(result_bytes(&Id::Str("7".into()), &raw)).unwrap(),
+            r#"{"jsonrpc":"2.0","id":"7","result":{"ok":true}}"#
+        );
+        let e = ErrorObject::new(METHOD_NOT_FOUND, "Method not found");
+        assert_eq!(
+            String::from_utf8(error_bytes(None, &e)).unwrap(),
+            r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32601,"message":"Method not found"}}"#
+        );
+    }
+
+    #[test]
+    fn reads_progress_tokens() {
+        let p = serde_json::json!({"_meta": {"progressToken": 7}});
+        assert_eq!(progress_token(Some(&p)), Some(&Value::from(7)));
+        let p = serde_json::json!({"_meta": {"progressToken": null}});
+        assert_eq!(progress_token(Some(&p)), None);
+    }
+}

@@ -1,0 +1,3 @@
+//! mcpgate: a Model Context Protocol gateway.
+pub mod demo;
+pub mod jsonrpc;
