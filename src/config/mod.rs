@@ -1,0 +1,386 @@
+//! Configuration: TOML file (or an `mcpServers` JSON file), `${VAR}` interpolation,
+//! `MCPGATE_*` overrides and validation that reports every problem with its field path.
+
+mod interpolate;
+mod mcp_servers;
+mod validate;
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+pub use validate::{ConfigProblem, is_valid_prefix, uri_prefix};
+
+/// Errors from loading a configuration file.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read {path}: {cause}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        cause: std::io::Error,
+    },
+    /// The file was read but has problems; every one is listed with its field path.
+    #[error("{} problem(s) in {}:\n{}", problems.len(), path.display(), format_problems(problems))]
+    Invalid {
+        /// The file.
+        path: PathBuf,
+        /// Every problem found.
+        problems: Vec<ConfigProblem>,
+    },
+}
+
+fn format_problems(problems: &[ConfigProblem]) -> String {
+    problems
+        .iter()
+        .map(|p| format!("  {p}"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The whole gateway configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// The server face (toward hosts).
+    pub server: ServerConfig,
+    /// Backends by name (see [`validate::is_valid_prefix`] for the name rules).
+    pub backends: BTreeMap<String, BackendConfig>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    #[serde(default)]
+    server: ServerConfig,
+    #[serde(default)]
+    backends: BTreeMap<String, RawBackend>,
+}
+
+/// `[server]`: the Streamable HTTP endpoint offered to hosts.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServerConfig {
+    /// Listen address. Default `127.0.0.1:8080` (MCP 2025-11-25 transports: bind
+    /// loopback when running locally).
+    pub listen: SocketAddr,
+    /// Endpoint path. Default `/mcp`.
+    pub path: String,
+    /// Browser origins allowed besides loopback origins (which are allowed when the
+    /// listen address is loopback). Exact `scheme://host[:port]` strings, or `*`.
+    pub allowed_origins: Vec<String>,
+    /// Extra `Host` header values accepted on a loopback bind (DNS-rebinding guard).
+    pub allowed_hosts: Vec<String>,
+    /// Sessions idle longer than this are ended. Default 30 minutes.
+    #[serde(with = "humantime_serde")]
+    pub session_idle_timeout: Duration,
+    /// Maximum concurrent host sessions; `initialize` beyond it gets HTTP 503.
+    pub max_sessions: usize,
+    /// Maximum request body in bytes (HTTP 413 beyond). Default 4 MiB.
+    pub max_body_bytes: usize,
+    /// Items per page in `*/list` results served to hosts. Default 100.
+    pub page_size: usize,
+    /// Maximum exposed tool/prompt name length, 1..=128 (MCP 2025-11-25 tools: ≤128;
+    /// some hosts cap function names at 64). Longer names are shortened deterministically.
+    pub max_name_len: usize,
+    /// How long a POST waits for the backend's answer before switching the response
+    /// from `application/json` to an SSE stream. Default 100 ms.
+    #[serde(with = "humantime_serde")]
+    pub json_response_window: Duration,
+    /// Interval of SSE keep-alive comments on idle streams. Default 15 s.
+    #[serde(with = "humantime_serde")]
+    pub sse_keep_alive: Duration,
+    /// Default per-call timeout toward backends. Default 60 s.
+    #[serde(with = "humantime_serde")]
+    pub request_timeout: Duration,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            path: "/mcp".into(),
+            allowed_origins: Vec::new(),
+            allowed_hosts: Vec::new(),
+            session_idle_timeout: Duration::from_secs(30 * 60),
+            max_sessions: 10_000,
+            max_body_bytes: 4 * 1024 * 1024,
+            page_size: 100,
+            max_name_len: 128,
+            json_response_window: Duration::from_millis(100),
+            sse_keep_alive: Duration::from_secs(15),
+            request_timeout: Duration::from_secs(60),
+        }
+    }
+}
+
+/// How backend connections relate to host sessions (DESIGN decision 3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ConnectionMode {
+    /// One connection serves every host session (cheap; stateless tool servers).
+    Shared,
+    /// Each host session gets its own connection, created lazily and closed with the
+    /// session (needed for sampling, elicitation, roots and per-session state).
+    PerSession,
+}
+
+/// `[backends.NAME]`, as validated.
+#[derive(Debug, Clone)]
+pub struct BackendConfig {
+    /// How to reach the backend.
+    pub transport: Transport,
+    /// Name prefix; default the backend name; `""` exposes names unprefixed.
+    pub prefix: Option<String>,
+    /// Per-call timeout; default `server.request_timeout`.
+    pub timeout: Option<Duration>,
+    /// Connection mode; default `shared` for stdio, `per_session` for http.
+    pub mode: Option<ConnectionMode>,
+    /// Tool filters.
+    pub tools: ToolFilter,
+}
+
+/// Backend transport settings, chosen by `type`.
+#[derive(Debug, Clone)]
+pub enum Transport {
+    /// `type = "stdio"`: a child process speaking newline-delimited JSON-RPC.
+    Stdio {
+        /// Executable.
+        command: String,
+        /// Arguments.
+        args: Vec<String>,
+        /// Extra environment variables.
+        env: BTreeMap<String, String>,
+        /// Working directory.
+        cwd: Option<PathBuf>,
+    },
+    /// `type = "http"`: a remote Streamable HTTP MCP server.
+    Http {
+        /// The MCP endpoint URL.
+        url: String,
+        /// Extra request headers (they never replace protocol headers).
+        headers: BTreeMap<String, String>,
+    },
+}
+
+/// The `type` field of a backend.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BackendKind {
+    /// A child process over stdio.
+    Stdio,
+    /// Streamable HTTP.
+    Http,
+}
+
+/// `[backends.NAME]` as written in the file: every transport's fields are optional
+/// here and checked against `type` by validation.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawBackend {
+    /// `stdio` or `http`.
+    #[serde(rename = "type")]
+    pub kind: BackendKind,
+    /// stdio: executable.
+    pub command: Option<String>,
+    /// stdio: arguments.
+    #[serde(default)]
+    pub args: Vec<String>,
+    /// stdio: extra environment.
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// stdio: working directory.
+    pub cwd: Option<PathBuf>,
+    /// http: endpoint URL.
+    pub url: Option<String>,
+    /// http: extra headers.
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+    /// See [`BackendConfig::prefix`].
+    pub prefix: Option<String>,
+    /// See [`BackendConfig::timeout`].
+    #[serde(default, with = "humantime_serde")]
+    pub timeout: Option<Duration>,
+    /// See [`BackendConfig::mode`].
+    pub mode: Option<ConnectionMode>,
+    /// See [`BackendConfig::tools`].
+    #[serde(default)]
+    pub tools: ToolFilter,
+}
+
+/// `tools.include` / `tools.exclude` glob lists (matched against original names).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ToolFilter {
+    /// When non-empty, only tools matching one of these globs are exposed.
+    #[serde(default)]
+    pub include: Vec<String>,
+    /// Tools matching one of these globs are hidden.
+    #[serde(default)]
+    pub exclude: Vec<String>,
+}
+
+impl BackendConfig {
+    /// The effective prefix.
+    pub fn prefix<'a>(&'a self, name: &'a str) -> &'a str {
+        self.prefix.as_deref().unwrap_or(name)
+    }
+
+    /// The effective connection mode.
+    pub fn mode(&self) -> ConnectionMode {
+        self.mode.unwrap_or(match self.transport {
+            Transport::Stdio { .. } => ConnectionMode::Shared,
+            Transport::Http { .. } => ConnectionMode::PerSession,
+        })
+    }
+}
+
+impl Config {
+    /// Loads, interpolates and validates a config file. `.json` files (or files whose
+    /// first non-blank byte is `{`) are read as `mcpServers` JSON.
+    ///
+    /// Errors: [`ConfigError::Read`] when unreadable; [`ConfigError::Invalid`] listing
+    /// every problem (syntax, unknown fields, missing `${VAR}`, invalid values).
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|cause| ConfigError::Read {
+            path: path.to_owned(),
+            cause,
+        })?;
+        let env = |name: &str| match name {
+            "MCPGATE_EXE" => std::env::current_exe()
+                .ok()
+                .map(|p| p.to_string_lossy().into_owned()),
+            _ => std::env::var(name).ok(),
+        };
+        Config::parse(&text, path, &env).map_err(|problems| {
+            ConfigError::Invalid {
+                path: path.to_owned(),
+                problems,
+            }
+        })
+    }
+
+    /// Parses config text; `env` resolves `${VAR}` (and `MCPGATE_*` overrides).
+    pub fn parse(
+        text: &str,
+        path: &Path,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Config, Vec<ConfigProblem>> {
+        let is_json = path.extension().is_some_and(|e| e == "json")
+            || text.trim_start().starts_with('{');
+        let mut value = if is_json {
+            mcp_servers::to_toml_value(text)?
+        } else {
+            toml::from_str::<toml::Value>(text).map_err(|e| vec![ConfigProblem::syntax(&e)])?
+        };
+        let mut problems = Vec::new();
+        interpolate::interpolate(&mut value, "", env, &mut problems);
+        if let Some(listen) = env("MCPGATE_LISTEN") {
+            set_server_field(&mut value, "listen", toml::Value::String(listen));
+        }
+        let config = match serde_path_to_error::deserialize::<_, RawConfig>(value) {
+            Ok(raw) => Some(validate::build(raw, &mut problems)),
+            Err(e) => {
+                let path = e.path().to_string();
+                let path = if path == "." { String::new() } else { path };
+                let message = e.into_inner().to_string();
+                let message = message.lines().next().unwrap_or_default().to_string();
+                problems.push(ConfigProblem::new(path, message));
+                None
+            }
+        };
+        if let Some(config) = &config {
+            problems.extend(validate::validate(config));
+        }
+        match config {
+            Some(c) if problems.is_empty() => Ok(c),
+            _ => Err(problems),
+        }
+    }
+}
+
+fn set_server_field(value: &mut toml::Value, key: &str, v: toml::Value) {
+    if let toml::Value::Table(root) = value {
+        let server = root
+            .entry("server")
+            .or_insert_with(|| toml::Value::Table(Default::default()));
+        if let toml::Value::Table(t) = server {
+            t.insert(key.into(), v);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(name: &str) -> Option<String> {
+        match name {
+            "MCPGATE_EXE" => Some("/usr/bin/mcpgate".into()),
+            "API_KEY" => Some("k1".into()),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn every_file_in_config_parses() {
+        let mut seen = 0;
+        for dir in ["config", "config/examples"] {
+            let Ok(entries) = std::fs::read_dir(dir) else {
+                continue;
+            };
+            for entry in entries.flatten() {
+                let path = entry.path();
+                if !matches!(
+                    path.extension().and_then(|e| e.to_str()),
+                    Some("toml" | "json")
+                ) {
+                    continue;
+                }
+                let text = std::fs::read_to_string(&path).unwrap();
+                let env = |n: &str| {
+                    env(n).or_else(|| (!n.starts_with("MCPGATE_")).then(|| format!("v-{n}")))
+                };
+                if let Err(p) = Config::parse(&text, &path, &env) {
+                    panic!("{}: {p:?}", path.display());
+                }
+                seen += 1;
+            }
+        }
+        assert!(seen >= 1, "no config files found");
+    }
+
+    #[test]
+    fn defaults_and_modes() {
+        let c = Config::parse(
+            r#"
+            [backends.a]
+            type = "stdio"
+            command = "x"
+            [backends.b]
+            type = "http"
+            url = "http://127.0.0.1:1/mcp"
+            prefix = ""
+            "#,
+            Path::new("c.toml"),
+            &env,
+        )
+        .unwrap();
+        assert_eq!(c.server.path, "/mcp");
+        assert_eq!(c.backends["a"].mode(), ConnectionMode::Shared);
+        assert_eq!(c.backends["b"].mode(), ConnectionMode::PerSession);
+        assert_eq!(c.backends["a"].prefix("a"), "a");
+        assert_eq!(c.backends["b"].prefix("b"), "");
+    }
+
+    #[test]
+    fn listen_override() {
+        let env = |n: &str| (n == "MCPGATE_LISTEN").then(|| "127.0.0.1:9999".to_string());
+        let c = Config::parse("", Path::new("c.toml"), &env).unwrap();
+        assert_eq!(c.server.listen.port(), 9999);
+    }
+}

@@ -1,0 +1,321 @@
+//! Semantic validation of a parsed [`Config`]; returns every problem at once.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use super::{BackendConfig, BackendKind, Config, RawConfig, Transport};
+
+/// One configuration problem, tagged with the field path it concerns
+/// (e.g. `backends.github.url`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigProblem {
+    /// Dotted field path; empty for whole-file problems.
+    pub path: String,
+    /// What is wrong.
+    pub message: String,
+}
+
+impl ConfigProblem {
+    /// A problem at `path`.
+    pub fn new(path: impl Into<String>, message: impl Into<String>) -> Self {
+        ConfigProblem {
+            path: path.into(),
+            message: message.into(),
+        }
+    }
+
+    /// A syntax or shape problem reported by the parser.
+    pub fn syntax(e: &dyn fmt::Display) -> Self {
+        ConfigProblem::new("", e.to_string().trim().to_string())
+    }
+}
+
+impl fmt::Display for ConfigProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.path.is_empty() {
+            write!(f, "{}", self.message)
+        } else {
+            write!(f, "{}: {}", self.path, self.message)
+        }
+    }
+}
+
+/// Whether `s` is a valid backend name or prefix: an ASCII letter, then letters,
+/// digits, `-` or single `_`; no `__` (the namespacing separator) and no trailing `_`.
+pub fn is_valid_prefix(s: &str) -> bool {
+    s.len() <= 64
+        && s.starts_with(|c: char| c.is_ascii_alphabetic())
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+        && !s.contains("__")
+        && !s.ends_with('_')
+}
+
+/// The URI-scheme form of a prefix (`_` is not allowed in an RFC 3986 scheme).
+pub fn uri_prefix(prefix: &str) -> String {
+    prefix.replace('_', "-")
+}
+
+/// Turns the file's shape into a [`Config`], reporting fields that do not fit the
+/// backend's `type` (missing `command`/`url`, or fields of the other transport).
+pub(super) fn build(raw: RawConfig, p: &mut Vec<ConfigProblem>) -> Config {
+    let mut backends = std::collections::BTreeMap::new();
+    for (name, b) in raw.backends {
+        let at = |f: &str| format!("backends.{name}.{f}");
+        let transport = match b.kind {
+            BackendKind::Stdio => {
+                for (f, set) in [("url", b.url.is_some()), ("headers", !b.headers.is_empty())] {
+                    if set {
+                        p.push(ConfigProblem::new(at(f), "not allowed for type \"stdio\""));
+                    }
+                }
+                if b.command.is_none() {
+                    p.push(ConfigProblem::new(at("command"), "required for type \"stdio\""));
+                }
+                Transport::Stdio {
+                    command: b.command.unwrap_or_default(),
+                    args: b.args,
+                    env: b.env,
+                    cwd: b.cwd,
+                }
+            }
+            BackendKind::Http => {
+                for (f, set) in [
+                    ("command", b.command.is_some()),
+                    ("args", !b.args.is_empty()),
+                    ("env", !b.env.is_empty()),
+                    ("cwd", b.cwd.is_some()),
+                ] {
+                    if set {
+                        p.push(ConfigProblem::new(at(f), "not allowed for type \"http\""));
+                    }
+                }
+                if b.url.is_none() {
+                    p.push(ConfigProblem::new(at("url"), "required for type \"http\""));
+                }
+                Transport::Http {
+                    url: b.url.unwrap_or_default(),
+                    headers: b.headers,
+                }
+            }
+        };
+        let backend = BackendConfig {
+            transport,
+            prefix: b.prefix,
+            timeout: b.timeout,
+            mode: b.mode,
+            tools: b.tools,
+        };
+        backends.insert(name, backend);
+    }
+    Config {
+        server: raw.server,
+        backends,
+    }
+}
+
+/// Checks a parsed config; an empty result means valid.
+pub fn validate(c: &Config) -> Vec<ConfigProblem> {
+    let mut p = Vec::new();
+    let s = &c.server;
+    if !s.path.starts_with('/') || s.path.contains(['?', '#', ' ']) {
+        p.push(ConfigProblem::new(
+            "server.path",
+            "must start with '/' and contain no query, fragment or space",
+        ));
+    }
+    if !(24..=128).contains(&s.max_name_len) {
+        p.push(ConfigProblem::new(
+            "server.max_name_len",
+            "must be between 24 and 128 (MCP 2025-11-25 tool names are at most 128)",
+        ));
+    }
+    for (field, v) in [
+        ("server.page_size", s.page_size),
+        ("server.max_sessions", s.max_sessions),
+    ] {
+        if v == 0 {
+            p.push(ConfigProblem::new(field, "must be at least 1"));
+        }
+    }
+    if s.max_body_bytes < 1024 {
+        p.push(ConfigProblem::new(
+            "server.max_body_bytes",
+            "must be at least 1024",
+        ));
+    }
+    for (field, d) in [
+        ("server.session_idle_timeout", s.session_idle_timeout),
+        ("server.sse_keep_alive", s.sse_keep_alive),
+        ("server.request_timeout", s.request_timeout),
+    ] {
+        if d.is_zero() {
+            p.push(ConfigProblem::new(field, "must be greater than zero"));
+        }
+    }
+    for (i, o) in s.allowed_origins.iter().enumerate() {
+        if o != "*" && !is_origin(o) {
+            p.push(ConfigProblem::new(
+                format!("server.allowed_origins[{i}]"),
+                format!("{o:?} is not an origin (scheme://host[:port]) or \"*\""),
+            ));
+        }
+    }
+    let mut prefixes: BTreeMap<String, &str> = BTreeMap::new();
+    let mut unprefixed = 0;
+    for (name, b) in &c.backends {
+        let at = |f: &str| format!("backends.{name}.{f}");
+        if !is_valid_prefix(name) {
+            p.push(ConfigProblem::new(
+                format!("backends.{name}"),
+                "backend names start with a letter and use letters, digits, '-' and single '_' (at most 64)",
+            ));
+        }
+        let prefix = b.prefix(name);
+        if prefix.is_empty() {
+            unprefixed += 1;
+        } else if !is_valid_prefix(prefix) {
+            p.push(ConfigProblem::new(
+                at("prefix"),
+                "a prefix starts with a letter and uses letters, digits, '-' and single '_', no \"__\"",
+            ));
+        } else if let Some(other) = prefixes.insert(uri_prefix(prefix).to_lowercase(), name) {
+            p.push(ConfigProblem::new(
+                at("prefix"),
+                format!("prefix {prefix:?} is also used by backend {other:?}"),
+            ));
+        }
+        if b.timeout.is_some_and(|t| t.is_zero()) {
+            p.push(ConfigProblem::new(at("timeout"), "must be greater than zero"));
+        }
+        match &b.transport {
+            Transport::Stdio { command, .. } => {
+                if command.trim().is_empty() && !command.is_empty() {
+                    p.push(ConfigProblem::new(at("command"), "must not be empty"));
+                }
+            }
+            Transport::Http { url, .. } if url.is_empty() => {}
+            Transport::Http { url, headers } => {
+                match url::Url::parse(url) {
+                    Ok(u) if matches!(u.scheme(), "http" | "https") && u.host().is_some() => {}
+                    Ok(_) => p.push(ConfigProblem::new(at("url"), "must be an http(s) URL")),
+                    Err(e) => p.push(ConfigProblem::new(at("url"), format!("invalid URL: {e}"))),
+                }
+                for (h, v) in headers {
+                    if axum::http::HeaderName::try_from(h.as_str()).is_err() {
+                        p.push(ConfigProblem::new(
+                            at(&format!("headers.{h}")),
+                            "invalid header name",
+                        ));
+                    } else if axum::http::HeaderValue::try_from(v.as_str()).is_err() {
+                        p.push(ConfigProblem::new(
+                            at(&format!("headers.{h}")),
+                            "invalid header value",
+                        ));
+                    }
+                }
+            }
+        }
+        for (list, globs) in [("include", &b.tools.include), ("exclude", &b.tools.exclude)] {
+            for (i, g) in globs.iter().enumerate() {
+                if let Err(e) = globset::Glob::new(g) {
+                    p.push(ConfigProblem::new(
+                        at(&format!("tools.{list}[{i}]")),
+                        format!("invalid glob: {e}"),
+                    ));
+                }
+            }
+        }
+    }
+    if unprefixed > 0 && c.backends.len() > 1 {
+        tracing::debug!(
+            unprefixed,
+            "unprefixed backends: name collisions are resolved deterministically"
+        );
+    }
+    p
+}
+
+fn is_origin(s: &str) -> bool {
+    match url::Url::parse(s) {
+        Ok(u) => {
+            u.host().is_some()
+                && u.path() == "/"
+                && !s.ends_with('/')
+                && u.query().is_none()
+                && u.fragment().is_none()
+        }
+        Err(_) => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+
+    #[test]
+    fn prefix_rules() {
+        for ok in ["a", "github", "my-server", "my_server", "A1"] {
+            assert!(is_valid_prefix(ok), "{ok}");
+        }
+        for bad in ["", "1a", "a__b", "a_", "a.b", "a/b", "café", "a b"] {
+            assert!(!is_valid_prefix(bad), "{bad}");
+        }
+        assert_eq!(uri_prefix("my_server"), "my-server");
+    }
+
+    #[test]
+    fn lists_every_problem_with_its_path() {
+        let text = r#"
+            [server]
+            path = "mcp"
+            max_name_len = 500
+            allowed_origins = ["https://ok.example", "not an origin"]
+            [backends."bad name"]
+            type = "stdio"
+            command = " "
+            [backends.web]
+            type = "http"
+            url = "ftp://x"
+            tools.include = ["[unclosed"]
+            [backends.web2]
+            type = "http"
+            url = "http://127.0.0.1/mcp"
+            prefix = "web"
+        "#;
+        let problems = Config::parse(text, Path::new("x.toml"), &|_| None).unwrap_err();
+        let paths: Vec<&str> = problems.iter().map(|p| p.path.as_str()).collect();
+        for want in [
+            "server.path",
+            "server.max_name_len",
+            "server.allowed_origins[1]",
+            "backends.bad name",
+            "backends.bad name.command",
+            "backends.web.url",
+            "backends.web.tools.include[0]",
+            "backends.web2.prefix",
+        ] {
+            assert!(paths.contains(&want), "missing {want} in {paths:?}");
+        }
+    }
+
+    #[test]
+    fn unknown_fields_and_types_name_the_field() {
+        let problems = Config::parse(
+            "[server]\nlisten = 5\n",
+            Path::new("x.toml"),
+            &|_| None,
+        )
+        .unwrap_err();
+        assert!(problems[0].to_string().contains("server.listen"), "{problems:?}");
+        let problems = Config::parse(
+            "[backends.a]\ntype = \"stdio\"\ncommand = \"x\"\nbogus = 1\n",
+            Path::new("x.toml"),
+            &|_| None,
+        )
+        .unwrap_err();
+        assert!(problems[0].to_string().contains("bogus"), "{problems:?}");
+    }
+}
