@@ -4,7 +4,9 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use anyhow::Context;
 use clap::{Parser, Subcommand};
+use mcpgate::config::{Config, ConfigError};
 
 /// mcpgate: one MCP endpoint over many MCP servers.
 #[derive(Parser)]
@@ -19,7 +21,12 @@ enum Command {
     /// Run the gateway.
     Serve {
         /// Config file: TOML, or a JSON file in the `mcpServers` format.
-        #[arg(long, short, default_value = "config/mcpgate.toml", env = "MCPGATE_CONFIG")]
+        #[arg(
+            long,
+            short,
+            default_value = "config/mcpgate.toml",
+            env = "MCPGATE_CONFIG"
+        )]
         config: PathBuf,
         /// Override `server.listen` (e.g. 127.0.0.1:8080).
         #[arg(long, env = "MCPGATE_LISTEN")]
@@ -41,7 +48,10 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("mcpgate: cannot start the async runtime: {e}");
@@ -49,13 +59,84 @@ fn main() -> ExitCode {
         }
     };
     let result = match cli.command {
-        Command::DemoServer { http } => runtime.block_on(mcpgate::demo::run(http)).map_err(anyhow::Error::from),
-        Command::Serve { .. } | Command::CheckConfig { .. } => Err(anyhow::anyhow!("not wired yet")),
+        Command::DemoServer { http } => {
+            init_logging();
+            runtime
+                .block_on(mcpgate::demo::run(http))
+                .map_err(anyhow::Error::from)
+        }
+        Command::Serve { config, listen } => {
+            init_logging();
+            runtime.block_on(serve(&config, listen))
+        }
+        Command::CheckConfig { config } => return check_config(&config),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("mcpgate: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Logs go to stderr (stdout may be a protocol channel for `demo-server`).
+/// `RUST_LOG` filters, default `info`; `MCPGATE_LOG_FORMAT=json` for JSON lines.
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    if std::env::var("MCPGATE_LOG_FORMAT").is_ok_and(|f| f == "json") {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
+}
+
+async fn serve(path: &std::path::Path, listen: Option<SocketAddr>) -> anyhow::Result<()> {
+    let mut config = Config::load(path)?;
+    if let Some(addr) = listen {
+        config.server.listen = addr;
+    }
+    let gateway = mcpgate::Gateway::start(config)
+        .await
+        .context("starting the gateway")?;
+    shutdown_signal().await;
+    tracing::info!("shutting down");
+    gateway.shutdown().await;
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let Ok(mut term) = signal(SignalKind::terminate()) else {
+        let _ = tokio::signal::ctrl_c().await;
+        return;
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+}
+
+/// Prints every problem with its field path; exit 1 if there is any.
+fn check_config(path: &std::path::Path) -> ExitCode {
+    match Config::load(path) {
+        Ok(c) => {
+            println!("{}: ok ({} backends)", path.display(), c.backends.len());
+            ExitCode::SUCCESS
+        }
+        Err(ConfigError::Invalid { problems, .. }) => {
+            for p in &problems {
+                println!("{}: {p}", path.display());
+            }
+            eprintln!("{} problem(s) found", problems.len());
+            ExitCode::FAILURE
+        }
+        Err(e) => {
+            eprintln!("{e}");
             ExitCode::FAILURE
         }
     }

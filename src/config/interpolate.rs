@@ -11,14 +11,10 @@ pub(super) fn interpolate(
     problems: &mut Vec<ConfigProblem>,
 ) {
     match value {
-        toml::Value::String(s) => {
-            if s.contains('$') {
-                match expand(s, env) {
-                    Ok(out) => *s = out,
-                    Err(message) => problems.push(ConfigProblem::new(path, message)),
-                }
-            }
-        }
+        toml::Value::String(s) if s.contains('$') => match expand(s, env) {
+            Ok(out) => *s = out,
+            Err(message) => problems.push(ConfigProblem::new(path, message)),
+        },
         toml::Value::Array(items) => {
             for (i, item) in items.iter_mut().enumerate() {
                 interpolate(item, &format!("{path}[{i}]"), env, problems);
@@ -58,8 +54,7 @@ fn expand(s: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<String, Strin
             if !valid {
                 return Err(format!("invalid variable name {name:?}"));
             }
-            let v = env(name)
-                .ok_or_else(|| format!("environment variable {name} is not set"))?;
+            let v = env(name).ok_or_else(|| format!("environment variable {name} is not set"))?;
             out.push_str(&v);
             rest = &tail[end + 1..];
         } else {

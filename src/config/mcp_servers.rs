@@ -140,7 +140,10 @@ mod tests {
         let env = |n: &str| (n == "KEY").then(|| "k".to_string());
         let c = Config::parse(text, Path::new("claude.json"), &env).unwrap();
         assert_eq!(c.backends.len(), 2);
-        assert!(matches!(c.backends["time"].transport, Transport::Stdio { .. }));
+        assert!(matches!(
+            c.backends["time"].transport,
+            Transport::Stdio { .. }
+        ));
         match &c.backends["remote-api"].transport {
             Transport::Http { url, headers } => {
                 assert_eq!(url, "https://api.example/mcp");

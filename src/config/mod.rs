@@ -256,11 +256,9 @@ impl Config {
                 .map(|p| p.to_string_lossy().into_owned()),
             _ => std::env::var(name).ok(),
         };
-        Config::parse(&text, path, &env).map_err(|problems| {
-            ConfigError::Invalid {
-                path: path.to_owned(),
-                problems,
-            }
+        Config::parse(&text, path, &env).map_err(|problems| ConfigError::Invalid {
+            path: path.to_owned(),
+            problems,
         })
     }
 
@@ -270,8 +268,8 @@ impl Config {
         path: &Path,
         env: &dyn Fn(&str) -> Option<String>,
     ) -> Result<Config, Vec<ConfigProblem>> {
-        let is_json = path.extension().is_some_and(|e| e == "json")
-            || text.trim_start().starts_with('{');
+        let is_json =
+            path.extension().is_some_and(|e| e == "json") || text.trim_start().starts_with('{');
         let mut value = if is_json {
             mcp_servers::to_toml_value(text)?
         } else {

@@ -70,7 +70,10 @@ pub(super) fn build(raw: RawConfig, p: &mut Vec<ConfigProblem>) -> Config {
                     }
                 }
                 if b.command.is_none() {
-                    p.push(ConfigProblem::new(at("command"), "required for type \"stdio\""));
+                    p.push(ConfigProblem::new(
+                        at("command"),
+                        "required for type \"stdio\"",
+                    ));
                 }
                 Transport::Stdio {
                     command: b.command.unwrap_or_default(),
@@ -186,7 +189,10 @@ pub fn validate(c: &Config) -> Vec<ConfigProblem> {
             ));
         }
         if b.timeout.is_some_and(|t| t.is_zero()) {
-            p.push(ConfigProblem::new(at("timeout"), "must be greater than zero"));
+            p.push(ConfigProblem::new(
+                at("timeout"),
+                "must be greater than zero",
+            ));
         }
         match &b.transport {
             Transport::Stdio { command, .. } => {
@@ -303,13 +309,12 @@ mod tests {
 
     #[test]
     fn unknown_fields_and_types_name_the_field() {
-        let problems = Config::parse(
-            "[server]\nlisten = 5\n",
-            Path::new("x.toml"),
-            &|_| None,
-        )
-        .unwrap_err();
-        assert!(problems[0].to_string().contains("server.listen"), "{problems:?}");
+        let problems =
+            Config::parse("[server]\nlisten = 5\n", Path::new("x.toml"), &|_| None).unwrap_err();
+        assert!(
+            problems[0].to_string().contains("server.listen"),
+            "{problems:?}"
+        );
         let problems = Config::parse(
             "[backends.a]\ntype = \"stdio\"\ncommand = \"x\"\nbogus = 1\n",
             Path::new("x.toml"),

@@ -1,0 +1,425 @@
+//! One MCP client connection to one backend: id allocation, correlation of
+//! responses, the initialize handshake and dispatch of what the backend sends.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::time::Duration;
+
+use serde_json::value::RawValue;
+use serde_json::{Value, json};
+use tokio::sync::oneshot;
+use tokio_util::sync::CancellationToken;
+
+use super::{BackendError, Link, UpstreamHandler};
+use crate::jsonrpc::{self, ErrorObject, Id, Message, Notification};
+use crate::protocol::ProtocolVersion;
+use crate::session::{HostCall, Session};
+
+/// What the backend said about itself in its `initialize` result.
+#[derive(Debug, Clone)]
+pub struct InitInfo {
+    /// The revision negotiated with this backend (sent in `MCP-Protocol-Version`).
+    pub version: ProtocolVersion,
+    /// The backend's server capabilities, unparsed.
+    pub capabilities: Value,
+    /// `serverInfo`.
+    pub server_info: Value,
+    /// `instructions`, if any.
+    pub instructions: Option<String>,
+}
+
+impl InitInfo {
+    /// Whether the backend declared server capability `name` (e.g. `"tools"`).
+    pub fn has(&self, name: &str) -> bool {
+        self.capabilities.get(name).is_some_and(|v| !v.is_null())
+    }
+}
+
+/// Who a connection belongs to (DESIGN decision 3).
+#[derive(Clone)]
+pub enum Owner {
+    /// Serves every host session (or the gateway itself, for catalogues).
+    Shared,
+    /// Bound to exactly one host session.
+    Session(Weak<Session>),
+}
+
+struct Pending {
+    tx: oneshot::Sender<Result<Box<RawValue>, ErrorObject>>,
+    call: Option<Arc<HostCall>>,
+}
+
+/// A live MCP client session with one backend, over stdio or HTTP.
+///
+/// Requests get gateway-assigned integer ids (unique per connection), so host ids
+/// from many sessions never collide upstream (MCP basic/index: ids are unique per
+/// requestor). The upstream progress token of a call is its upstream id.
+pub struct Connection {
+    /// Configured backend name (logs and errors).
+    pub backend: Arc<str>,
+    /// Owner of this connection.
+    pub owner: Owner,
+    pub(super) handler: Arc<dyn UpstreamHandler>,
+    pub(super) link: OnceLock<Link>,
+    pending: Mutex<HashMap<u64, Pending>>,
+    next_id: AtomicU64,
+    info: OnceLock<InitInfo>,
+    /// Client capabilities declared in `initialize` (kept for re-initialization).
+    capabilities: Value,
+    /// Per-call timeout for this backend.
+    timeout: Duration,
+    /// Cancelled when the connection is closed or its transport died.
+    pub closed: CancellationToken,
+}
+
+impl Connection {
+    /// A connection without a transport yet; the transport module attaches one.
+    pub(super) fn new(
+        backend: Arc<str>,
+        owner: Owner,
+        handler: Arc<dyn UpstreamHandler>,
+        capabilities: Value,
+        timeout: Duration,
+    ) -> Self {
+        Connection {
+            capabilities,
+            timeout,
+            backend,
+            owner,
+            handler,
+            link: OnceLock::new(),
+            pending: Mutex::new(HashMap::new()),
+            next_id: AtomicU64::new(1),
+            info: OnceLock::new(),
+            closed: CancellationToken::new(),
+        }
+    }
+
+    /// The backend's `initialize` answer. Set once the handshake completed.
+    pub fn info(&self) -> Option<&InitInfo> {
+        self.info.get()
+    }
+
+    /// The owning host session, for per-session connections that are still alive.
+    pub fn owner_session(&self) -> Option<Arc<Session>> {
+        match &self.owner {
+            Owner::Shared => None,
+            Owner::Session(s) => s.upgrade(),
+        }
+    }
+
+    /// Whether the transport is still usable.
+    pub fn is_alive(&self) -> bool {
+        !self.closed.is_cancelled()
+    }
+
+    /// Number of requests awaiting an answer.
+    pub fn in_flight(&self) -> usize {
+        self.pending.lock().map(|p| p.len()).unwrap_or(0)
+    }
+
+    fn link(&self) -> Result<&Link, BackendError> {
+        self.link
+            .get()
+            .ok_or_else(|| BackendError::closed(&self.backend, "not started"))
+    }
+
+    /// Sends a request and waits for its result, at most `timeout`.
+    ///
+    /// `call` ties the request to a host request: backend messages related to it
+    /// (progress, logs, server→client requests) are relayed there. When the call has
+    /// a host progress token, the upstream request carries the upstream id as token.
+    ///
+    /// Errors: [`BackendError::Rpc`] for a JSON-RPC error from the backend (to be
+    /// passed on unchanged), [`BackendError::Timeout`] after `timeout` (a
+    /// `notifications/cancelled` is then sent upstream, MCP basic/lifecycle
+    /// timeouts), transport failures otherwise. Dropping the future forgets the
+    /// request (a late answer is discarded) without telling the backend.
+    pub async fn request(
+        self: &Arc<Self>,
+        method: &str,
+        mut params: Option<Value>,
+        call: Option<Arc<HostCall>>,
+        timeout: Duration,
+    ) -> Result<Box<RawValue>, BackendError> {
+        let link = self.link()?;
+        if self.closed.is_cancelled() {
+            return Err(BackendError::closed(&self.backend, "connection closed"));
+        }
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        if call.as_ref().is_some_and(|c| c.progress_token.is_some()) {
+            set_progress_token(&mut params, id);
+        }
+        if let Some(c) = &call {
+            c.set_upstream(self.downgrade(), id);
+        }
+        let (tx, rx) = oneshot::channel();
+        if let Ok(mut p) = self.pending.lock() {
+            p.insert(id, Pending { tx, call });
+        }
+        let guard = PendingGuard { conn: self, id };
+        let bytes = jsonrpc::request_bytes(&Id::Num(id as i64), method, params.as_ref());
+        let exchange = async {
+            link.send_request(self, id, method, bytes).await?;
+            match rx.await {
+                Ok(Ok(result)) => Ok(result),
+                Ok(Err(e)) => Err(BackendError::Rpc(e)),
+                Err(_) if self.closed.is_cancelled() => {
+                    Err(BackendError::closed(&self.backend, "connection closed"))
+                }
+                Err(_) => Err(BackendError::Cancelled),
+            }
+        };
+        let outcome = tokio::time::timeout(timeout, exchange).await;
+        drop(guard);
+        match outcome {
+            Ok(r) => r,
+            Err(_) => {
+                self.send_cancel(id, "mcpgate: request timed out");
+                Err(BackendError::Timeout {
+                    backend: self.backend.to_string(),
+                    after: timeout,
+                })
+            }
+        }
+    }
+
+    /// Host-side cancellation of upstream request `id`: forgets it (a late answer is
+    /// dropped, the waiting caller sees [`BackendError::Cancelled`]) and sends
+    /// `notifications/cancelled` upstream (MCP basic/utilities/cancellation).
+    pub fn cancel(self: &Arc<Self>, id: u64, reason: Option<&str>) {
+        let removed = self.pending.lock().ok().and_then(|mut p| p.remove(&id));
+        if removed.is_some() {
+            self.send_cancel(id, reason.unwrap_or("cancelled by the client"));
+        }
+    }
+
+    fn send_cancel(self: &Arc<Self>, id: u64, reason: &str) {
+        let params = json!({"requestId": id, "reason": reason});
+        self.notify("notifications/cancelled", Some(&params));
+    }
+
+    /// Sends a notification (fire and forget; failures are logged).
+    pub fn notify(self: &Arc<Self>, method: &str, params: Option<&Value>) {
+        let bytes = jsonrpc::notification_bytes(method, params);
+        self.send_detached(bytes);
+    }
+
+    /// Answers a request the backend sent us (server→client).
+    pub fn respond(self: &Arc<Self>, id: &Id, outcome: Result<&Value, &ErrorObject>) {
+        let bytes = match outcome {
+            Ok(v) => jsonrpc::result_value_bytes(id, v),
+            Err(e) => jsonrpc::error_bytes(Some(id), e),
+        };
+        self.send_detached(bytes);
+    }
+
+    fn send_detached(self: &Arc<Self>, bytes: Vec<u8>) {
+        if let Ok(link) = self.link() {
+            link.send_detached(self, bytes);
+        }
+    }
+
+    /// Whether upstream request `id` still awaits its answer.
+    pub(super) fn is_pending(&self, id: u64) -> bool {
+        self.pending.lock().is_ok_and(|p| p.contains_key(&id))
+    }
+
+    /// The per-call timeout for this backend.
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// Repeats the handshake on the same transport (the backend ended our session).
+    pub(super) async fn rehandshake(self: &Arc<Self>) -> Result<(), BackendError> {
+        Box::pin(self.handshake()).await
+    }
+
+    /// Performs `initialize` + `notifications/initialized` (MCP basic/lifecycle),
+    /// declaring the connection's client capabilities.
+    pub(super) async fn handshake(self: &Arc<Self>) -> Result<(), BackendError> {
+        let timeout = self.timeout;
+        let params = json!({
+            "protocolVersion": ProtocolVersion::LATEST.as_str(),
+            "capabilities": self.capabilities,
+            "clientInfo": {"name": "mcpgate", "version": env!("CARGO_PKG_VERSION")},
+        });
+        let raw = self
+            .request("initialize", Some(params), None, timeout)
+            .await?;
+        let result: Value = serde_json::from_str(raw.get())
+            .map_err(|e| BackendError::protocol(&self.backend, format!("initialize: {e}")))?;
+        let version = result
+            .get("protocolVersion")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let Some(version) = ProtocolVersion::parse(version) else {
+            return Err(BackendError::protocol(
+                &self.backend,
+                format!("initialize: unsupported protocolVersion {version:?}"),
+            ));
+        };
+        let info = InitInfo {
+            version,
+            capabilities: result.get("capabilities").cloned().unwrap_or(json!({})),
+            server_info: result.get("serverInfo").cloned().unwrap_or(json!({})),
+            instructions: result
+                .get("instructions")
+                .and_then(Value::as_str)
+                .map(str::to_owned),
+        };
+        let _ = self.info.set(info);
+        let bytes = jsonrpc::notification_bytes("notifications/initialized", None);
+        self.link()?.send_awaited(self, bytes).await
+    }
+
+    /// Handles one message read from the backend. `related` is the upstream id of
+    /// the request on whose HTTP response stream it arrived, if any.
+    pub(super) fn on_message(self: &Arc<Self>, msg: Message, related: Option<u64>) {
+        match msg {
+            Message::Response(r) => {
+                let Some(Id::Num(n)) = r.id else {
+                    tracing::warn!(backend = %self.backend, id = ?r.id, "response with an id we never sent; dropped");
+                    return;
+                };
+                let entry = self
+                    .pending
+                    .lock()
+                    .ok()
+                    .and_then(|mut p| p.remove(&(n as u64)));
+                match entry {
+                    Some(p) => {
+                        let _ = p.tx.send(r.outcome);
+                    }
+                    None => {
+                        tracing::debug!(backend = %self.backend, id = n, "late or unknown response dropped")
+                    }
+                }
+            }
+            Message::Notification(n) => {
+                let call = self.related_call(&n, related);
+                self.handler.on_notification(self, call, n);
+            }
+            Message::Request(r) => {
+                let call = self.related_call_for(related);
+                self.handler.on_request(self, call, r);
+            }
+        }
+    }
+
+    /// The host call a notification belongs to: by progress token, by the stream it
+    /// came on, or the only host call in flight.
+    fn related_call(&self, n: &Notification, related: Option<u64>) -> Option<Arc<HostCall>> {
+        if n.method == "notifications/progress" {
+            let token = n.params.as_ref().and_then(|p| p.get("progressToken"));
+            let id = token.and_then(Value::as_u64)?;
+            let p = self.pending.lock().ok()?;
+            return p.get(&id).and_then(|e| e.call.clone());
+        }
+        self.related_call_for(related)
+    }
+
+    fn related_call_for(&self, related: Option<u64>) -> Option<Arc<HostCall>> {
+        let p = self.pending.lock().ok()?;
+        if let Some(id) = related {
+            return p.get(&id).and_then(|e| e.call.clone());
+        }
+        let mut calls = p.values().filter_map(|e| e.call.as_ref());
+        let only = calls.next()?;
+        calls.next().is_none().then(|| only.clone())
+    }
+
+    /// Fails every waiting request and marks the connection closed.
+    pub(super) fn fail_all(self: &Arc<Self>, why: &str) {
+        if self.closed.is_cancelled() {
+            return;
+        }
+        self.closed.cancel();
+        let drained: Vec<Pending> = match self.pending.lock() {
+            Ok(mut p) => p.drain().map(|(_, v)| v).collect(),
+            Err(_) => Vec::new(),
+        };
+        for p in drained {
+            let _ = p.tx.send(Err(ErrorObject::new(
+                jsonrpc::INTERNAL_ERROR,
+                format!("backend {:?} is unavailable: {why}", &*self.backend),
+            )
+            .with_data(json!({"backend": &*self.backend}))));
+        }
+        self.handler.on_closed(self);
+    }
+
+    /// Closes the connection: ends the backend session (HTTP `DELETE`) or stops the
+    /// child process (close stdin, wait, SIGTERM, SIGKILL).
+    pub async fn close(self: &Arc<Self>) {
+        if let Some(link) = self.link.get() {
+            link.close(self).await;
+        }
+        self.fail_all("connection closed");
+    }
+
+    /// Weak handle for tasks that must not keep the connection alive.
+    pub(super) fn downgrade(self: &Arc<Self>) -> Weak<Connection> {
+        Arc::downgrade(self)
+    }
+}
+
+/// Removes a pending entry when the caller stops waiting (timeout or drop).
+struct PendingGuard<'a> {
+    conn: &'a Connection,
+    id: u64,
+}
+
+impl Drop for PendingGuard<'_> {
+    fn drop(&mut self) {
+        if let Ok(mut p) = self.conn.pending.lock() {
+            p.remove(&self.id);
+        }
+    }
+}
+
+/// Sets `params._meta.progressToken` to the upstream id.
+fn set_progress_token(params: &mut Option<Value>, id: u64) {
+    let p = params.get_or_insert_with(|| json!({}));
+    let Some(obj) = p.as_object_mut() else {
+        return;
+    };
+    let meta = obj.entry("_meta").or_insert_with(|| json!({}));
+    if let Some(meta) = meta.as_object_mut() {
+        meta.insert("progressToken".into(), Value::from(id));
+    }
+}
+
+/// Parses a line or body of JSON text from a backend (one message or a batch, which
+/// 2025-03-26 servers may send) and dispatches every message. Invalid input is
+/// logged with the backend name and skipped.
+pub(super) fn dispatch_text(conn: &Arc<Connection>, text: &[u8], related: Option<u64>) {
+    let trimmed = text.trim_ascii();
+    if trimmed.is_empty() {
+        return;
+    }
+    if trimmed.first() == Some(&b'[') {
+        match serde_json::from_slice::<Vec<&RawValue>>(trimmed) {
+            Ok(items) => {
+                for item in items {
+                    match jsonrpc::classify_raw(item) {
+                        Ok(m) => conn.on_message(m, related),
+                        Err(e) => log_bad(conn, item.get().as_bytes(), &e.to_string()),
+                    }
+                }
+            }
+            Err(e) => log_bad(conn, trimmed, &e.to_string()),
+        }
+        return;
+    }
+    match jsonrpc::parse_message(trimmed) {
+        Ok(m) => conn.on_message(m, related),
+        Err(e) => log_bad(conn, trimmed, &e.to_string()),
+    }
+}
+
+fn log_bad(conn: &Connection, text: &[u8], why: &str) {
+    let shown = String::from_utf8_lossy(&text[..text.len().min(200)]);
+    tracing::warn!(backend = %conn.backend, cause = why, text = %shown, "backend sent something that is not JSON-RPC; skipped");
+}

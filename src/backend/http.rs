@@ -1,0 +1,392 @@
+//! Streamable HTTP transport toward a remote backend (MCP 2025-11-25
+//! basic/transports, Streamable HTTP, client side).
+//!
+//! Every message is its own POST with `Accept: application/json, text/event-stream`;
+//! answers come as one JSON body or an SSE stream whose messages relate to the
+//! request that opened it. The backend's `Mcp-Session-Id` and the revision
+//! negotiated with THIS backend are sent on every later request. A 404 on a request
+//! that carried the session id means the backend ended the session: the connection
+//! re-initializes once and retries. Configured extra headers never replace protocol
+//! headers.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, RwLock, Weak};
+use std::time::Duration;
+
+use bytes::Bytes;
+use eventsource_stream::Eventsource;
+use futures_util::StreamExt;
+use reqwest::header::{ACCEPT, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
+use reqwest::{Response, StatusCode};
+
+use super::BackendError;
+use super::conn::{Connection, dispatch_text};
+
+const SESSION_HEADER: &str = "mcp-session-id";
+const VERSION_HEADER: &str = "mcp-protocol-version";
+const BOTH: &str = "application/json, text/event-stream";
+/// How often a POST response stream is resumed with `Last-Event-ID` (SEP-1699).
+const MAX_RESUMES: usize = 5;
+
+/// The HTTP side of one backend connection.
+pub(crate) struct HttpLink {
+    backend: Arc<str>,
+    client: reqwest::Client,
+    url: reqwest::Url,
+    extra: HeaderMap,
+    session: RwLock<Option<HeaderValue>>,
+    reinit: tokio::sync::Mutex<()>,
+    listener: Mutex<Option<tokio::task::JoinHandle<()>>>,
+}
+
+impl HttpLink {
+    /// Prepares the link; nothing is sent yet.
+    ///
+    /// Errors: [`BackendError::Unavailable`] for an unusable URL or header.
+    pub(crate) fn new(
+        backend: &Arc<str>,
+        client: reqwest::Client,
+        url: &str,
+        headers: &BTreeMap<String, String>,
+    ) -> Result<HttpLink, BackendError> {
+        let url = reqwest::Url::parse(url)
+            .map_err(|e| BackendError::closed(backend, format!("invalid url: {e}")))?;
+        let mut extra = HeaderMap::new();
+        for (k, v) in headers {
+            let name = HeaderName::try_from(k.as_str())
+                .map_err(|e| BackendError::closed(backend, format!("header {k}: {e}")))?;
+            let mut value = HeaderValue::try_from(v.as_str())
+                .map_err(|e| BackendError::closed(backend, format!("header {k}: {e}")))?;
+            value.set_sensitive(true);
+            extra.insert(name, value);
+        }
+        Ok(HttpLink {
+            backend: backend.clone(),
+            client,
+            url,
+            extra,
+            session: RwLock::new(None),
+            reinit: tokio::sync::Mutex::new(()),
+            listener: Mutex::new(None),
+        })
+    }
+
+    fn session(&self) -> Option<HeaderValue> {
+        self.session.read().ok()?.clone()
+    }
+
+    fn set_session(&self, v: Option<HeaderValue>) {
+        if let Ok(mut s) = self.session.write() {
+            *s = v;
+        }
+    }
+
+    /// Configured headers first, then the protocol headers over them.
+    fn headers(&self, conn: &Connection, accept: &'static str) -> HeaderMap {
+        let mut h = self.extra.clone();
+        h.insert(ACCEPT, HeaderValue::from_static(accept));
+        h.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        if let Some(s) = self.session() {
+            h.insert(SESSION_HEADER, s);
+        }
+        if let Some(info) = conn.info() {
+            h.insert(
+                VERSION_HEADER,
+                HeaderValue::from_static(info.version.as_str()),
+            );
+        }
+        h
+    }
+
+    async fn post(&self, conn: &Connection, body: Bytes) -> Result<Response, BackendError> {
+        self.client
+            .post(self.url.clone())
+            .headers(self.headers(conn, BOTH))
+            .body(body)
+            .send()
+            .await
+            .map_err(|e| BackendError::closed(&self.backend, describe(e)))
+    }
+
+    /// POSTs request `id` and reads its answer (JSON or SSE), dispatching every
+    /// message received on the way.
+    pub(crate) async fn send_request(
+        &self,
+        conn: &Arc<Connection>,
+        id: u64,
+        method: &str,
+        bytes: Vec<u8>,
+    ) -> Result<(), BackendError> {
+        let body = Bytes::from(bytes);
+        let mut retried = false;
+        loop {
+            let sent_session = self.session();
+            let resp = self.post(conn, body.clone()).await?;
+            let status = resp.status();
+            if status == StatusCode::NOT_FOUND
+                && sent_session.is_some()
+                && method != "initialize"
+                && !retried
+            {
+                tracing::info!(backend = %self.backend, "backend ended our session (404); re-initializing");
+                self.reinitialize(conn, sent_session).await?;
+                retried = true;
+                continue;
+            }
+            if !status.is_success() {
+                return Err(BackendError::HttpStatus {
+                    backend: self.backend.to_string(),
+                    status: status.as_u16(),
+                });
+            }
+            if method == "initialize" {
+                self.set_session(resp.headers().get(SESSION_HEADER).cloned());
+            }
+            return self.read_answer(conn, id, resp).await;
+        }
+    }
+
+    async fn read_answer(
+        &self,
+        conn: &Arc<Connection>,
+        id: u64,
+        resp: Response,
+    ) -> Result<(), BackendError> {
+        if resp.status() == StatusCode::ACCEPTED {
+            // No body: the answer will come on the GET stream.
+            return Ok(());
+        }
+        if !is_event_stream(resp.headers()) {
+            let body = resp
+                .bytes()
+                .await
+                .map_err(|e| BackendError::closed(&self.backend, describe(e)))?;
+            dispatch_text(conn, &body, Some(id));
+            return Ok(());
+        }
+        let mut last_id = read_events(conn, resp, Some(id)).await;
+        let mut resumes = 0;
+        while conn.is_pending(id) && resumes < MAX_RESUMES {
+            let Some((event_id, retry)) = last_id.take() else {
+                return Err(BackendError::protocol(
+                    &self.backend,
+                    "response stream ended without an answer",
+                ));
+            };
+            tokio::time::sleep(retry.unwrap_or(Duration::from_millis(100))).await;
+            resumes += 1;
+            let mut h = self.headers(conn, "text/event-stream");
+            h.remove(CONTENT_TYPE);
+            if let Ok(v) = HeaderValue::try_from(event_id.as_str()) {
+                h.insert("last-event-id", v);
+            }
+            let resp = self
+                .client
+                .get(self.url.clone())
+                .headers(h)
+                .send()
+                .await
+                .map_err(|e| BackendError::closed(&self.backend, describe(e)))?;
+            if !resp.status().is_success() || !is_event_stream(resp.headers()) {
+                return Err(BackendError::HttpStatus {
+                    backend: self.backend.to_string(),
+                    status: resp.status().as_u16(),
+                });
+            }
+            last_id = read_events(conn, resp, Some(id))
+                .await
+                .or(Some((event_id, retry)));
+        }
+        Ok(())
+    }
+
+    /// Opens a fresh backend session after the old one was ended by the backend.
+    async fn reinitialize(
+        &self,
+        conn: &Arc<Connection>,
+        stale: Option<HeaderValue>,
+    ) -> Result<(), BackendError> {
+        let _guard = self.reinit.lock().await;
+        if self.session() != stale {
+            return Ok(());
+        }
+        self.set_session(None);
+        conn.rehandshake().await
+    }
+
+    /// POSTs a notification or response; the backend answers 202.
+    pub(crate) fn send_detached(&self, conn: &Arc<Connection>, bytes: Vec<u8>) {
+        let req = self
+            .client
+            .post(self.url.clone())
+            .headers(self.headers(conn, BOTH))
+            .body(bytes);
+        let backend = self.backend.clone();
+        tokio::spawn(async move {
+            match req.send().await {
+                Ok(r) if r.status().is_success() => {}
+                Ok(r) => {
+                    tracing::warn!(backend = %backend, status = r.status().as_u16(), "backend refused a notification or response")
+                }
+                Err(e) => {
+                    tracing::warn!(backend = %backend, cause = %describe(e), "cannot deliver a notification or response")
+                }
+            }
+        });
+    }
+
+    /// POSTs a notification and waits for the backend to accept it (used for
+    /// `notifications/initialized`, which must arrive before the next request).
+    pub(crate) async fn send_awaited(
+        &self,
+        conn: &Connection,
+        bytes: Vec<u8>,
+    ) -> Result<(), BackendError> {
+        let resp = self.post(conn, Bytes::from(bytes)).await?;
+        if resp.status().is_success() {
+            Ok(())
+        } else {
+            Err(BackendError::HttpStatus {
+                backend: self.backend.to_string(),
+                status: resp.status().as_u16(),
+            })
+        }
+    }
+
+    /// Opens the standalone GET stream for unsolicited messages, reconnecting with
+    /// backoff; stops if the backend answers 405 (it offers no such stream).
+    pub(crate) fn start_listening(&self, conn: &Arc<Connection>) {
+        let task = tokio::spawn(listen(
+            conn.downgrade(),
+            self.client.clone(),
+            self.url.clone(),
+        ));
+        if let Ok(mut l) = self.listener.lock() {
+            if let Some(old) = l.replace(task) {
+                old.abort();
+            }
+        }
+    }
+
+    pub(crate) fn get_headers(&self, conn: &Connection) -> HeaderMap {
+        let mut h = self.headers(conn, "text/event-stream");
+        h.remove(CONTENT_TYPE);
+        h
+    }
+
+    /// Stops listening and ends the backend session with `DELETE`.
+    pub(crate) async fn close(&self, conn: &Connection) {
+        if let Ok(mut l) = self.listener.lock() {
+            if let Some(task) = l.take() {
+                task.abort();
+            }
+        }
+        if self.session().is_none() {
+            return;
+        }
+        let mut h = self.headers(conn, BOTH);
+        h.remove(CONTENT_TYPE);
+        let req = self.client.delete(self.url.clone()).headers(h);
+        match tokio::time::timeout(Duration::from_secs(3), req.send()).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => {
+                tracing::debug!(backend = %self.backend, cause = %describe(e), "DELETE of backend session failed")
+            }
+            Err(_) => {
+                tracing::debug!(backend = %self.backend, "DELETE of backend session timed out")
+            }
+        }
+        self.set_session(None);
+    }
+}
+
+async fn listen(conn: Weak<Connection>, client: reqwest::Client, url: reqwest::Url) {
+    let mut delay = Duration::from_secs(1);
+    let mut last_event: Option<String> = None;
+    loop {
+        let Some(c) = conn.upgrade() else { return };
+        if !c.is_alive() {
+            return;
+        }
+        let Some(super::Link::Http(link)) = c.link.get() else {
+            return;
+        };
+        let mut h = link.get_headers(&c);
+        if let Some(v) = last_event
+            .as_deref()
+            .and_then(|v| HeaderValue::try_from(v).ok())
+        {
+            h.insert("last-event-id", v);
+        }
+        let backend = c.backend.clone();
+        drop(c);
+        match client.get(url.clone()).headers(h).send().await {
+            Ok(r) if r.status() == StatusCode::METHOD_NOT_ALLOWED => return,
+            Ok(r) if r.status().is_success() && is_event_stream(r.headers()) => {
+                delay = Duration::from_secs(1);
+                let Some(c) = conn.upgrade() else { return };
+                if let Some((id, retry)) = read_events(&c, r, None).await {
+                    last_event = Some(id);
+                    if let Some(r) = retry {
+                        delay = r;
+                    }
+                }
+            }
+            Ok(r) => {
+                tracing::debug!(backend = %backend, status = r.status().as_u16(), "backend GET stream refused");
+            }
+            Err(e) => {
+                tracing::debug!(backend = %backend, cause = %describe(e), "backend GET stream failed");
+            }
+        }
+        tokio::time::sleep(delay).await;
+        delay = (delay * 2).min(Duration::from_secs(30));
+    }
+}
+
+/// Dispatches every SSE event of `resp`; returns the last event id seen and the
+/// last `retry` value, for resumption.
+async fn read_events(
+    conn: &Arc<Connection>,
+    resp: Response,
+    related: Option<u64>,
+) -> Option<(String, Option<Duration>)> {
+    let mut events = resp.bytes_stream().eventsource();
+    let mut last: Option<(String, Option<Duration>)> = None;
+    while let Some(ev) = events.next().await {
+        let Ok(ev) = ev else { break };
+        if !ev.id.is_empty() {
+            let retry = ev.retry.or(last.as_ref().and_then(|l| l.1));
+            last = Some((ev.id.clone(), retry));
+        }
+        if ev.data.is_empty() || (ev.event != "message" && !ev.event.is_empty()) {
+            continue;
+        }
+        dispatch_text(conn, ev.data.as_bytes(), related);
+        if let Some(id) = related {
+            if !conn.is_pending(id) {
+                break;
+            }
+        }
+    }
+    last
+}
+
+fn is_event_stream(h: &HeaderMap) -> bool {
+    h.get(CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.trim_start().starts_with("text/event-stream"))
+}
+
+/// A transport error without URL secrets (query strings may hold keys).
+fn describe(e: reqwest::Error) -> String {
+    let e = e.without_url();
+    let mut out = e.to_string();
+    let mut src = std::error::Error::source(&e);
+    while let Some(s) = src {
+        out.push_str(": ");
+        out.push_str(&s.to_string());
+        src = s.source();
+    }
+    out
+}

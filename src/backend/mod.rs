@@ -1,0 +1,317 @@
+//! Client face: MCP client connections to backends over stdio and Streamable HTTP.
+
+mod conn;
+mod http;
+mod stdio;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tokio::time::Instant;
+
+pub use conn::{Connection, InitInfo, Owner};
+
+use crate::config::{BackendConfig, Transport};
+use crate::jsonrpc::{self, ErrorObject, Notification, Request};
+use crate::session::HostCall;
+
+/// Why a call to a backend failed.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum BackendError {
+    /// The backend answered with a JSON-RPC error; it is passed on unchanged.
+    #[error("backend error {}: {}", .0.code, .0.message)]
+    Rpc(ErrorObject),
+    /// No answer within the per-call timeout.
+    #[error("backend {backend:?} did not answer within {after:?}")]
+    Timeout {
+        /// Backend name.
+        backend: String,
+        /// The timeout that fired.
+        after: Duration,
+    },
+    /// The backend cannot be reached: not started, exited, connection refused.
+    #[error("backend {backend:?} is unavailable: {reason}")]
+    Unavailable {
+        /// Backend name.
+        backend: String,
+        /// What happened.
+        reason: String,
+    },
+    /// The backend sent something that breaks MCP or JSON-RPC.
+    #[error("backend {backend:?} broke the protocol: {reason}")]
+    Protocol {
+        /// Backend name.
+        backend: String,
+        /// What it sent.
+        reason: String,
+    },
+    /// An HTTP backend answered with an unexpected status.
+    #[error("backend {backend:?} answered HTTP {status}")]
+    HttpStatus {
+        /// Backend name.
+        backend: String,
+        /// The status code.
+        status: u16,
+    },
+    /// The request was cancelled by the host; no answer is due.
+    #[error("request cancelled")]
+    Cancelled,
+}
+
+impl BackendError {
+    pub(crate) fn closed(backend: &str, reason: impl Into<String>) -> Self {
+        BackendError::Unavailable {
+            backend: backend.to_owned(),
+            reason: reason.into(),
+        }
+    }
+
+    pub(crate) fn protocol(backend: &str, reason: impl Into<String>) -> Self {
+        BackendError::Protocol {
+            backend: backend.to_owned(),
+            reason: reason.into(),
+        }
+    }
+
+    /// The JSON-RPC error the host receives. Backend errors pass through unchanged;
+    /// gateway-side failures are `-32603` with `data.backend` naming the backend.
+    pub fn to_error_object(&self) -> ErrorObject {
+        match self {
+            BackendError::Rpc(e) => e.clone(),
+            BackendError::Timeout { backend, .. }
+            | BackendError::Unavailable { backend, .. }
+            | BackendError::Protocol { backend, .. }
+            | BackendError::HttpStatus { backend, .. } => {
+                ErrorObject::new(jsonrpc::INTERNAL_ERROR, self.to_string())
+                    .with_data(json!({"backend": backend}))
+            }
+            BackendError::Cancelled => {
+                ErrorObject::new(jsonrpc::INTERNAL_ERROR, "request cancelled")
+            }
+        }
+    }
+}
+
+/// Receives what backends send on their own initiative. Implemented by the router.
+///
+/// `call` is the host request the message relates to, when the connection could
+/// tell (progress token, the HTTP stream it came on, or the only call in flight).
+pub trait UpstreamHandler: Send + Sync + 'static {
+    /// A notification from the backend.
+    fn on_notification(&self, conn: &Arc<Connection>, call: Option<Arc<HostCall>>, n: Notification);
+    /// A request from the backend; answer it with [`Connection::respond`].
+    fn on_request(&self, conn: &Arc<Connection>, call: Option<Arc<HostCall>>, r: Request);
+    /// The connection closed (process exit, transport failure or [`Connection::close`]).
+    fn on_closed(&self, conn: &Arc<Connection>);
+}
+
+/// The transport under a [`Connection`].
+pub(crate) enum Link {
+    Stdio(stdio::StdioLink),
+    Http(Box<http::HttpLink>),
+}
+
+impl Link {
+    /// Sends request `id`. For HTTP this also reads the whole response (JSON body or
+    /// SSE stream) and dispatches every message in it.
+    async fn send_request(
+        &self,
+        conn: &Arc<Connection>,
+        id: u64,
+        method: &str,
+        bytes: Vec<u8>,
+    ) -> Result<(), BackendError> {
+        match self {
+            Link::Stdio(l) => l.send(&conn.backend, bytes).await,
+            Link::Http(l) => l.send_request(conn, id, method, bytes).await,
+        }
+    }
+
+    /// Sends a notification or a response without waiting.
+    fn send_detached(&self, conn: &Arc<Connection>, bytes: Vec<u8>) {
+        match self {
+            Link::Stdio(l) => l.send_detached(bytes),
+            Link::Http(l) => l.send_detached(conn, bytes),
+        }
+    }
+
+    /// Sends a notification and waits until the transport took it (HTTP: 2xx).
+    async fn send_awaited(
+        &self,
+        conn: &Arc<Connection>,
+        bytes: Vec<u8>,
+    ) -> Result<(), BackendError> {
+        match self {
+            Link::Stdio(l) => l.send(&conn.backend, bytes).await,
+            Link::Http(l) => l.send_awaited(conn, bytes).await,
+        }
+    }
+
+    async fn close(&self, conn: &Arc<Connection>) {
+        match self {
+            Link::Stdio(l) => l.close(&conn.backend).await,
+            Link::Http(l) => l.close(conn).await,
+        }
+    }
+}
+
+/// A configured backend: how to reach it and how long to wait for it.
+pub struct BackendSpec {
+    /// Backend name from the config.
+    pub name: Arc<str>,
+    /// Its config.
+    pub config: BackendConfig,
+    /// Per-call timeout.
+    pub timeout: Duration,
+    http: Option<reqwest::Client>,
+}
+
+impl BackendSpec {
+    /// Builds the spec (and, for HTTP backends, one pooled HTTP client).
+    pub fn new(name: &str, config: BackendConfig, default_timeout: Duration) -> Self {
+        let http = match &config.transport {
+            Transport::Http { .. } => reqwest::Client::builder()
+                .connect_timeout(Duration::from_secs(10))
+                .pool_max_idle_per_host(64)
+                .build()
+                .ok(),
+            Transport::Stdio { .. } => None,
+        };
+        BackendSpec {
+            name: name.into(),
+            timeout: config.timeout.unwrap_or(default_timeout),
+            config,
+            http,
+        }
+    }
+
+    /// Opens a connection and performs the initialize handshake, declaring
+    /// `capabilities` as the client's.
+    ///
+    /// Errors: spawn or connect failures and handshake failures, as
+    /// [`BackendError::Unavailable`] / [`BackendError::Protocol`].
+    pub async fn connect(
+        &self,
+        owner: Owner,
+        handler: Arc<dyn UpstreamHandler>,
+        capabilities: Value,
+    ) -> Result<Arc<Connection>, BackendError> {
+        let conn = Arc::new(Connection::new(
+            self.name.clone(),
+            owner,
+            handler,
+            capabilities,
+            self.timeout,
+        ));
+        let link = match &self.config.transport {
+            Transport::Stdio {
+                command,
+                args,
+                env,
+                cwd,
+            } => Link::Stdio(stdio::StdioLink::spawn(
+                &conn,
+                command,
+                args,
+                env,
+                cwd.as_deref(),
+            )?),
+            Transport::Http { url, headers } => {
+                let client = self.http.clone().unwrap_or_default();
+                Link::Http(Box::new(http::HttpLink::new(
+                    &self.name, client, url, headers,
+                )?))
+            }
+        };
+        let _ = conn.link.set(link);
+        match conn.handshake().await {
+            Ok(()) => {
+                if let Some(Link::Http(l)) = conn.link.get() {
+                    l.start_listening(&conn);
+                }
+                Ok(conn)
+            }
+            Err(e) => {
+                conn.close().await;
+                Err(e)
+            }
+        }
+    }
+}
+
+/// Holds at most one live connection and (re)connects on demand, with exponential
+/// backoff after failures so a broken backend is not hammered.
+pub struct Slot {
+    current: Mutex<Option<Arc<Connection>>>,
+    connecting: tokio::sync::Mutex<Backoff>,
+}
+
+#[derive(Default)]
+struct Backoff {
+    failures: u32,
+    retry_at: Option<Instant>,
+    last_error: Option<BackendError>,
+}
+
+impl Default for Slot {
+    fn default() -> Self {
+        Slot {
+            current: Mutex::new(None),
+            connecting: tokio::sync::Mutex::new(Backoff::default()),
+        }
+    }
+}
+
+impl Slot {
+    /// The live connection, if any, without connecting.
+    pub fn current(&self) -> Option<Arc<Connection>> {
+        let c = self.current.lock().ok()?.clone()?;
+        c.is_alive().then_some(c)
+    }
+
+    /// The live connection, connecting first if needed. While in backoff after a
+    /// failure, fails at once with the last error.
+    pub async fn get(
+        &self,
+        spec: &BackendSpec,
+        owner: Owner,
+        handler: Arc<dyn UpstreamHandler>,
+        capabilities: Value,
+    ) -> Result<Arc<Connection>, BackendError> {
+        if let Some(c) = self.current() {
+            return Ok(c);
+        }
+        let mut backoff = self.connecting.lock().await;
+        if let Some(c) = self.current() {
+            return Ok(c);
+        }
+        if let (Some(at), Some(e)) = (backoff.retry_at, &backoff.last_error) {
+            if Instant::now() < at {
+                return Err(e.clone());
+            }
+        }
+        match spec.connect(owner, handler, capabilities).await {
+            Ok(c) => {
+                *backoff = Backoff::default();
+                if let Ok(mut cur) = self.current.lock() {
+                    *cur = Some(c.clone());
+                }
+                Ok(c)
+            }
+            Err(e) => {
+                backoff.failures = backoff.failures.saturating_add(1);
+                let secs = 1u64 << backoff.failures.min(5);
+                backoff.retry_at = Some(Instant::now() + Duration::from_millis(secs * 250));
+                backoff.last_error = Some(e.clone());
+                tracing::warn!(backend = %spec.name, cause = %e, failures = backoff.failures, "cannot connect to backend");
+                Err(e)
+            }
+        }
+    }
+
+    /// Takes the connection out of the slot (for closing).
+    pub fn take(&self) -> Option<Arc<Connection>> {
+        self.current.lock().ok()?.take()
+    }
+}

@@ -1,0 +1,310 @@
+//! stdio transport: a child process speaking newline-delimited JSON-RPC
+//! (MCP 2025-11-25 basic/transports, stdio).
+//!
+//! The child runs in its own process group so that stopping it reaches the whole
+//! tree (a shell wrapper and what it started). Stop order follows MCP basic/lifecycle
+//! shutdown: close stdin, wait, SIGTERM, wait, SIGKILL. stderr is always drained into
+//! the log so a chatty child never blocks.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use nix::sys::signal::{Signal, killpg};
+use nix::unistd::Pid;
+use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::process::{Child, ChildStdin, Command};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use super::BackendError;
+use super::conn::{Connection, dispatch_text};
+
+/// Longest line accepted from a child's stdout (a single JSON-RPC message).
+const MAX_LINE: usize = 64 * 1024 * 1024;
+/// Longest stderr line logged; the rest of the line is dropped.
+const MAX_STDERR_LINE: usize = 4096;
+/// How long a child gets after stdin is closed, and again after SIGTERM.
+const STOP_GRACE: Duration = Duration::from_secs(2);
+
+/// The writing half and process handle of a stdio backend.
+pub(crate) struct StdioLink {
+    tx: Mutex<Option<mpsc::Sender<Vec<u8>>>>,
+    pgid: Option<i32>,
+    exited: CancellationToken,
+}
+
+impl StdioLink {
+    /// Spawns the child and the tasks that feed and read it.
+    ///
+    /// Errors: [`BackendError::Unavailable`] when the command cannot be started.
+    pub(crate) fn spawn(
+        conn: &Arc<Connection>,
+        command: &str,
+        args: &[String],
+        env: &BTreeMap<String, String>,
+        cwd: Option<&Path>,
+    ) -> Result<StdioLink, BackendError> {
+        let mut cmd = Command::new(command);
+        cmd.args(args)
+            .envs(env)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .process_group(0);
+        if let Some(dir) = cwd {
+            cmd.current_dir(dir);
+        }
+        let mut child = cmd.spawn().map_err(|e| {
+            BackendError::closed(&conn.backend, format!("cannot start {command:?}: {e}"))
+        })?;
+        let pgid = child.id().and_then(|p| i32::try_from(p).ok());
+        let (Some(stdin), Some(stdout), Some(stderr)) =
+            (child.stdin.take(), child.stdout.take(), child.stderr.take())
+        else {
+            return Err(BackendError::closed(&conn.backend, "child has no pipes"));
+        };
+        tracing::info!(backend = %conn.backend, pid = ?pgid, command, "started stdio backend");
+        let (tx, rx) = mpsc::channel(1024);
+        tokio::spawn(write_loop(stdin, rx));
+        let reader = tokio::spawn(read_loop(
+            conn.downgrade(),
+            BufReader::with_capacity(64 * 1024, stdout),
+        ));
+        tokio::spawn(log_stderr(conn.backend.clone(), BufReader::new(stderr)));
+        let exited = CancellationToken::new();
+        tokio::spawn(watch_exit(conn.downgrade(), child, reader, exited.clone()));
+        Ok(StdioLink {
+            tx: Mutex::new(Some(tx)),
+            pgid,
+            exited,
+        })
+    }
+
+    fn sender(&self) -> Option<mpsc::Sender<Vec<u8>>> {
+        self.tx.lock().ok()?.clone()
+    }
+
+    /// Queues one message for the child's stdin.
+    pub(crate) async fn send(&self, backend: &str, bytes: Vec<u8>) -> Result<(), BackendError> {
+        let tx = self
+            .sender()
+            .ok_or_else(|| BackendError::closed(backend, "stdin closed"))?;
+        tx.send(bytes)
+            .await
+            .map_err(|_| BackendError::closed(backend, "process exited"))
+    }
+
+    /// Queues a message without waiting; if the queue is full, a task waits for room.
+    pub(crate) fn send_detached(&self, bytes: Vec<u8>) {
+        let Some(tx) = self.sender() else { return };
+        if let Err(mpsc::error::TrySendError::Full(bytes)) = tx.try_send(bytes) {
+            tokio::spawn(async move {
+                let _ = tx.send(bytes).await;
+            });
+        }
+    }
+
+    /// Stops the child: close stdin → wait → SIGTERM to its process group → wait →
+    /// SIGKILL. Returns once it has exited (or was killed).
+    pub(crate) async fn close(&self, backend: &str) {
+        if let Ok(mut tx) = self.tx.lock() {
+            tx.take();
+        }
+        if tokio::time::timeout(STOP_GRACE, self.exited.cancelled())
+            .await
+            .is_ok()
+        {
+            return;
+        }
+        if let Some(pgid) = self.pgid {
+            tracing::info!(
+                backend,
+                pgid,
+                "stdio backend still running after stdin closed; SIGTERM"
+            );
+            let _ = killpg(Pid::from_raw(pgid), Signal::SIGTERM);
+            if tokio::time::timeout(STOP_GRACE, self.exited.cancelled())
+                .await
+                .is_ok()
+            {
+                return;
+            }
+            tracing::warn!(backend, pgid, "stdio backend ignored SIGTERM; SIGKILL");
+            let _ = killpg(Pid::from_raw(pgid), Signal::SIGKILL);
+            let _ = tokio::time::timeout(STOP_GRACE, self.exited.cancelled()).await;
+        }
+    }
+}
+
+impl Drop for StdioLink {
+    fn drop(&mut self) {
+        if !self.exited.is_cancelled() {
+            if let Some(pgid) = self.pgid {
+                let _ = killpg(Pid::from_raw(pgid), Signal::SIGKILL);
+            }
+        }
+    }
+}
+
+async fn write_loop(mut stdin: ChildStdin, mut rx: mpsc::Receiver<Vec<u8>>) {
+    while let Some(first) = rx.recv().await {
+        let mut batch = Some(first);
+        while let Some(bytes) = batch.take().or_else(|| rx.try_recv().ok()) {
+            if stdin.write_all(&bytes).await.is_err() || stdin.write_all(b"\n").await.is_err() {
+                return;
+            }
+        }
+        if stdin.flush().await.is_err() {
+            return;
+        }
+    }
+}
+
+async fn read_loop(
+    conn: std::sync::Weak<Connection>,
+    mut out: BufReader<tokio::process::ChildStdout>,
+) {
+    let mut line = Vec::with_capacity(4096);
+    loop {
+        line.clear();
+        match read_line_limited(&mut out, &mut line, MAX_LINE).await {
+            Ok(Line::Eof) => return,
+            Ok(Line::Full) => {
+                let Some(conn) = conn.upgrade() else { return };
+                dispatch_text(&conn, &line, None);
+            }
+            Ok(Line::TooLong) => {
+                if let Some(conn) = conn.upgrade() {
+                    tracing::warn!(backend = %conn.backend, limit = MAX_LINE, "backend wrote an over-long line on stdout; skipped");
+                }
+            }
+            Err(_) => return,
+        }
+        if line.capacity() > 1024 * 1024 {
+            line = Vec::with_capacity(4096);
+        }
+    }
+}
+
+enum Line {
+    Full,
+    TooLong,
+    Eof,
+}
+
+/// Reads up to and excluding the next `\n`; a longer line than `max` is consumed
+/// and reported as [`Line::TooLong`].
+async fn read_line_limited<R: AsyncBufRead + Unpin>(
+    r: &mut R,
+    out: &mut Vec<u8>,
+    max: usize,
+) -> std::io::Result<Line> {
+    let mut too_long = false;
+    loop {
+        let buf = r.fill_buf().await?;
+        if buf.is_empty() {
+            return Ok(if out.is_empty() && !too_long {
+                Line::Eof
+            } else if too_long {
+                Line::TooLong
+            } else {
+                Line::Full
+            });
+        }
+        let (chunk, done) = match buf.iter().position(|&b| b == b'\n') {
+            Some(i) => (&buf[..i], Some(i + 1)),
+            None => (buf, None),
+        };
+        if !too_long && out.len() + chunk.len() <= max {
+            out.extend_from_slice(chunk);
+        } else {
+            too_long = true;
+            out.clear();
+        }
+        let used = done.unwrap_or(buf.len());
+        r.consume(used);
+        if done.is_some() {
+            return Ok(if too_long { Line::TooLong } else { Line::Full });
+        }
+    }
+}
+
+async fn log_stderr(backend: Arc<str>, mut err: BufReader<tokio::process::ChildStderr>) {
+    let mut line = Vec::with_capacity(256);
+    loop {
+        line.clear();
+        match read_line_limited(&mut err, &mut line, MAX_STDERR_LINE).await {
+            Ok(Line::Eof) | Err(_) => return,
+            Ok(Line::Full) => {
+                let text = String::from_utf8_lossy(&line);
+                tracing::info!(backend = %backend, "stderr: {}", text.trim_end());
+            }
+            Ok(Line::TooLong) => {
+                tracing::info!(backend = %backend, "stderr: (line longer than {MAX_STDERR_LINE} bytes dropped)");
+            }
+        }
+    }
+}
+
+/// Reaps the child (no zombies), lets the reader drain what it wrote, then fails
+/// whatever is still waiting on this connection. A child that closes its stdout but
+/// keeps running can no longer answer, so it is killed.
+async fn watch_exit(
+    conn: std::sync::Weak<Connection>,
+    mut child: Child,
+    mut reader: tokio::task::JoinHandle<()>,
+    exited: CancellationToken,
+) {
+    let status = tokio::select! {
+        status = child.wait() => {
+            let _ = tokio::time::timeout(Duration::from_secs(1), &mut reader).await;
+            status
+        }
+        _ = &mut reader => {
+            match tokio::time::timeout(STOP_GRACE, child.wait()).await {
+                Ok(status) => status,
+                Err(_) => {
+                    let _ = child.start_kill();
+                    child.wait().await
+                }
+            }
+        }
+    };
+    exited.cancel();
+    let why = match &status {
+        Ok(s) => format!("process exited ({s})"),
+        Err(e) => format!("process lost: {e}"),
+    };
+    if let Some(conn) = conn.upgrade() {
+        if conn.is_alive() {
+            tracing::warn!(backend = %conn.backend, cause = %why, "stdio backend stopped");
+        }
+        conn.fail_all(&why);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn limits_line_length() {
+        let data = b"short\nthis line is too long\nok\nlast".to_vec();
+        let mut r = BufReader::with_capacity(4, &data[..]);
+        let mut out = Vec::new();
+        let mut seen = Vec::new();
+        loop {
+            out.clear();
+            match read_line_limited(&mut r, &mut out, 8).await.unwrap() {
+                Line::Eof => break,
+                Line::Full => seen.push(String::from_utf8(out.clone()).unwrap()),
+                Line::TooLong => seen.push("<long>".into()),
+            }
+        }
+        assert_eq!(seen, ["short", "<long>", "ok", "last"]);
+    }
+}

@@ -1,0 +1,93 @@
+//! The HTTP plane: rejections decided before a request reaches the router
+//! (transport, session and envelope failures), each with the status the spec
+//! names and a JSON-RPC error body.
+
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+
+use crate::jsonrpc::{self, EnvelopeError, ErrorObject, Id};
+
+/// A rejection with an HTTP status and a JSON-RPC error body.
+#[derive(Debug, Clone)]
+pub struct HttpError {
+    /// The status code.
+    pub status: StatusCode,
+    /// The body.
+    pub detail: Box<ErrorDetail>,
+}
+
+/// The JSON-RPC part of an [`HttpError`].
+#[derive(Debug, Clone)]
+pub struct ErrorDetail {
+    /// The JSON-RPC error in the body.
+    pub error: ErrorObject,
+    /// `Some(id)` writes `"id"` (JSON-RPC 2.0 §5: `null` when unreadable);
+    /// `None` omits it (MCP transports: "a JSON-RPC error response that has no id").
+    pub id: Option<Option<Id>>,
+}
+
+impl HttpError {
+    /// A transport-level rejection (no `id` in the body).
+    pub fn new(status: StatusCode, code: i64, message: impl Into<String>) -> Self {
+        HttpError {
+            status,
+            detail: Box::new(ErrorDetail {
+                error: ErrorObject::new(code, message),
+                id: None,
+            }),
+        }
+    }
+
+    /// 400 for a body that is not a JSON-RPC message (`-32700` / `-32600`).
+    pub fn envelope(e: &EnvelopeError) -> Self {
+        HttpError {
+            status: StatusCode::BAD_REQUEST,
+            detail: Box::new(ErrorDetail {
+                error: e.to_error_object(),
+                id: Some(e.id().cloned()),
+            }),
+        }
+    }
+
+    /// 400: a non-initialize request without `Mcp-Session-Id`.
+    pub fn missing_session() -> Self {
+        HttpError::new(
+            StatusCode::BAD_REQUEST,
+            jsonrpc::TRANSPORT_ERROR,
+            "Bad Request: Mcp-Session-Id header is required",
+        )
+    }
+
+    /// 404: unknown, expired or ended session; the host must re-initialize.
+    pub fn unknown_session() -> Self {
+        HttpError::new(
+            StatusCode::NOT_FOUND,
+            jsonrpc::SESSION_NOT_FOUND,
+            "Session not found",
+        )
+    }
+
+    /// 403: a browser Origin or Host header that is not allowed.
+    pub fn forbidden_origin() -> Self {
+        HttpError::new(
+            StatusCode::FORBIDDEN,
+            jsonrpc::TRANSPORT_ERROR,
+            "Forbidden: origin not allowed",
+        )
+    }
+}
+
+impl IntoResponse for HttpError {
+    fn into_response(self) -> Response {
+        let body = match &self.detail.id {
+            None => jsonrpc::error_bytes_without_id(&self.detail.error),
+            Some(id) => jsonrpc::error_bytes(id.as_ref(), &self.detail.error),
+        };
+        let mut resp = (self.status, body).into_response();
+        resp.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        resp
+    }
+}

@@ -1,0 +1,185 @@
+//! Request header checks of the Streamable HTTP transport: Accept, Content-Type,
+//! `MCP-Protocol-Version`, `Mcp-Session-Id` and Origin/Host.
+
+use axum::http::{HeaderMap, StatusCode, header};
+
+use super::{HttpError, OriginPolicy};
+use crate::jsonrpc;
+use crate::protocol::ProtocolVersion;
+
+/// `Mcp-Session-Id` (spelled `MCP-Session-Id` in 2025-11-25; names are
+/// case-insensitive).
+pub const SESSION: &str = "mcp-session-id";
+/// `MCP-Protocol-Version`.
+pub const VERSION: &str = "mcp-protocol-version";
+
+/// 403 unless Origin (if any) and Host are acceptable.
+pub fn check_origin(h: &HeaderMap, policy: &OriginPolicy) -> Result<(), HttpError> {
+    if let Some(origin) = h.get(header::ORIGIN) {
+        let ok = origin.to_str().is_ok_and(|o| policy.origin_allowed(o));
+        if !ok {
+            return Err(HttpError::forbidden_origin());
+        }
+    }
+    if let Some(host) = h.get(header::HOST) {
+        if !host.to_str().is_ok_and(|v| policy.host_allowed(v)) {
+            return Err(HttpError::forbidden_origin());
+        }
+    }
+    Ok(())
+}
+
+/// Whether an `Accept` header admits `wanted` (`type/subtype`), counting `*/*`
+/// and `type/*` and ignoring `q=0` entries. An absent header admits everything.
+pub fn accepts(h: &HeaderMap, wanted: &str) -> bool {
+    let values: Vec<&str> = h
+        .get_all(header::ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .collect();
+    if values.is_empty() {
+        return true;
+    }
+    let (wtype, _) = wanted.split_once('/').unwrap_or((wanted, ""));
+    values.iter().flat_map(|v| v.split(',')).any(|item| {
+        let mut parts = item.split(';');
+        let range = parts.next().unwrap_or_default().trim().to_ascii_lowercase();
+        let refused = parts.any(|p| {
+            let p = p.trim();
+            p.strip_prefix("q=")
+                .is_some_and(|q| q.trim().parse::<f32>().is_ok_and(|q| q == 0.0))
+        });
+        !refused && (range == wanted || range == "*/*" || range == format!("{wtype}/*"))
+    })
+}
+
+/// POST needs both `application/json` and `text/event-stream` acceptable
+/// (MCP 2025-11-25 transports, sending messages: the client MUST list both).
+pub fn check_post_accept(h: &HeaderMap) -> Result<(), HttpError> {
+    if accepts(h, "application/json") && accepts(h, "text/event-stream") {
+        Ok(())
+    } else {
+        Err(HttpError::new(
+            StatusCode::NOT_ACCEPTABLE,
+            jsonrpc::TRANSPORT_ERROR,
+            "Not Acceptable: Accept must include both application/json and text/event-stream",
+        ))
+    }
+}
+
+/// GET needs `text/event-stream` acceptable.
+pub fn check_get_accept(h: &HeaderMap) -> Result<(), HttpError> {
+    if accepts(h, "text/event-stream") {
+        Ok(())
+    } else {
+        Err(HttpError::new(
+            StatusCode::NOT_ACCEPTABLE,
+            jsonrpc::TRANSPORT_ERROR,
+            "Not Acceptable: Accept must include text/event-stream",
+        ))
+    }
+}
+
+/// 415 unless the body is declared `application/json`.
+pub fn check_content_type(h: &HeaderMap) -> Result<(), HttpError> {
+    let ok = h
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| {
+            v.split(';')
+                .next()
+                .is_some_and(|t| t.trim().eq_ignore_ascii_case("application/json"))
+        });
+    if ok {
+        Ok(())
+    } else {
+        Err(HttpError::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            jsonrpc::TRANSPORT_ERROR,
+            "Unsupported Media Type: Content-Type must be application/json",
+        ))
+    }
+}
+
+/// The `MCP-Protocol-Version` header: `Ok(None)` when absent, 400 when it names
+/// a revision the gateway does not serve (MCP 2025-11-25 transports).
+pub fn protocol_version(h: &HeaderMap) -> Result<Option<ProtocolVersion>, HttpError> {
+    let Some(v) = h.get(VERSION) else {
+        return Ok(None);
+    };
+    let v = v.to_str().unwrap_or_default();
+    ProtocolVersion::parse(v)
+        .filter(|p| ProtocolVersion::HOST_SUPPORTED.contains(p))
+        .map(Some)
+        .ok_or_else(|| {
+            HttpError::new(
+                StatusCode::BAD_REQUEST,
+                jsonrpc::TRANSPORT_ERROR,
+                format!("Bad Request: unsupported MCP-Protocol-Version {v:?}"),
+            )
+        })
+}
+
+/// The `Mcp-Session-Id` header value, if present and readable.
+pub fn session_id(h: &HeaderMap) -> Option<&str> {
+    h.get(SESSION).and_then(|v| v.to_str().ok())
+}
+
+#[cfg(test)]
+mod tests {
+    use axum::http::HeaderValue;
+
+    use super::*;
+
+    fn with_accept(v: &str) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        h.insert(header::ACCEPT, HeaderValue::from_str(v).unwrap());
+        h
+    }
+
+    #[test]
+    fn accept_rules() {
+        assert!(check_post_accept(&with_accept("application/json, text/event-stream")).is_ok());
+        assert!(check_post_accept(&with_accept("*/*")).is_ok());
+        assert!(check_post_accept(&with_accept("application/*, text/*")).is_ok());
+        assert!(check_post_accept(&with_accept("application/json")).is_err());
+        assert!(check_post_accept(&with_accept("text/event-stream")).is_err());
+        assert!(
+            check_post_accept(&with_accept("application/json, text/event-stream;q=0")).is_err()
+        );
+        assert!(check_post_accept(&HeaderMap::new()).is_ok());
+        assert!(check_get_accept(&with_accept("text/event-stream")).is_ok());
+        assert!(check_get_accept(&with_accept("application/json")).is_err());
+    }
+
+    #[test]
+    fn content_type_rules() {
+        let mut h = HeaderMap::new();
+        assert!(check_content_type(&h).is_err());
+        h.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json; charset=utf-8"),
+        );
+        assert!(check_content_type(&h).is_ok());
+        h.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain"));
+        assert!(check_content_type(&h).is_err());
+    }
+
+    #[test]
+    fn version_header_rules() {
+        let mut h = HeaderMap::new();
+        assert!(protocol_version(&h).unwrap().is_none());
+        h.insert(VERSION, HeaderValue::from_static("2025-06-18"));
+        assert_eq!(
+            protocol_version(&h).unwrap(),
+            Some(ProtocolVersion::V2025_06_18)
+        );
+        for bad in ["2099-01-01", "banana", "2024-11-05"] {
+            h.insert(VERSION, HeaderValue::from_static(bad));
+            assert_eq!(
+                protocol_version(&h).unwrap_err().status,
+                StatusCode::BAD_REQUEST
+            );
+        }
+    }
+}

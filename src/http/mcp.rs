@@ -1,0 +1,293 @@
+//! The MCP endpoint's handlers: POST (messages), GET (standalone stream) and
+//! DELETE (end session), per MCP 2025-11-25 basic/transports, Streamable HTTP.
+
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde_json::value::RawValue;
+use serde_json::{Value, json};
+
+use super::headers::{self, SESSION};
+use super::sse::{StreamSpec, json_response, sse_response, stream_reply};
+use super::{AppState, HttpError};
+use crate::jsonrpc::{self, EnvelopeError, ErrorObject, Message, Request};
+use crate::protocol::{META_PROTOCOL_VERSION, MODERN_VERSION, ProtocolVersion};
+use crate::router::Reply;
+use crate::session::Session;
+
+/// `POST /mcp`: one JSON-RPC message (or, for 2025-03-26 sessions, a batch).
+pub async fn post(State(st): State<AppState>, h: HeaderMap, body: Bytes) -> Response {
+    match post_inner(&st, &h, &body).await {
+        Ok(r) => r,
+        Err(e) => e.into_response(),
+    }
+}
+
+async fn post_inner(st: &AppState, h: &HeaderMap, body: &[u8]) -> Result<Response, HttpError> {
+    headers::check_origin(h, &st.origins)?;
+    headers::check_content_type(h)?;
+    headers::check_post_accept(h)?;
+    if body.trim_ascii_start().first() == Some(&b'[') {
+        return batch(st, h, body).await;
+    }
+    let msg = jsonrpc::parse_message(body).map_err(|e| HttpError::envelope(&e))?;
+    if let Message::Request(req) = &msg {
+        if let Some(requested) = modern_version(req) {
+            return Err(unsupported_modern(&requested));
+        }
+        if req.method == "initialize" {
+            return initialize(st, req).await;
+        }
+        if req.method == "server/discover" && headers::session_id(h).is_none() {
+            return Err(unsupported_modern(MODERN_VERSION));
+        }
+    }
+    let session = lookup(st, h)?;
+    headers::protocol_version(h)?;
+    session.touch();
+    Ok(match msg {
+        Message::Notification(n) => {
+            st.router.handle_notification(&session, &n);
+            accepted()
+        }
+        Message::Response(r) => {
+            st.router.handle_response(&session, r);
+            accepted()
+        }
+        Message::Request(req) => answer(st, &session, req).await,
+    })
+}
+
+fn accepted() -> Response {
+    StatusCode::ACCEPTED.into_response()
+}
+
+/// The session named by `Mcp-Session-Id`: 400 without the header, 404 when
+/// unknown, expired or ended (the host then re-initializes).
+fn lookup(st: &AppState, h: &HeaderMap) -> Result<Arc<Session>, HttpError> {
+    let id = headers::session_id(h).ok_or_else(HttpError::missing_session)?;
+    st.router
+        .sessions
+        .get(id)
+        .ok_or_else(HttpError::unknown_session)
+}
+
+async fn answer(st: &AppState, session: &Arc<Session>, req: Request) -> Response {
+    let server = &st.router.server;
+    match st.router.handle_request(session, req).await {
+        Reply::Now(bytes) => json_response(bytes),
+        Reply::Stream(rx) => {
+            stream_reply(
+                rx,
+                session,
+                server.json_response_window,
+                server.sse_keep_alive,
+            )
+            .await
+        }
+    }
+}
+
+/// `params._meta["io.modelcontextprotocol/protocolVersion"]`: the mark of a
+/// 2026-07-28 ("modern") request (MCP 2026-07-28 basic/versioning).
+fn modern_version(req: &Request) -> Option<String> {
+    req.params
+        .as_ref()?
+        .get("_meta")?
+        .get(META_PROTOCOL_VERSION)?
+        .as_str()
+        .map(str::to_owned)
+}
+
+/// 400 with `-32022` and the revisions this endpoint serves, so SDKs that probe
+/// with the stateless revision fall back to `initialize` at once.
+fn unsupported_modern(requested: &str) -> HttpError {
+    let supported: Vec<&str> = ProtocolVersion::HOST_SUPPORTED
+        .iter()
+        .map(|v| v.as_str())
+        .collect();
+    let mut e = HttpError::new(
+        StatusCode::BAD_REQUEST,
+        jsonrpc::UNSUPPORTED_PROTOCOL_VERSION,
+        format!(
+            "Unsupported protocol version {requested:?}: this endpoint serves {}; use initialize",
+            supported.join(", ")
+        ),
+    );
+    e.detail.error.data = Some(json!({"supported": supported, "requested": requested}));
+    e
+}
+
+/// `initialize`: negotiates the revision, opens a session and answers with the
+/// aggregated capabilities (MCP 2025-11-25 basic/lifecycle).
+async fn initialize(st: &AppState, req: &Request) -> Result<Response, HttpError> {
+    let params = req.params.as_ref();
+    let requested = params
+        .and_then(|p| p.get("protocolVersion"))
+        .and_then(Value::as_str);
+    let Some(requested) = requested else {
+        let e = ErrorObject::new(
+            jsonrpc::INVALID_PARAMS,
+            "initialize: params.protocolVersion must be a string",
+        );
+        return Ok(json_response(
+            jsonrpc::error_bytes(Some(&req.id), &e).into(),
+        ));
+    };
+    let version = ProtocolVersion::parse(requested)
+        .filter(|v| ProtocolVersion::HOST_SUPPORTED.contains(v))
+        .unwrap_or(ProtocolVersion::LATEST);
+    let capabilities = params
+        .and_then(|p| p.get("capabilities"))
+        .filter(|c| c.is_object())
+        .cloned()
+        .unwrap_or_else(|| json!({}));
+    let client_info = params
+        .and_then(|p| p.get("clientInfo"))
+        .cloned()
+        .unwrap_or(Value::Null);
+    st.router
+        .wait_loaded(std::time::Duration::from_secs(10))
+        .await;
+    let session = Arc::new(Session::new(version, capabilities, client_info));
+    if let Err(full) = st.router.sessions.insert(session.clone()) {
+        tracing::warn!(
+            limit = full.limit,
+            "session limit reached; initialize refused"
+        );
+        return Err(HttpError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            jsonrpc::TRANSPORT_ERROR,
+            "Service Unavailable: too many sessions",
+        ));
+    }
+    let view = st.router.view();
+    let mut result = json!({
+        "protocolVersion": version.as_str(),
+        "capabilities": view.capabilities,
+        "serverInfo": {"name": "mcpgate", "version": env!("CARGO_PKG_VERSION")},
+    });
+    if let Some(text) = &view.instructions {
+        result["instructions"] = text.clone().into();
+    }
+    tracing::info!(session = %crate::session::log_id(&session.id), version = %version, "session started");
+    let mut resp = json_response(jsonrpc::result_value_bytes(&req.id, &result).into());
+    if let Ok(v) = HeaderValue::from_str(&session.id) {
+        resp.headers_mut().insert(SESSION, v);
+    }
+    Ok(resp)
+}
+
+/// A JSON-RPC batch: only for sessions that negotiated 2025-03-26, where the spec
+/// required receivers to accept them. Each element is handled like a single
+/// message; `initialize` may not be part of one.
+async fn batch(st: &AppState, h: &HeaderMap, body: &[u8]) -> Result<Response, HttpError> {
+    let items: Vec<&RawValue> = serde_json::from_slice(body)
+        .map_err(|e| HttpError::envelope(&EnvelopeError::Parse(e.to_string())))?;
+    let invalid = |reason| HttpError::envelope(&EnvelopeError::Invalid { id: None, reason });
+    if items.is_empty() {
+        return Err(invalid("an empty batch is not a request"));
+    }
+    let session = lookup(st, h)?;
+    headers::protocol_version(h)?;
+    if !session.version.allows_batches() {
+        return Err(invalid(
+            "JSON-RPC batches are not allowed in this protocol revision",
+        ));
+    }
+    session.touch();
+    let mut answers = Vec::new();
+    for item in items {
+        let msg = match jsonrpc::classify_raw(item) {
+            Ok(m) => m,
+            Err(e) => {
+                answers.push(jsonrpc::error_bytes(e.id(), &e.to_error_object()));
+                continue;
+            }
+        };
+        match msg {
+            Message::Request(req) if req.method == "initialize" => {
+                let e = ErrorObject::new(
+                    jsonrpc::INVALID_REQUEST,
+                    "initialize must not be part of a batch",
+                );
+                answers.push(jsonrpc::error_bytes(Some(&req.id), &e));
+            }
+            Message::Request(req) => match st.router.handle_request(&session, req).await {
+                Reply::Now(b) => answers.push(b.to_vec()),
+                Reply::Stream(mut rx) => {
+                    while let Some(m) = rx.recv().await {
+                        if let crate::session::Outbound::Final(b) = m {
+                            answers.push(b.to_vec());
+                        }
+                    }
+                }
+            },
+            Message::Notification(n) => st.router.handle_notification(&session, &n),
+            Message::Response(r) => st.router.handle_response(&session, r),
+        }
+    }
+    if answers.is_empty() {
+        return Ok(accepted());
+    }
+    let mut out =
+        Vec::with_capacity(answers.iter().map(Vec::len).sum::<usize>() + answers.len() + 2);
+    out.push(b'[');
+    for (i, a) in answers.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        out.extend_from_slice(a);
+    }
+    out.push(b']');
+    Ok(json_response(out.into()))
+}
+
+/// `GET /mcp`: the standalone SSE stream for messages unrelated to any request.
+pub async fn get(State(st): State<AppState>, h: HeaderMap) -> Response {
+    let result = (|| {
+        headers::check_origin(&h, &st.origins)?;
+        headers::check_get_accept(&h)?;
+        let session = lookup(&st, &h)?;
+        headers::protocol_version(&h)?;
+        Ok::<_, HttpError>(session)
+    })();
+    let session = match result {
+        Ok(s) => s,
+        Err(e) => return e.into_response(),
+    };
+    session.touch();
+    let rx = session.open_standalone(256);
+    sse_response(
+        Vec::new(),
+        rx,
+        StreamSpec {
+            stream: session.next_stream(),
+            prime: session.version.primes_streams(),
+            keep_alive: st.router.server.sse_keep_alive,
+            ends_with_response: false,
+        },
+    )
+}
+
+/// `DELETE /mcp`: ends the session and its backend state (HTTP backends get a
+/// `DELETE` of their own session, per-session stdio children are stopped).
+pub async fn delete(State(st): State<AppState>, h: HeaderMap) -> Response {
+    let result = (|| {
+        headers::check_origin(&h, &st.origins)?;
+        let session = lookup(&st, &h)?;
+        headers::protocol_version(&h)?;
+        Ok::<_, HttpError>(session)
+    })();
+    match result {
+        Ok(session) => {
+            tracing::info!(session = %crate::session::log_id(&session.id), "session deleted by the client");
+            st.router.end_session(&session).await;
+            StatusCode::OK.into_response()
+        }
+        Err(e) => e.into_response(),
+    }
+}

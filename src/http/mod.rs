@@ -1,0 +1,167 @@
+//! Server face: the Streamable HTTP endpoint (MCP 2025-11-25 basic/transports),
+//! its guards (Origin/Host, CORS, body limit) and the health route.
+
+mod error;
+mod headers;
+mod mcp;
+mod sse;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::Router as AxumRouter;
+use axum::extract::DefaultBodyLimit;
+use axum::http::{HeaderName, HeaderValue, Method, header};
+use axum::routing::get;
+use tower_http::cors::{AllowOrigin, CorsLayer};
+use tower_http::sensitive_headers::SetSensitiveRequestHeadersLayer;
+
+pub use error::HttpError;
+
+use crate::router::Router;
+
+/// Shared state of the HTTP handlers.
+#[derive(Clone)]
+pub struct AppState {
+    /// The router.
+    pub router: Arc<Router>,
+    /// Origin and Host rules.
+    pub origins: Arc<OriginPolicy>,
+}
+
+/// Which browser origins and Host headers are accepted (DNS-rebinding guard,
+/// MCP 2025-11-25 transports "Security Warning": an invalid Origin gets 403).
+#[derive(Debug, Clone)]
+pub struct OriginPolicy {
+    allowed: Vec<String>,
+    any: bool,
+    loopback_bind: bool,
+    hosts: Vec<String>,
+}
+
+impl OriginPolicy {
+    /// Rules for a server listening on `listen` with the configured lists.
+    pub fn new(listen: SocketAddr, allowed_origins: &[String], allowed_hosts: &[String]) -> Self {
+        OriginPolicy {
+            any: allowed_origins.iter().any(|o| o == "*"),
+            allowed: allowed_origins
+                .iter()
+                .map(|o| o.to_ascii_lowercase())
+                .collect(),
+            loopback_bind: listen.ip().is_loopback(),
+            hosts: allowed_hosts
+                .iter()
+                .map(|h| h.to_ascii_lowercase())
+                .collect(),
+        }
+    }
+
+    /// Whether a browser `Origin` may use the endpoint: configured origins, or any
+    /// loopback origin when the gateway itself listens on loopback.
+    pub fn origin_allowed(&self, origin: &str) -> bool {
+        let origin = origin.to_ascii_lowercase();
+        self.any
+            || self.allowed.contains(&origin)
+            || (self.loopback_bind && is_loopback_origin(&origin))
+    }
+
+    /// Whether a `Host` header is acceptable. On a loopback bind only loopback
+    /// names (and configured hosts) are, so a rebound DNS name is refused.
+    pub fn host_allowed(&self, host: &str) -> bool {
+        if !self.loopback_bind {
+            return true;
+        }
+        let host = host.to_ascii_lowercase();
+        let name = strip_port(&host);
+        is_loopback_name(name) || self.hosts.iter().any(|h| *h == host || h == name)
+    }
+}
+
+fn strip_port(host: &str) -> &str {
+    if let Some(rest) = host.strip_prefix('[') {
+        return rest.split(']').next().unwrap_or(rest);
+    }
+    host.rsplit_once(':')
+        .filter(|(_, port)| port.chars().all(|c| c.is_ascii_digit()))
+        .map_or(host, |(name, _)| name)
+}
+
+fn is_loopback_name(name: &str) -> bool {
+    name == "localhost"
+        || name.ends_with(".localhost")
+        || name
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
+fn is_loopback_origin(origin: &str) -> bool {
+    let Ok(url) = url::Url::parse(origin) else {
+        return false;
+    };
+    matches!(url.scheme(), "http" | "https")
+        && url
+            .host_str()
+            .is_some_and(|h| is_loopback_name(h.trim_start_matches('[').trim_end_matches(']')))
+}
+
+/// Builds the axum application: the MCP endpoint at `path` and `/healthz`.
+pub fn app(state: AppState, path: &str, max_body: usize) -> AxumRouter {
+    let policy = state.origins.clone();
+    let cors = CorsLayer::new()
+        .allow_origin(AllowOrigin::predicate(move |origin: &HeaderValue, _| {
+            origin.to_str().is_ok_and(|o| policy.origin_allowed(o))
+        }))
+        .allow_methods([Method::GET, Method::POST, Method::DELETE])
+        .allow_headers([
+            header::CONTENT_TYPE,
+            header::AUTHORIZATION,
+            header::ACCEPT,
+            HeaderName::from_static("mcp-session-id"),
+            HeaderName::from_static("mcp-protocol-version"),
+            HeaderName::from_static("last-event-id"),
+        ])
+        .expose_headers([
+            HeaderName::from_static("mcp-session-id"),
+            HeaderName::from_static("mcp-protocol-version"),
+            header::WWW_AUTHENTICATE,
+        ]);
+    AxumRouter::new()
+        .route(path, get(mcp::get).post(mcp::post).delete(mcp::delete))
+        .route("/healthz", get(|| async { "ok\n" }))
+        .layer(DefaultBodyLimit::max(max_body))
+        .layer(cors)
+        .layer(SetSensitiveRequestHeadersLayer::new([
+            header::AUTHORIZATION,
+        ]))
+        .with_state(state)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn loopback_policy() {
+        let p = OriginPolicy::new(
+            "127.0.0.1:8080".parse().unwrap(),
+            &["https://app.allowed.test".into()],
+            &[],
+        );
+        assert!(p.origin_allowed("http://localhost:6274"));
+        assert!(p.origin_allowed("http://127.0.0.1:3000"));
+        assert!(p.origin_allowed("https://app.allowed.test"));
+        assert!(!p.origin_allowed("https://evil.example.test"));
+        assert!(!p.origin_allowed("null"));
+        assert!(p.host_allowed("localhost:8080"));
+        assert!(p.host_allowed("127.0.0.1:8080"));
+        assert!(p.host_allowed("[::1]:8080"));
+        assert!(!p.host_allowed("attacker.example:8080"));
+    }
+
+    #[test]
+    fn public_bind_checks_only_configured_origins() {
+        let p = OriginPolicy::new("0.0.0.0:8080".parse().unwrap(), &[], &[]);
+        assert!(!p.origin_allowed("http://localhost:6274"));
+        assert!(p.host_allowed("gw.example.test"));
+    }
+}

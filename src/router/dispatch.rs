@@ -1,0 +1,276 @@
+//! Host requests: answered by the gateway (ping, lists, setLevel) or routed to the
+//! backend that owns the named tool, prompt or resource.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+
+use super::Router;
+use super::rewrite::{ResultKind, rewrite_result};
+use super::view::ListKind;
+use crate::backend::BackendError;
+use crate::jsonrpc::{self, ErrorObject, Id, Request};
+use crate::session::{HostCall, LOG_LEVELS, Outbound, Session};
+
+/// How the answer to a host request is delivered.
+pub enum Reply {
+    /// The complete JSON-RPC response.
+    Now(Bytes),
+    /// Messages related to the request, ending with [`Outbound::Final`]; the
+    /// channel closes without a final message when the host cancelled.
+    Stream(mpsc::Receiver<Outbound>),
+}
+
+fn ok(id: &Id, result: &Value) -> Reply {
+    Reply::Now(jsonrpc::result_value_bytes(id, result).into())
+}
+
+fn err(id: &Id, code: i64, message: impl Into<String>) -> Reply {
+    Reply::Now(jsonrpc::error_bytes(Some(id), &ErrorObject::new(code, message)).into())
+}
+
+fn str_param<'a>(params: &'a Value, key: &str) -> Option<&'a str> {
+    params.get(key).and_then(Value::as_str)
+}
+
+impl Router {
+    /// Answers or routes one host request on `session`.
+    pub async fn handle_request(self: &Arc<Self>, session: &Arc<Session>, req: Request) -> Reply {
+        let Request { id, method, params } = req;
+        let params = params.unwrap_or_else(|| json!({}));
+        if let Some(kind) = ListKind::from_method(&method) {
+            return self.list(&id, kind, &params);
+        }
+        match method.as_str() {
+            "ping" => ok(&id, &json!({})),
+            "tools/call" | "prompts/get" => self.call_named(session, id, &method, params),
+            "resources/read" | "resources/subscribe" | "resources/unsubscribe" => {
+                self.call_uri(session, id, &method, params)
+            }
+            "completion/complete" => self.complete(session, id, params),
+            "logging/setLevel" => self.set_level(session, &id, &params).await,
+            "initialize" => err(
+                &id,
+                jsonrpc::INVALID_REQUEST,
+                "session is already initialized",
+            ),
+            _ => err(
+                &id,
+                jsonrpc::METHOD_NOT_FOUND,
+                format!("Method not found: {method}"),
+            ),
+        }
+    }
+
+    fn list(&self, id: &Id, kind: ListKind, params: &Value) -> Reply {
+        let cursor = match params.get("cursor") {
+            None | Some(Value::Null) => None,
+            Some(Value::String(c)) => Some(c.as_str()),
+            Some(_) => return err(id, jsonrpc::INVALID_PARAMS, "cursor must be a string"),
+        };
+        let view = self.view();
+        match view.page(kind, cursor) {
+            Some(page) => Reply::Now(jsonrpc::result_bytes(id, page).into()),
+            None => err(id, jsonrpc::INVALID_PARAMS, "Invalid or expired cursor"),
+        }
+    }
+
+    /// `tools/call` and `prompts/get`: route by exposed name.
+    fn call_named(
+        self: &Arc<Self>,
+        session: &Arc<Session>,
+        id: Id,
+        method: &str,
+        mut params: Value,
+    ) -> Reply {
+        let Some(name) = str_param(&params, "name") else {
+            return err(&id, jsonrpc::INVALID_PARAMS, "params.name must be a string");
+        };
+        let view = self.view();
+        let (table, what, kind) = if method == "tools/call" {
+            (&view.tools, "tool", ResultKind::ToolCall)
+        } else {
+            (&view.prompts, "prompt", ResultKind::Prompt)
+        };
+        let Some(route) = table.get(name) else {
+            return err(
+                &id,
+                jsonrpc::INVALID_PARAMS,
+                format!("Unknown {what}: {name}"),
+            );
+        };
+        let backend = route.backend;
+        params["name"] = route.original.clone().into();
+        self.forward(session, id, backend, method, params, kind)
+    }
+
+    /// `resources/read`, `subscribe`, `unsubscribe`: route by exposed URI.
+    fn call_uri(
+        self: &Arc<Self>,
+        session: &Arc<Session>,
+        id: Id,
+        method: &str,
+        mut params: Value,
+    ) -> Reply {
+        let Some(uri) = str_param(&params, "uri") else {
+            return err(&id, jsonrpc::INVALID_PARAMS, "params.uri must be a string");
+        };
+        let Some((backend, original)) = self.view().route_uri(uri) else {
+            let e = ErrorObject::new(jsonrpc::RESOURCE_NOT_FOUND, "Resource not found")
+                .with_data(json!({ "uri": uri }));
+            return Reply::Now(jsonrpc::error_bytes(Some(&id), &e).into());
+        };
+        params["uri"] = original.into();
+        let kind = if method == "resources/read" {
+            ResultKind::Resource
+        } else {
+            ResultKind::Opaque
+        };
+        self.forward(session, id, backend, method, params, kind)
+    }
+
+    /// `completion/complete`: `ref/prompt` by name, `ref/resource` by template URI.
+    fn complete(self: &Arc<Self>, session: &Arc<Session>, id: Id, mut params: Value) -> Reply {
+        let view = self.view();
+        let target = match params.pointer("/ref/type").and_then(Value::as_str) {
+            Some("ref/prompt") => params
+                .pointer("/ref/name")
+                .and_then(Value::as_str)
+                .and_then(|n| view.prompts.get(n))
+                .map(|r| (r.backend, "name", r.original.clone())),
+            Some("ref/resource") => params
+                .pointer("/ref/uri")
+                .and_then(Value::as_str)
+                .and_then(|u| view.route_uri(u))
+                .map(|(b, u)| (b, "uri", u)),
+            _ => {
+                return err(
+                    &id,
+                    jsonrpc::INVALID_PARAMS,
+                    "params.ref must be ref/prompt or ref/resource",
+                );
+            }
+        };
+        let Some((backend, field, original)) = target else {
+            return err(&id, jsonrpc::INVALID_PARAMS, "Unknown reference");
+        };
+        let has_completions = self.backends[backend]
+            .catalog()
+            .is_some_and(|c| c.init.has("completions"));
+        if !has_completions {
+            // What a server without the capability answers (MCP server/utilities/completion).
+            return ok(
+                &id,
+                &json!({"completion": {"values": [], "hasMore": false}}),
+            );
+        }
+        params["ref"][field] = original.into();
+        self.forward(
+            session,
+            id,
+            backend,
+            "completion/complete",
+            params,
+            ResultKind::Opaque,
+        )
+    }
+
+    /// `logging/setLevel`: kept on the session (messages below it are not relayed)
+    /// and sent to the session's own backend connections that log.
+    async fn set_level(&self, session: &Arc<Session>, id: &Id, params: &Value) -> Reply {
+        let Some(level) = str_param(params, "level").filter(|l| LOG_LEVELS.contains(l)) else {
+            return err(
+                id,
+                jsonrpc::INVALID_PARAMS,
+                "params.level must be a log level",
+            );
+        };
+        session.set_log_level(level);
+        let slots: Vec<_> = session
+            .upstreams
+            .lock()
+            .map(|u| u.values().cloned().collect())
+            .unwrap_or_default();
+        for conn in slots.iter().filter_map(|s| s.current()) {
+            if conn.info().is_some_and(|i| i.has("logging")) {
+                let params = json!({ "level": level });
+                tokio::spawn(async move {
+                    let timeout = conn.timeout();
+                    if let Err(e) = conn
+                        .request("logging/setLevel", Some(params), None, timeout)
+                        .await
+                    {
+                        tracing::debug!(backend = %conn.backend, cause = %e, "logging/setLevel refused");
+                    }
+                });
+            }
+        }
+        ok(id, &json!({}))
+    }
+
+    /// Sends a request to backend `backend` on behalf of the host and streams the
+    /// related messages and the rewritten answer back. The upstream call runs in
+    /// its own task: a host that disconnects does not cancel it (MCP 2025-11-25
+    /// transports: a disconnect is not a cancellation).
+    fn forward(
+        self: &Arc<Self>,
+        session: &Arc<Session>,
+        id: Id,
+        backend: usize,
+        method: &str,
+        params: Value,
+        kind: ResultKind,
+    ) -> Reply {
+        let (tx, rx) = mpsc::channel(64);
+        let token = jsonrpc::progress_token(Some(&params)).cloned();
+        let call = Arc::new(HostCall::new(session.clone(), id.clone(), token, tx));
+        {
+            let Ok(mut inflight) = session.inflight.lock() else {
+                return err(&id, jsonrpc::INTERNAL_ERROR, "session state poisoned");
+            };
+            if inflight.contains_key(&id) {
+                return err(
+                    &id,
+                    jsonrpc::INVALID_REQUEST,
+                    "request id is already in use by a request in flight",
+                );
+            }
+            inflight.insert(id.clone(), call.clone());
+        }
+        let router = self.clone();
+        let session = session.clone();
+        let method = method.to_owned();
+        tokio::spawn(async move {
+            let outcome = match router.connection_for(backend, &session).await {
+                Ok(conn) => {
+                    let timeout = conn.timeout();
+                    conn.request(&method, Some(params), Some(call.clone()), timeout)
+                        .await
+                }
+                Err(e) => Err(e),
+            };
+            let ours = session
+                .inflight
+                .lock()
+                .is_ok_and(|mut m| m.remove(&id).is_some());
+            let bytes = match outcome {
+                Err(BackendError::Cancelled) => return,
+                Ok(raw) => {
+                    let prefix = &router.backends[backend].uri_prefix;
+                    let raw = rewrite_result(raw, kind, prefix, session.version);
+                    jsonrpc::result_bytes(&id, &raw)
+                }
+                Err(e) => {
+                    tracing::debug!(backend = %router.backends[backend].spec.name, method, cause = %e, "backend call failed");
+                    jsonrpc::error_bytes(Some(&id), &e.to_error_object())
+                }
+            };
+            if ours {
+                call.finish(bytes.into()).await;
+            }
+        });
+        Reply::Stream(rx)
+    }
+}

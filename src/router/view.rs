@@ -1,0 +1,589 @@
+//! The aggregated catalogue hosts see: exposed names, the reversible name table,
+//! URI routing and pre-serialized pages with opaque, sealed cursors.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use base64::Engine;
+use globset::{Glob, GlobSet, GlobSetBuilder};
+use hmac::{Hmac, Mac};
+use serde_json::value::RawValue;
+use serde_json::{Map, Value, json};
+use sha2::Sha256;
+
+use super::catalog::BackendCatalog;
+use super::names;
+
+/// The four paginated lists of MCP 2025-11-25 (server/utilities/pagination).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ListKind {
+    /// `tools/list`.
+    Tools = 0,
+    /// `prompts/list`.
+    Prompts = 1,
+    /// `resources/list`.
+    Resources = 2,
+    /// `resources/templates/list`.
+    Templates = 3,
+}
+
+impl ListKind {
+    /// The kind served by `method`, if it is a list method.
+    pub fn from_method(method: &str) -> Option<ListKind> {
+        Some(match method {
+            "tools/list" => ListKind::Tools,
+            "prompts/list" => ListKind::Prompts,
+            "resources/list" => ListKind::Resources,
+            "resources/templates/list" => ListKind::Templates,
+            _ => return None,
+        })
+    }
+
+    /// The result member holding the items.
+    pub fn key(self) -> &'static str {
+        match self {
+            ListKind::Tools => "tools",
+            ListKind::Prompts => "prompts",
+            ListKind::Resources => "resources",
+            ListKind::Templates => "resourceTemplates",
+        }
+    }
+}
+
+/// Where an exposed tool or prompt name leads.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Route {
+    /// Backend index.
+    pub backend: usize,
+    /// The backend's own name for it.
+    pub original: String,
+}
+
+/// `tools.include` / `tools.exclude` globs of a backend, compiled.
+#[derive(Debug, Clone, Default)]
+pub struct ToolFilterSet {
+    include: Option<GlobSet>,
+    exclude: Option<GlobSet>,
+}
+
+impl ToolFilterSet {
+    /// Compiles the glob lists (invalid globs were rejected by config validation).
+    pub fn new(include: &[String], exclude: &[String]) -> Self {
+        fn set(patterns: &[String]) -> Option<GlobSet> {
+            if patterns.is_empty() {
+                return None;
+            }
+            let mut b = GlobSetBuilder::new();
+            for p in patterns {
+                if let Ok(g) = Glob::new(p) {
+                    b.add(g);
+                }
+            }
+            b.build().ok()
+        }
+        ToolFilterSet {
+            include: set(include),
+            exclude: set(exclude),
+        }
+    }
+
+    /// Whether the tool with this original name is exposed.
+    pub fn allows(&self, name: &str) -> bool {
+        self.include.as_ref().is_none_or(|g| g.is_match(name))
+            && !self.exclude.as_ref().is_some_and(|g| g.is_match(name))
+    }
+}
+
+/// What the view needs to know about one backend.
+pub struct ViewInput<'a> {
+    /// Backend name.
+    pub name: &'a str,
+    /// Tool/prompt name prefix (`""` = unprefixed).
+    pub prefix: &'a str,
+    /// URI prefix (`""` = unprefixed).
+    pub uri_prefix: &'a str,
+    /// Which original tool names are exposed.
+    pub tools: &'a ToolFilterSet,
+    /// The backend's catalogue, if it could be fetched.
+    pub catalog: Option<&'a BackendCatalog>,
+}
+
+/// The aggregated catalogue at one point in time (one epoch).
+pub struct View {
+    /// Changes whenever the catalogue changes; stale cursors are refused.
+    pub epoch: u64,
+    pages: [Vec<Box<RawValue>>; 4],
+    /// Exposed tool name → backend tool.
+    pub tools: HashMap<String, Route>,
+    /// Exposed prompt name → backend prompt.
+    pub prompts: HashMap<String, Route>,
+    uri_prefixes: HashMap<String, usize>,
+    unprefixed_uris: HashMap<String, usize>,
+    unprefixed_templates: Vec<(String, usize)>,
+    unprefixed_resource_backends: Vec<usize>,
+    /// Union of backend server capabilities (always with `listChanged`).
+    pub capabilities: Value,
+    /// Backend instructions, merged.
+    pub instructions: Option<String>,
+    key: Arc<[u8; 32]>,
+}
+
+type HmacSha256 = Hmac<Sha256>;
+
+impl View {
+    /// Builds the view from every backend's catalogue.
+    pub fn build(
+        inputs: &[ViewInput<'_>],
+        epoch: u64,
+        page_size: usize,
+        max_name_len: usize,
+        key: Arc<[u8; 32]>,
+    ) -> View {
+        let mut lists: [Vec<Value>; 4] = Default::default();
+        let mut tools = HashMap::new();
+        let mut prompts = HashMap::new();
+        let mut uri_prefixes = HashMap::new();
+        let mut unprefixed_uris: HashMap<String, usize> = HashMap::new();
+        let mut unprefixed_templates = Vec::new();
+        let mut unprefixed_resource_backends = Vec::new();
+        let mut subscribe = false;
+        let mut completions = false;
+        let mut instructions = Vec::new();
+        for (idx, input) in inputs.iter().enumerate() {
+            if !input.uri_prefix.is_empty() {
+                uri_prefixes.insert(input.uri_prefix.to_ascii_lowercase(), idx);
+            }
+            let Some(cat) = input.catalog else { continue };
+            let caps = &cat.init.capabilities;
+            subscribe |= caps.pointer("/resources/subscribe") == Some(&Value::Bool(true));
+            completions |= cat.init.has("completions");
+            if let Some(text) = cat
+                .init
+                .instructions
+                .as_deref()
+                .filter(|t| !t.trim().is_empty())
+            {
+                instructions.push(format!("## {}\n{}", input.name, text.trim()));
+            }
+            for tool in &cat.tools {
+                let Some(original) = tool.get("name").and_then(Value::as_str) else {
+                    continue;
+                };
+                if !input.tools.allows(original) {
+                    continue;
+                }
+                let exposed = claim(&mut tools, input, idx, original, max_name_len);
+                lists[0].push(expose_item(tool, input, original, &exposed));
+            }
+            for prompt in &cat.prompts {
+                let Some(original) = prompt.get("name").and_then(Value::as_str) else {
+                    continue;
+                };
+                let exposed = claim(&mut prompts, input, idx, original, max_name_len);
+                lists[1].push(expose_item(prompt, input, original, &exposed));
+            }
+            if input.uri_prefix.is_empty() && cat.init.has("resources") {
+                unprefixed_resource_backends.push(idx);
+            }
+            for res in &cat.resources {
+                let Some(uri) = res.get("uri").and_then(Value::as_str) else {
+                    continue;
+                };
+                if input.uri_prefix.is_empty() {
+                    if let Some(&other) = unprefixed_uris.get(uri) {
+                        tracing::warn!(
+                            backend = input.name,
+                            uri,
+                            other = inputs[other].name,
+                            "resource URI offered by two unprefixed backends; the first one keeps it"
+                        );
+                        continue;
+                    }
+                    unprefixed_uris.insert(uri.to_owned(), idx);
+                }
+                let mut item = res.clone();
+                item["uri"] = names::expose_uri(input.uri_prefix, uri).into();
+                lists[2].push(item);
+            }
+            for tpl in &cat.templates {
+                let Some(t) = tpl.get("uriTemplate").and_then(Value::as_str) else {
+                    continue;
+                };
+                if input.uri_prefix.is_empty() {
+                    let literal = t.split('{').next().unwrap_or_default().to_owned();
+                    unprefixed_templates.push((literal, idx));
+                }
+                let mut item = tpl.clone();
+                item["uriTemplate"] = names::expose_uri(input.uri_prefix, t).into();
+                lists[3].push(item);
+            }
+        }
+        // Longest literal prefix first, so the most specific template wins.
+        unprefixed_templates.sort_by_key(|t| std::cmp::Reverse(t.0.len()));
+        let mut capabilities = json!({
+            "tools": {"listChanged": true},
+            "prompts": {"listChanged": true},
+            "resources": {"subscribe": subscribe, "listChanged": true},
+            "logging": {},
+        });
+        if completions {
+            capabilities["completions"] = json!({});
+        }
+        let mut view = View {
+            epoch,
+            pages: Default::default(),
+            tools,
+            prompts,
+            uri_prefixes,
+            unprefixed_uris,
+            unprefixed_templates,
+            unprefixed_resource_backends,
+            capabilities,
+            instructions: (!instructions.is_empty()).then(|| instructions.join("\n\n")),
+            key,
+        };
+        for (i, items) in lists.into_iter().enumerate() {
+            let kind = [
+                ListKind::Tools,
+                ListKind::Prompts,
+                ListKind::Resources,
+                ListKind::Templates,
+            ][i];
+            view.pages[i] = view.paginate(kind, &items, page_size.max(1));
+        }
+        view
+    }
+
+    fn paginate(&self, kind: ListKind, items: &[Value], page_size: usize) -> Vec<Box<RawValue>> {
+        let chunks: Vec<&[Value]> = if items.is_empty() {
+            vec![&[]]
+        } else {
+            items.chunks(page_size).collect()
+        };
+        let count = chunks.len();
+        chunks
+            .into_iter()
+            .enumerate()
+            .map(|(i, chunk)| {
+                let mut page = Map::new();
+                page.insert(kind.key().into(), Value::Array(chunk.to_vec()));
+                if i + 1 < count {
+                    page.insert("nextCursor".into(), self.cursor(kind, i + 1).into());
+                }
+                serde_json::value::to_raw_value(&page).unwrap_or_else(|_| empty_page())
+            })
+            .collect()
+    }
+
+    /// The page a host asked for: the first without a cursor, else the one its
+    /// cursor names. `None` for a cursor that is malformed, forged, of another
+    /// list, or from an older epoch (→ `-32602`, MCP server/utilities/pagination).
+    pub fn page(&self, kind: ListKind, cursor: Option<&str>) -> Option<&RawValue> {
+        let pages = &self.pages[kind as usize];
+        let index = match cursor {
+            None => 0,
+            Some(c) => self.open_cursor(kind, c)?,
+        };
+        pages.get(index).map(|p| &**p)
+    }
+
+    fn cursor(&self, kind: ListKind, page: usize) -> String {
+        let mut body = Vec::with_capacity(21);
+        body.extend_from_slice(&self.epoch.to_be_bytes());
+        body.push(kind as u8);
+        body.extend_from_slice(&(page as u32).to_be_bytes());
+        let tag = self.tag(&body);
+        body.extend_from_slice(&tag[..8]);
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(body)
+    }
+
+    fn open_cursor(&self, kind: ListKind, cursor: &str) -> Option<usize> {
+        let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .decode(cursor)
+            .ok()?;
+        if raw.len() != 21 {
+            return None;
+        }
+        let (body, tag) = raw.split_at(13);
+        if self.tag(body)[..8] != *tag {
+            return None;
+        }
+        let epoch = u64::from_be_bytes(body[..8].try_into().ok()?);
+        let page = u32::from_be_bytes(body[9..13].try_into().ok()?) as usize;
+        (epoch == self.epoch && body[8] == kind as u8).then_some(page)
+    }
+
+    fn tag(&self, body: &[u8]) -> [u8; 32] {
+        let Ok(mut mac) = HmacSha256::new_from_slice(&self.key[..]) else {
+            return [0; 32];
+        };
+        mac.update(body);
+        mac.finalize().into_bytes().into()
+    }
+
+    /// Routes an exposed resource URI (or URI template) to `(backend, original)`.
+    pub fn route_uri(&self, uri: &str) -> Option<(usize, String)> {
+        if let Some((prefix, rest)) = names::split_uri(uri) {
+            if let Some(&b) = self.uri_prefixes.get(&prefix.to_ascii_lowercase()) {
+                return Some((b, rest.to_owned()));
+            }
+        }
+        if let Some(&b) = self.unprefixed_uris.get(uri) {
+            return Some((b, uri.to_owned()));
+        }
+        if let Some((_, b)) = self
+            .unprefixed_templates
+            .iter()
+            .find(|(lit, _)| !lit.is_empty() && uri.starts_with(lit.as_str()))
+        {
+            return Some((*b, uri.to_owned()));
+        }
+        match self.unprefixed_resource_backends.as_slice() {
+            [only] => Some((*only, uri.to_owned())),
+            _ => None,
+        }
+    }
+}
+
+fn empty_page() -> Box<RawValue> {
+    RawValue::from_string("{}".into()).unwrap_or_else(|_| Box::<RawValue>::default())
+}
+
+/// Picks the exposed name for `original`, resolving collisions deterministically:
+/// the first claimant (backends in name order, items in backend order) keeps the
+/// plain name; later ones get a suffix derived from backend and original name.
+fn claim(
+    table: &mut HashMap<String, Route>,
+    input: &ViewInput<'_>,
+    idx: usize,
+    original: &str,
+    max_len: usize,
+) -> String {
+    let route = Route {
+        backend: idx,
+        original: original.to_owned(),
+    };
+    let plain = names::expose(input.prefix, original, max_len);
+    if !table.contains_key(&plain) {
+        table.insert(plain.clone(), route);
+        return plain;
+    }
+    let salt = format!("{}/{original}", input.name);
+    let mut n = 0u32;
+    loop {
+        let suffix = names::short_hash(&format!("{salt}#{n}"));
+        let name = names::with_suffix(&plain, &suffix, max_len);
+        if !table.contains_key(&name) {
+            tracing::warn!(backend = input.name, original, exposed = %name, "name collision: exposed under a disambiguated name");
+            table.insert(name.clone(), route);
+            return name;
+        }
+        n += 1;
+    }
+}
+
+/// A tool or prompt as exposed: new `name`; the original name as `title` when the
+/// name had to change and no title exists; URIs in `_meta.ui` rewritten.
+fn expose_item(item: &Value, input: &ViewInput<'_>, original: &str, exposed: &str) -> Value {
+    let mut item = item.clone();
+    item["name"] = exposed.into();
+    let plain = if input.prefix.is_empty() {
+        original.to_owned()
+    } else {
+        format!("{}{}{original}", input.prefix, names::SEPARATOR)
+    };
+    if exposed != plain && item.get("title").is_none() {
+        item["title"] = original.into();
+    }
+    if !input.uri_prefix.is_empty() {
+        if let Some(Value::String(uri)) = item.pointer_mut("/_meta/ui/resourceUri") {
+            *uri = names::expose_uri(input.uri_prefix, uri);
+        }
+    }
+    item
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::InitInfo;
+    use crate::protocol::ProtocolVersion;
+
+    fn catalog(tools: &[&str], resources: &[&str], templates: &[&str]) -> BackendCatalog {
+        BackendCatalog {
+            init: InitInfo {
+                version: ProtocolVersion::LATEST,
+                capabilities: json!({"tools": {}, "resources": {"subscribe": true}}),
+                server_info: json!({}),
+                instructions: None,
+            },
+            tools: tools
+                .iter()
+                .map(|t| json!({"name": t, "inputSchema": {"type": "object"}}))
+                .collect(),
+            prompts: vec![],
+            resources: resources
+                .iter()
+                .map(|u| json!({"uri": u, "name": u}))
+                .collect(),
+            templates: templates
+                .iter()
+                .map(|u| json!({"uriTemplate": u, "name": u}))
+                .collect(),
+        }
+    }
+
+    static ALL: std::sync::LazyLock<ToolFilterSet> =
+        std::sync::LazyLock::new(ToolFilterSet::default);
+
+    #[test]
+    fn tool_filters() {
+        let f = ToolFilterSet::new(&["get_*".into(), "echo".into()], &["get_secret".into()]);
+        assert!(f.allows("get_time"));
+        assert!(f.allows("echo"));
+        assert!(!f.allows("get_secret"));
+        assert!(!f.allows("delete_all"));
+        assert!(ToolFilterSet::default().allows("anything"));
+    }
+
+    fn input<'a>(name: &'a str, prefix: &'a str, cat: &'a BackendCatalog) -> ViewInput<'a> {
+        ViewInput {
+            name,
+            prefix,
+            uri_prefix: prefix,
+            tools: &ALL,
+            catalog: Some(cat),
+        }
+    }
+
+    fn build(inputs: &[ViewInput<'_>], page_size: usize) -> View {
+        View::build(inputs, 7, page_size, 128, Arc::new([1; 32]))
+    }
+
+    fn items(view: &View, kind: ListKind) -> Vec<Value> {
+        let mut out = Vec::new();
+        let mut cursor: Option<String> = None;
+        loop {
+            let page: Value =
+                serde_json::from_str(view.page(kind, cursor.as_deref()).unwrap().get()).unwrap();
+            out.extend(page[kind.key()].as_array().unwrap().iter().cloned());
+            match page.get("nextCursor").and_then(Value::as_str) {
+                Some(c) => cursor = Some(c.to_owned()),
+                None => return out,
+            }
+        }
+    }
+
+    #[test]
+    fn namespaces_and_routes() {
+        let a = catalog(
+            &["echo", "b__c"],
+            &["file:///public/readme.txt"],
+            &["note://{id}"],
+        );
+        let b = catalog(&["echo"], &["file:///public/readme.txt"], &["item://{id}"]);
+        let v = build(&[input("a", "a", &a), input("a-b", "a-b", &b)], 100);
+        let names: Vec<String> = items(&v, ListKind::Tools)
+            .iter()
+            .map(|t| t["name"].as_str().unwrap().to_owned())
+            .collect();
+        assert_eq!(names, ["a__echo", "a__b__c", "a-b__echo"]);
+        assert_eq!(
+            v.tools["a__b__c"],
+            Route {
+                backend: 0,
+                original: "b__c".into()
+            }
+        );
+        assert_eq!(
+            v.tools["a-b__echo"],
+            Route {
+                backend: 1,
+                original: "echo".into()
+            }
+        );
+        let uris: Vec<Value> = items(&v, ListKind::Resources)
+            .iter()
+            .map(|r| r["uri"].clone())
+            .collect();
+        assert_eq!(
+            uris,
+            [
+                json!("a+file:///public/readme.txt"),
+                json!("a-b+file:///public/readme.txt")
+            ]
+        );
+        assert_eq!(
+            v.route_uri("a-b+file:///public/readme.txt"),
+            Some((1, "file:///public/readme.txt".into()))
+        );
+        assert_eq!(v.route_uri("a+note://42"), Some((0, "note://42".into())));
+        assert_eq!(v.route_uri("file:///nope"), None);
+        assert_eq!(v.capabilities["resources"]["subscribe"], json!(true));
+    }
+
+    #[test]
+    fn unprefixed_collisions_keep_both_deterministically() {
+        let eu = catalog(&["query"], &[], &[]);
+        let us = catalog(&["query"], &[], &[]);
+        let v1 = build(&[input("prom-eu", "", &eu), input("prom-us", "", &us)], 100);
+        let names: Vec<String> = items(&v1, ListKind::Tools)
+            .iter()
+            .map(|t| t["name"].as_str().unwrap().to_owned())
+            .collect();
+        assert_eq!(names.len(), 2);
+        assert_eq!(names[0], "query");
+        assert!(names[1].starts_with("query-"), "{names:?}");
+        assert_eq!(v1.tools[&names[1]].backend, 1);
+        let v2 = build(&[input("prom-eu", "", &eu), input("prom-us", "", &us)], 100);
+        assert!(v2.tools.contains_key(&names[1]));
+    }
+
+    #[test]
+    fn unprefixed_uris_route_by_list_then_template() {
+        let a = catalog(&[], &["test://static-text"], &["test://template/{id}/data"]);
+        let v = build(&[input("demo", "", &a)], 100);
+        assert_eq!(
+            v.route_uri("test://static-text"),
+            Some((0, "test://static-text".into()))
+        );
+        assert_eq!(
+            v.route_uri("test://template/5/data"),
+            Some((0, "test://template/5/data".into()))
+        );
+        assert_eq!(v.route_uri("other://x"), Some((0, "other://x".into())));
+    }
+
+    #[test]
+    fn pages_and_cursors() {
+        let names: Vec<String> = (0..5).map(|i| format!("t{i}")).collect();
+        let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+        let a = catalog(&refs, &[], &[]);
+        let v = build(&[input("a", "a", &a)], 2);
+        assert_eq!(items(&v, ListKind::Tools).len(), 5);
+        let first: Value =
+            serde_json::from_str(v.page(ListKind::Tools, None).unwrap().get()).unwrap();
+        let cursor = first["nextCursor"].as_str().unwrap();
+        assert!(v.page(ListKind::Tools, Some(cursor)).is_some());
+        assert!(
+            v.page(ListKind::Prompts, Some(cursor)).is_none(),
+            "cursor of another list"
+        );
+        assert!(v.page(ListKind::Tools, Some("garbage")).is_none());
+        let mut forged = base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .decode(cursor)
+            .unwrap();
+        forged[12] ^= 1;
+        let forged = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(forged);
+        assert!(v.page(ListKind::Tools, Some(&forged)).is_none());
+        let newer = View::build(&[input("a", "a", &a)], 8, 2, 128, Arc::new([1; 32]));
+        assert!(
+            newer.page(ListKind::Tools, Some(cursor)).is_none(),
+            "stale epoch"
+        );
+        let empty = build(&[], 2);
+        let page: Value =
+            serde_json::from_str(empty.page(ListKind::Prompts, None).unwrap().get()).unwrap();
+        assert_eq!(page, json!({"prompts": []}));
+    }
+}
