@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use axum::body::Bytes;
 use axum::extract::State;
+use axum::extract::rejection::BytesRejection;
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::value::RawValue;
@@ -19,7 +20,19 @@ use crate::router::Reply;
 use crate::session::Session;
 
 /// `POST /mcp`: one JSON-RPC message (or, for 2025-03-26 sessions, a batch).
-pub async fn post(State(st): State<AppState>, h: HeaderMap, body: Bytes) -> Response {
+pub async fn post(
+    State(st): State<AppState>,
+    h: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let body = match body {
+        Ok(b) => b,
+        Err(rejection) => {
+            let status = rejection.status();
+            let e = HttpError::new(status, jsonrpc::INVALID_REQUEST, rejection.body_text());
+            return e.into_response();
+        }
+    };
     match post_inner(&st, &h, &body).await {
         Ok(r) => r,
         Err(e) => e.into_response(),
