@@ -12,12 +12,12 @@ use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
 use super::headers::{self, SESSION};
-use super::sse::{StreamSpec, json_response, sse_response, stream_reply};
+use super::sse::{json_response, sse_response, stream_reply};
 use super::{AppState, HttpError};
 use crate::jsonrpc::{self, EnvelopeError, ErrorObject, Message, Request};
 use crate::protocol::{META_PROTOCOL_VERSION, MODERN_VERSION, ProtocolVersion};
 use crate::router::Reply;
-use crate::session::Session;
+use crate::session::{ResumeError, Session};
 
 /// `POST /mcp`: one JSON-RPC message (or, for 2025-03-26 sessions, a batch).
 pub async fn post(
@@ -259,7 +259,9 @@ async fn batch(st: &AppState, h: &HeaderMap, body: &[u8]) -> Result<Response, Ht
     Ok(json_response(out.into()))
 }
 
-/// `GET /mcp`: the standalone SSE stream for messages unrelated to any request.
+/// `GET /mcp`: the standalone SSE stream for messages unrelated to any request,
+/// or, with `Last-Event-ID`, the resumption of an interrupted stream (its events
+/// after that id, on that stream only).
 pub async fn get(State(st): State<AppState>, h: HeaderMap) -> Response {
     let result = (|| {
         headers::check_origin(&h, &st.origins)?;
@@ -273,17 +275,27 @@ pub async fn get(State(st): State<AppState>, h: HeaderMap) -> Response {
         Err(e) => return e.into_response(),
     };
     session.touch();
-    let rx = session.open_standalone(256);
-    sse_response(
-        Vec::new(),
-        rx,
-        StreamSpec {
-            stream: session.next_stream(),
-            prime: session.version.primes_streams(),
-            keep_alive: st.router.server.sse_keep_alive,
-            ends_with_response: false,
+    let keep_alive = st.router.server.sse_keep_alive;
+    let last_event = h
+        .get("last-event-id")
+        .map(|v| v.to_str().unwrap_or("invalid"));
+    match last_event {
+        None => sse_response(
+            session.version.primes_streams(),
+            session.events.attach_standalone(),
+            keep_alive,
+        ),
+        Some(id) => match session.events.resume(id) {
+            Ok(attached) => sse_response(false, attached, keep_alive),
+            Err(e) => {
+                let status = match e {
+                    ResumeError::Malformed => StatusCode::BAD_REQUEST,
+                    ResumeError::Gone => StatusCode::GONE,
+                };
+                HttpError::new(status, jsonrpc::TRANSPORT_ERROR, e.to_string()).into_response()
+            }
         },
-    )
+    }
 }
 
 /// `DELETE /mcp`: ends the session and its backend state (HTTP backends get a

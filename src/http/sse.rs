@@ -7,6 +7,8 @@
 //! resumability). Idle streams get `: keep-alive` comments so load balancers do not
 //! cut long tool calls (BR-06), and responses carry `X-Accel-Buffering: no` (BR-05).
 
+use std::collections::VecDeque;
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Body;
@@ -17,21 +19,10 @@ use futures_util::stream;
 use tokio::sync::mpsc;
 use tokio::time::{Instant, MissedTickBehavior, interval_at};
 
-use crate::session::{Outbound, Session};
+use crate::session::{Attached, Frame, Outbound, Session};
 
-/// How an SSE stream is framed.
-#[derive(Debug, Clone, Copy)]
-pub struct StreamSpec {
-    /// Stream number within the session (first half of every event id).
-    pub stream: u64,
-    /// Send a priming event first (hosts on 2025-11-25).
-    pub prime: bool,
-    /// Keep-alive comment interval.
-    pub keep_alive: Duration,
-    /// Whether the stream ends after the response (POST streams) or stays open
-    /// until the sender goes away (the GET stream).
-    pub ends_with_response: bool,
-}
+/// Reconnection delay announced to hosts in the priming event (`retry`, ms).
+const RETRY_MS: u64 = 1000;
 
 /// A `200 application/json` response with `body`.
 pub fn json_response(body: Bytes) -> Response {
@@ -43,78 +34,64 @@ pub fn json_response(body: Bytes) -> Response {
     resp
 }
 
-fn frame(id: Option<&str>, data: &[u8]) -> Bytes {
-    let mut b = BytesMut::with_capacity(data.len() + 32);
-    if let Some(id) = id {
-        b.put_slice(b"id: ");
-        b.put_slice(id.as_bytes());
-        b.put_u8(b'\n');
+fn frame(f: &Frame) -> Bytes {
+    let mut b = BytesMut::with_capacity(f.data.len() + 48);
+    b.put_slice(format!("id: {}-{}\n", f.stream, f.seq).as_bytes());
+    if f.seq == 0 && f.data.is_empty() {
+        b.put_slice(format!("retry: {RETRY_MS}\n").as_bytes());
     }
     b.put_slice(b"data: ");
-    b.put_slice(data);
+    b.put_slice(&f.data);
     b.put_slice(b"\n\n");
     b.freeze()
 }
 
-/// A `200 text/event-stream` response: `first` (already received) then whatever
-/// arrives on `rx`.
-pub fn sse_response(
-    first: Vec<Outbound>,
-    rx: mpsc::Receiver<Outbound>,
-    spec: StreamSpec,
-) -> Response {
+/// A `200 text/event-stream` response: the priming event (when `prime`), the
+/// `replay` frames, then live frames until the stream's last event or until the
+/// event log detaches it.
+pub fn sse_response(prime: bool, attached: Attached, keep_alive: Duration) -> Response {
     struct State {
-        rx: mpsc::Receiver<Outbound>,
-        queued: std::collections::VecDeque<Outbound>,
+        queued: VecDeque<Frame>,
+        live: Option<mpsc::Receiver<Frame>>,
         tick: tokio::time::Interval,
-        stream: u64,
-        seq: u64,
-        prime: bool,
         done: bool,
-        ends_with_response: bool,
     }
-    let mut tick = interval_at(Instant::now() + spec.keep_alive, spec.keep_alive);
+    let mut queued: VecDeque<Frame> = attached.replay.into();
+    if prime {
+        queued.push_front(Frame {
+            stream: attached.stream,
+            seq: 0,
+            data: Bytes::new(),
+            last: false,
+        });
+    }
+    let mut tick = interval_at(Instant::now() + keep_alive, keep_alive);
     tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
     let state = State {
-        rx,
-        queued: first.into(),
+        queued,
+        live: attached.live,
         tick,
-        stream: spec.stream,
-        seq: 0,
-        prime: spec.prime,
         done: false,
-        ends_with_response: spec.ends_with_response,
     };
     let body = stream::unfold(state, |mut st| async move {
         if st.done {
             return None;
         }
-        if st.prime {
-            st.prime = false;
-            let id = format!("{}-{}", st.stream, st.seq);
-            st.seq += 1;
-            return Some((Ok::<Bytes, std::io::Error>(frame(Some(&id), b"")), st));
-        }
         let next = match st.queued.pop_front() {
-            Some(m) => Some(m),
+            Some(f) => f,
             None => {
+                let live = st.live.as_mut()?;
                 tokio::select! {
-                    m = st.rx.recv() => m,
+                    f = live.recv() => f?,
                     _ = st.tick.tick() => {
                         return Some((Ok(Bytes::from_static(b": keep-alive\n\n")), st));
                     }
                 }
             }
         };
-        let (data, last) = match next? {
-            Outbound::Message(b) => (b, false),
-            Outbound::Final(b) => (b, st.ends_with_response),
-        };
         st.tick.reset();
-        let id = format!("{}-{}", st.stream, st.seq);
-        st.seq += 1;
-        st.done = last;
-        Some((Ok(frame(Some(&id), &data)), st))
+        st.done = next.last;
+        Some((Ok::<Bytes, std::io::Error>(frame(&next)), st))
     });
     let mut resp = Response::new(Body::from_stream(body));
     let h = resp.headers_mut();
@@ -129,39 +106,79 @@ pub fn sse_response(
 
 /// Answers a routed host request: waits up to `window` for the first message;
 /// if it is the response, answers `application/json`, otherwise (related messages
-/// first, or a slow backend) switches to an SSE stream so they arrive as they come.
+/// first, or a slow backend) switches to an SSE stream recorded in the session's
+/// event log, so the host can resume it after a disconnect.
 pub async fn stream_reply(
     mut rx: mpsc::Receiver<Outbound>,
-    session: &Session,
+    session: &Arc<Session>,
     window: Duration,
     keep_alive: Duration,
 ) -> Response {
     let first = match tokio::time::timeout(window, rx.recv()).await {
         Ok(Some(Outbound::Final(body))) => return json_response(body),
-        Ok(Some(m)) => vec![m],
-        Ok(None) | Err(_) => Vec::new(),
+        Ok(Some(m)) => Some(m),
+        Ok(None) | Err(_) => None,
     };
-    sse_response(
-        first,
-        rx,
-        StreamSpec {
-            stream: session.next_stream(),
-            prime: session.version.primes_streams(),
-            keep_alive,
-            ends_with_response: true,
-        },
-    )
+    let (stream, live) = session.events.open();
+    tokio::spawn(pump(session.clone(), stream, first, rx));
+    let attached = Attached {
+        stream,
+        replay: Vec::new(),
+        live: Some(live),
+    };
+    sse_response(session.version.primes_streams(), attached, keep_alive)
+}
+
+/// Moves a host call's messages into the session's event log. It outlives the
+/// HTTP response, so a host that disconnects can resume (a disconnect is not a
+/// cancellation).
+async fn pump(
+    session: Arc<Session>,
+    stream: u64,
+    first: Option<Outbound>,
+    mut rx: mpsc::Receiver<Outbound>,
+) {
+    let mut next = first;
+    loop {
+        let m = match next.take() {
+            Some(m) => m,
+            None => match rx.recv().await {
+                Some(m) => m,
+                None => {
+                    // Cancelled by the host: the stream ends without a response.
+                    session.events.finish(stream);
+                    return;
+                }
+            },
+        };
+        match m {
+            Outbound::Message(b) => session.events.push(stream, b, false),
+            Outbound::Final(b) => {
+                session.events.push(stream, b, true);
+                return;
+            }
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn f(seq: u64, data: &'static [u8]) -> Frame {
+        Frame {
+            stream: 3,
+            seq,
+            data: Bytes::from_static(data),
+            last: false,
+        }
+    }
+
     #[test]
     fn frames_events() {
-        assert_eq!(&frame(Some("3-0"), b"")[..], b"id: 3-0\ndata: \n\n");
+        assert_eq!(&frame(&f(0, b""))[..], b"id: 3-0\nretry: 1000\ndata: \n\n");
         assert_eq!(
-            &frame(Some("3-1"), br#"{"a":1}"#)[..],
+            &frame(&f(1, br#"{"a":1}"#))[..],
             b"id: 3-1\ndata: {\"a\":1}\n\n"
         );
     }

@@ -1,10 +1,11 @@
 //! Host sessions (MCP 2025-11-25 basic/transports, session management): ids, the
 //! per-session state the router needs, and the store behind a trait.
 
+mod events;
 mod store;
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
 use base64::Engine;
@@ -14,6 +15,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+pub use events::{Attached, EventLog, Frame, ResumeError};
 pub use store::{MemoryStore, SessionStore, StoreFull};
 
 use crate::backend::{Connection, Slot};
@@ -90,8 +92,8 @@ pub struct Session {
     /// Server→client requests awaiting the host's answer, by the id the host saw.
     pub client_requests: Mutex<HashMap<Id, ClientRequest>>,
     next_client_id: AtomicI64,
-    next_stream: AtomicU64,
-    standalone: Mutex<Option<mpsc::Sender<Outbound>>>,
+    /// SSE streams and the events recorded for resumption.
+    pub events: EventLog,
     log_level: Mutex<Option<usize>>,
     /// Cancelled when the session ends (DELETE, expiry, shutdown).
     pub closed: CancellationToken,
@@ -110,8 +112,7 @@ impl Session {
             inflight: Mutex::new(HashMap::new()),
             client_requests: Mutex::new(HashMap::new()),
             next_client_id: AtomicI64::new(1),
-            next_stream: AtomicU64::new(0),
-            standalone: Mutex::new(None),
+            events: EventLog::default(),
             log_level: Mutex::new(None),
             closed: CancellationToken::new(),
         }
@@ -166,50 +167,18 @@ impl Session {
         Id::Num(self.next_client_id.fetch_add(1, Ordering::Relaxed))
     }
 
-    /// A new stream number, unique within the session (prefix of SSE event ids).
-    pub fn next_stream(&self) -> u64 {
-        self.next_stream.fetch_add(1, Ordering::Relaxed)
-    }
-
-    /// Opens the standalone (GET) stream, replacing any previous one, which ends.
-    pub fn open_standalone(&self, capacity: usize) -> mpsc::Receiver<Outbound> {
-        let (tx, rx) = mpsc::channel(capacity);
-        if let Ok(mut s) = self.standalone.lock() {
-            *s = Some(tx);
-        }
-        rx
-    }
-
-    /// Whether a standalone stream is open.
-    pub fn has_standalone(&self) -> bool {
-        self.standalone
-            .lock()
-            .is_ok_and(|s| s.as_ref().is_some_and(|tx| !tx.is_closed()))
-    }
-
-    /// Sends a message unrelated to any host request on the standalone stream.
-    /// Returns false when no stream is open or it is full (the message is dropped).
+    /// Sends a message unrelated to any host request on the standalone (GET)
+    /// stream; queued (bounded) until the host opens one.
     pub fn send_unrelated(&self, msg: Bytes) -> bool {
-        let Ok(mut s) = self.standalone.lock() else {
-            return false;
-        };
-        match s.as_ref().map(|tx| tx.try_send(Outbound::Message(msg))) {
-            Some(Ok(())) => true,
-            Some(Err(mpsc::error::TrySendError::Closed(_))) => {
-                *s = None;
-                false
-            }
-            _ => false,
-        }
+        self.events.push_standalone(msg);
+        true
     }
 
     /// Ends the session's streams and forgets its in-flight state; returns the
     /// per-session backend connections, which the caller closes.
     pub fn end(&self) -> Vec<Arc<Slot>> {
         self.closed.cancel();
-        if let Ok(mut s) = self.standalone.lock() {
-            s.take();
-        }
+        self.events.close_all();
         if let Ok(mut m) = self.client_requests.lock() {
             m.clear();
         }

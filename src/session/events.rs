@@ -1,0 +1,361 @@
+//! The per-session event log behind resumable SSE streams (MCP 2025-11-25
+//! basic/transports, resumability and redelivery).
+//!
+//! Every SSE stream of a session (a POST answer or the standalone GET stream) has a
+//! number; its events have ids `{stream}-{seq}`, unique within the session, and
+//! `seq` 0 is the priming event. Events are recorded in a bounded buffer (oldest
+//! evicted first) and forwarded to the HTTP response currently attached to their
+//! stream, if any. A host that lost the connection sends `GET` with
+//! `Last-Event-ID` and gets what came after on THAT stream only, then the rest live.
+//! A host that reads too slowly is disconnected (it can resume) instead of letting
+//! queues grow.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Mutex;
+
+use bytes::Bytes;
+use tokio::sync::mpsc;
+
+/// Most events kept per session for resumption.
+const MAX_EVENTS: usize = 256;
+/// Most bytes of event data kept per session for resumption.
+const MAX_BYTES: usize = 1024 * 1024;
+/// Frames queued toward one attached HTTP response before it is cut off.
+const LIVE_CAPACITY: usize = 256;
+
+/// One SSE event ready to write.
+#[derive(Debug, Clone)]
+pub struct Frame {
+    /// Stream number.
+    pub stream: u64,
+    /// Sequence number within the stream (0 = priming event).
+    pub seq: u64,
+    /// The JSON-RPC message (empty for the priming event).
+    pub data: Bytes,
+    /// Whether this is the stream's last event (a POST stream's response).
+    pub last: bool,
+}
+
+impl Frame {
+    /// The SSE event id, `{stream}-{seq}`.
+    pub fn id(&self) -> String {
+        format!("{}-{}", self.stream, self.seq)
+    }
+}
+
+/// Why a `Last-Event-ID` cannot be honoured.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum ResumeError {
+    /// Not of the form `{stream}-{seq}` (HTTP 400).
+    #[error("malformed Last-Event-ID")]
+    Malformed,
+    /// Unknown stream, or events after it were already evicted (HTTP 410).
+    #[error("the events after this Last-Event-ID are no longer available")]
+    Gone,
+}
+
+/// Which stream to attach a response to.
+#[derive(Debug)]
+pub struct Attached {
+    /// Stream number.
+    pub stream: u64,
+    /// Recorded events to write first.
+    pub replay: Vec<Frame>,
+    /// Live events, unless the stream already ended.
+    pub live: Option<mpsc::Receiver<Frame>>,
+}
+
+struct Stream {
+    next_seq: u64,
+    finished: bool,
+    /// Highest seq evicted from the buffer (0 = none).
+    evicted_upto: u64,
+    live: Option<mpsc::Sender<Frame>>,
+}
+
+#[derive(Default)]
+struct Inner {
+    streams: HashMap<u64, Stream>,
+    events: VecDeque<Frame>,
+    bytes: usize,
+    next_stream: u64,
+    standalone: Option<u64>,
+}
+
+/// The event log of one session.
+#[derive(Default)]
+pub struct EventLog {
+    inner: Mutex<Inner>,
+}
+
+impl EventLog {
+    /// Opens a new stream with an attached response. The first data event gets
+    /// seq 1 (seq 0 is reserved for the priming event).
+    pub fn open(&self) -> (u64, mpsc::Receiver<Frame>) {
+        let (tx, rx) = mpsc::channel(LIVE_CAPACITY);
+        let Ok(mut g) = self.inner.lock() else {
+            return (0, rx);
+        };
+        let id = g.next_stream;
+        g.next_stream += 1;
+        g.streams.insert(id, Stream::new(Some(tx)));
+        (id, rx)
+    }
+
+    /// Records an event on `stream` and forwards it to the attached response. A
+    /// response that cannot keep up is detached (its HTTP stream ends; the host
+    /// resumes from the buffer).
+    pub fn push(&self, stream: u64, data: Bytes, last: bool) {
+        let Ok(mut g) = self.inner.lock() else { return };
+        let g = &mut *g;
+        let Some(s) = g.streams.get_mut(&stream) else {
+            return;
+        };
+        if s.finished {
+            return;
+        }
+        let frame = Frame {
+            stream,
+            seq: s.next_seq,
+            data,
+            last,
+        };
+        s.next_seq += 1;
+        s.finished = last;
+        if let Some(tx) = &s.live {
+            match tx.try_send(frame.clone()) {
+                Ok(()) => {}
+                Err(mpsc::error::TrySendError::Full(_)) => {
+                    tracing::warn!(stream, "host reads too slowly; stream cut, it can resume");
+                    s.live = None;
+                }
+                Err(mpsc::error::TrySendError::Closed(_)) => s.live = None,
+            }
+        }
+        if last {
+            s.live = None;
+        }
+        g.bytes += frame.data.len();
+        g.events.push_back(frame);
+        while g.events.len() > MAX_EVENTS || g.bytes > MAX_BYTES {
+            let Some(old) = g.events.pop_front() else {
+                break;
+            };
+            g.bytes -= old.data.len();
+            if let Some(s) = g.streams.get_mut(&old.stream) {
+                s.evicted_upto = s.evicted_upto.max(old.seq);
+                if s.finished && s.next_seq == old.seq + 1 {
+                    g.streams.remove(&old.stream);
+                }
+            }
+        }
+    }
+
+    /// Sends an event on the standalone stream, creating it (detached, events
+    /// queued in the buffer until a GET attaches) if there is none yet.
+    pub fn push_standalone(&self, data: Bytes) {
+        let stream = {
+            let Ok(mut g) = self.inner.lock() else { return };
+            match g.standalone {
+                Some(s) => s,
+                None => {
+                    let id = g.next_stream;
+                    g.next_stream += 1;
+                    g.streams.insert(id, Stream::new(None));
+                    g.standalone = Some(id);
+                    id
+                }
+            }
+        };
+        self.push(stream, data, false);
+    }
+
+    /// Attaches a `GET` without `Last-Event-ID` to the standalone stream: queued
+    /// events first, then live ones. An earlier attached GET is detached.
+    pub fn attach_standalone(&self) -> Attached {
+        let stream = {
+            let Ok(mut g) = self.inner.lock() else {
+                return Attached::empty();
+            };
+            match g.standalone {
+                Some(s) if g.streams.contains_key(&s) => s,
+                _ => {
+                    let id = g.next_stream;
+                    g.next_stream += 1;
+                    g.streams.insert(id, Stream::new(None));
+                    g.standalone = Some(id);
+                    id
+                }
+            }
+        };
+        self.attach(stream, 0).unwrap_or_else(|_| Attached::empty())
+    }
+
+    /// Resumes after `last_event_id`: the recorded events after it on its stream,
+    /// then live events if the stream has not ended.
+    pub fn resume(&self, last_event_id: &str) -> Result<Attached, ResumeError> {
+        let (stream, seq) = parse_id(last_event_id).ok_or(ResumeError::Malformed)?;
+        self.attach(stream, seq)
+    }
+
+    fn attach(&self, stream: u64, after: u64) -> Result<Attached, ResumeError> {
+        let mut g = self.inner.lock().map_err(|_| ResumeError::Gone)?;
+        let g = &mut *g;
+        let s = g.streams.get_mut(&stream).ok_or(ResumeError::Gone)?;
+        if after >= s.next_seq.max(1) || (s.evicted_upto > after) {
+            return Err(ResumeError::Gone);
+        }
+        let replay: Vec<Frame> = g
+            .events
+            .iter()
+            .filter(|f| f.stream == stream && f.seq > after)
+            .cloned()
+            .collect();
+        let live = if s.finished {
+            None
+        } else {
+            let (tx, rx) = mpsc::channel(LIVE_CAPACITY);
+            s.live = Some(tx);
+            Some(rx)
+        };
+        Ok(Attached {
+            stream,
+            replay,
+            live,
+        })
+    }
+
+    /// Ends `stream` without a final event (the host cancelled its request).
+    pub fn finish(&self, stream: u64) {
+        if let Ok(mut g) = self.inner.lock() {
+            if let Some(s) = g.streams.get_mut(&stream) {
+                s.finished = true;
+                s.live = None;
+            }
+        }
+    }
+
+    /// Ends every stream (session ended): attached responses close.
+    pub fn close_all(&self) {
+        if let Ok(mut g) = self.inner.lock() {
+            *g = Inner::default();
+        }
+    }
+}
+
+impl Stream {
+    fn new(live: Option<mpsc::Sender<Frame>>) -> Self {
+        Stream {
+            next_seq: 1,
+            finished: false,
+            evicted_upto: 0,
+            live,
+        }
+    }
+}
+
+impl Attached {
+    fn empty() -> Self {
+        Attached {
+            stream: 0,
+            replay: Vec::new(),
+            live: None,
+        }
+    }
+}
+
+fn parse_id(id: &str) -> Option<(u64, u64)> {
+    let (a, b) = id.trim().split_once('-')?;
+    Some((a.parse().ok()?, b.parse().ok()?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn data(s: &str) -> Bytes {
+        Bytes::copy_from_slice(s.as_bytes())
+    }
+
+    #[tokio::test]
+    async fn replays_only_its_own_stream_after_the_id() {
+        let log = EventLog::default();
+        let (a, mut rx_a) = log.open();
+        let (b, _rx_b) = log.open();
+        log.push(a, data("a1"), false);
+        log.push(b, data("b1"), false);
+        log.push(a, data("a2"), false);
+        assert_eq!(rx_a.recv().await.unwrap().data, data("a1"));
+        drop(rx_a);
+        log.push(a, data("a3"), true);
+        let r = log.resume(&format!("{a}-1")).unwrap();
+        let got: Vec<Bytes> = r.replay.iter().map(|f| f.data.clone()).collect();
+        assert_eq!(got, [data("a2"), data("a3")]);
+        assert!(r.live.is_none(), "stream ended with its response");
+        assert_eq!(r.replay[1].id(), format!("{a}-3"));
+        // From the priming event on: everything.
+        assert_eq!(log.resume(&format!("{a}-0")).unwrap().replay.len(), 3);
+    }
+
+    #[tokio::test]
+    async fn resumed_stream_continues_live() {
+        let log = EventLog::default();
+        let (a, rx) = log.open();
+        drop(rx);
+        log.push(a, data("x"), false);
+        let mut r = log.resume(&format!("{a}-0")).unwrap();
+        assert_eq!(r.replay.len(), 1);
+        log.push(a, data("y"), true);
+        let f = r.live.as_mut().unwrap().recv().await.unwrap();
+        assert_eq!((f.data, f.last), (data("y"), true));
+    }
+
+    #[test]
+    fn refuses_what_it_cannot_honour() {
+        let log = EventLog::default();
+        assert_eq!(log.resume("nope").unwrap_err(), ResumeError::Malformed);
+        assert_eq!(log.resume("9-1").unwrap_err(), ResumeError::Gone);
+        let (a, _rx) = log.open();
+        for i in 0..(MAX_EVENTS + 10) {
+            log.push(a, data(&i.to_string()), false);
+        }
+        assert_eq!(
+            log.resume(&format!("{a}-1")).unwrap_err(),
+            ResumeError::Gone,
+            "evicted"
+        );
+        assert!(log.resume(&format!("{a}-{}", MAX_EVENTS + 5)).is_ok());
+        assert_eq!(
+            log.resume(&format!("{a}-99999")).unwrap_err(),
+            ResumeError::Gone,
+            "future id"
+        );
+    }
+
+    #[tokio::test]
+    async fn standalone_queues_until_attached() {
+        let log = EventLog::default();
+        log.push_standalone(data("early"));
+        let mut att = log.attach_standalone();
+        assert_eq!(att.replay.len(), 1);
+        log.push_standalone(data("late"));
+        assert_eq!(
+            att.live.as_mut().unwrap().recv().await.unwrap().data,
+            data("late")
+        );
+    }
+
+    #[tokio::test]
+    async fn slow_reader_is_cut_off() {
+        let log = EventLog::default();
+        let (a, mut rx) = log.open();
+        for i in 0..(LIVE_CAPACITY + 5) {
+            log.push(a, data(&i.to_string()), false);
+        }
+        let mut n = 0;
+        while rx.recv().await.is_some() {
+            n += 1;
+        }
+        assert_eq!(n, LIVE_CAPACITY, "channel closed after the overflow");
+    }
+}
