@@ -12,6 +12,7 @@ use super::rewrite::{ResultKind, rewrite_result};
 use super::view::ListKind;
 use crate::backend::BackendError;
 use crate::jsonrpc::{self, ErrorObject, Id, Request};
+use crate::protocol::ProtocolVersion;
 use crate::session::{HostCall, LOG_LEVELS, Outbound, Session};
 
 /// How the answer to a host request is delivered.
@@ -41,13 +42,14 @@ impl Router {
         let Request { id, method, params } = req;
         let params = params.unwrap_or_else(|| json!({}));
         if let Some(kind) = ListKind::from_method(&method) {
-            return self.list(&id, kind, &params);
+            return self.list(&id, kind, &params, session.version);
         }
         match method.as_str() {
             "ping" => ok(&id, &json!({})),
             "tools/call" | "prompts/get" => self.call_named(session, id, &method, params),
-            "resources/read" | "resources/subscribe" | "resources/unsubscribe" => {
-                self.call_uri(session, id, &method, params)
+            "resources/read" => self.call_uri(session, id, &method, params),
+            "resources/subscribe" | "resources/unsubscribe" => {
+                self.subscription(session, &id, &method, &params).await
             }
             "completion/complete" => self.complete(session, id, params),
             "logging/setLevel" => self.set_level(session, &id, &params).await,
@@ -64,14 +66,14 @@ impl Router {
         }
     }
 
-    fn list(&self, id: &Id, kind: ListKind, params: &Value) -> Reply {
+    fn list(&self, id: &Id, kind: ListKind, params: &Value, host: ProtocolVersion) -> Reply {
         let cursor = match params.get("cursor") {
             None | Some(Value::Null) => None,
             Some(Value::String(c)) => Some(c.as_str()),
             Some(_) => return err(id, jsonrpc::INVALID_PARAMS, "cursor must be a string"),
         };
         let view = self.view();
-        match view.page(kind, cursor) {
+        match view.page(kind, cursor, host) {
             Some(page) => Reply::Now(jsonrpc::result_bytes(id, page).into()),
             None => err(id, jsonrpc::INVALID_PARAMS, "Invalid or expired cursor"),
         }

@@ -2,10 +2,12 @@
 //! are namespaced. Owns the backends, their catalogues and the aggregated view.
 
 pub mod catalog;
+pub mod cursor;
 mod dispatch;
 pub mod names;
 mod relay;
 pub mod rewrite;
+mod subscriptions;
 pub mod view;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -22,6 +24,7 @@ use crate::config::{Config, ConnectionMode, ServerConfig, uri_prefix};
 use crate::jsonrpc;
 use crate::session::{Session, SessionStore};
 use catalog::BackendCatalog;
+use cursor::CursorKey;
 use view::{ToolFilterSet, View, ViewInput};
 
 /// Runtime state of one configured backend.
@@ -41,6 +44,7 @@ pub struct BackendState {
     shared: Slot,
     catalog: Mutex<Option<Arc<BackendCatalog>>>,
     refreshing: tokio::sync::Mutex<()>,
+    refresh_scheduled: AtomicBool,
 }
 
 impl BackendState {
@@ -60,8 +64,9 @@ pub struct Router {
     pub sessions: Arc<dyn SessionStore>,
     view: RwLock<Arc<View>>,
     epoch: AtomicU64,
-    key: Arc<[u8; 32]>,
+    key: CursorKey,
     loaded: watch::Sender<usize>,
+    subs: subscriptions::Subscriptions,
     stopping: AtomicBool,
     me: Weak<Router>,
 }
@@ -121,17 +126,11 @@ impl Router {
                     shared: Slot::default(),
                     catalog: Mutex::new(None),
                     refreshing: tokio::sync::Mutex::new(()),
+                    refresh_scheduled: AtomicBool::new(false),
                 })
             })
             .collect();
-        let mut key = [0u8; 32];
-        if getrandom::fill(&mut key).is_err() {
-            key = <sha2::Sha256 as sha2::Digest>::digest(
-                format!("{:?}", std::time::SystemTime::now()).as_bytes(),
-            )
-            .into();
-        }
-        let key = Arc::new(key);
+        let key = CursorKey::random();
         let view = View::build(
             &[],
             0,
@@ -147,6 +146,7 @@ impl Router {
             epoch: AtomicU64::new(0),
             key,
             loaded: watch::channel(0).0,
+            subs: subscriptions::Subscriptions::default(),
             stopping: AtomicBool::new(false),
             me: me.clone(),
         })
@@ -222,6 +222,25 @@ impl Router {
             }
         }
         Ok(conn)
+    }
+
+    /// Schedules a catalogue refresh of backend `idx` shortly, coalescing bursts
+    /// of `list_changed` into one refresh and one announcement.
+    pub(crate) fn schedule_refresh(&self, idx: usize) {
+        let b = &self.backends[idx];
+        if b.refresh_scheduled.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let Some(me) = self.me.upgrade() else { return };
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            me.backends[idx]
+                .refresh_scheduled
+                .store(false, Ordering::Release);
+            if let Err(e) = me.refresh(idx).await {
+                tracing::warn!(backend = %me.backends[idx].spec.name, cause = %e, "catalogue refresh after list_changed failed");
+            }
+        });
     }
 
     fn rebuild_view(&self) {
@@ -317,6 +336,7 @@ impl Router {
     /// `DELETE` upstream, stdio children stopped).
     pub async fn end_session(&self, session: &Arc<Session>) {
         self.sessions.remove(&session.id);
+        self.drop_subscriptions(session);
         let slots = session.end();
         let calls: Vec<_> = session
             .inflight

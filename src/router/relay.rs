@@ -8,7 +8,6 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 
 use super::Router;
-use super::names;
 use crate::backend::Connection;
 use crate::jsonrpc::{self, ErrorObject, Id, Notification, Request, Response};
 use crate::session::{ClientRequest, HostCall, Session};
@@ -80,23 +79,14 @@ impl Router {
             "notifications/tools/list_changed"
             | "notifications/prompts/list_changed"
             | "notifications/resources/list_changed" => {
-                if let (Some(idx), Some(me)) = (self.backend_index(conn), self.me.upgrade()) {
-                    tokio::spawn(async move {
-                        if let Err(e) = me.refresh(idx).await {
-                            tracing::warn!(cause = %e, "catalogue refresh after list_changed failed");
-                        }
-                    });
+                if let Some(idx) = self.backend_index(conn) {
+                    self.schedule_refresh(idx);
                 }
             }
             "notifications/resources/updated" => {
-                let (Some(idx), Some(session)) = (self.backend_index(conn), conn.owner_session())
-                else {
-                    return;
-                };
-                if let Some(Value::String(uri)) = params.get_mut("uri") {
-                    *uri = names::expose_uri(&self.backends[idx].uri_prefix, uri);
+                if let Some(idx) = self.backend_index(conn) {
+                    self.resource_updated(conn, idx, params);
                 }
-                session.send_unrelated(jsonrpc::notification_bytes(&method, Some(&params)).into());
             }
             "notifications/cancelled" => self.backend_cancelled(conn, call, &params),
             _ => {

@@ -112,6 +112,28 @@ fn downgrade_tool_result(v: &mut Value) {
     }
 }
 
+/// Removes from a list item (tool, prompt, resource, template) the fields a host
+/// on `host` does not know: `icons` and `execution` before 2025-11-25; `title`
+/// (also on prompt arguments) and `outputSchema` before 2025-06-18.
+pub fn downgrade_item(item: &mut Value, host: ProtocolVersion) {
+    let Some(obj) = item.as_object_mut() else {
+        return;
+    };
+    if host < ProtocolVersion::V2025_11_25 {
+        obj.remove("icons");
+        obj.remove("execution");
+    }
+    if host < ProtocolVersion::V2025_06_18 {
+        obj.remove("title");
+        obj.remove("outputSchema");
+        if let Some(args) = obj.get_mut("arguments").and_then(Value::as_array_mut) {
+            for a in args.iter_mut().filter_map(Value::as_object_mut) {
+                a.remove("title");
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -168,6 +190,26 @@ mod tests {
         let r = RawValue::from_string(text.into()).unwrap();
         let out = rewrite_result(r, ResultKind::Resource, "", ProtocolVersion::LATEST);
         assert_eq!(out.get(), text);
+    }
+
+    #[test]
+    fn downgrades_list_items() {
+        let tool = json!({"name":"t","title":"T","icons":[{"src":"https://x/i.png"}],"execution":{"taskSupport":"optional"},"outputSchema":{"type":"object"},"inputSchema":{"type":"object"}});
+        let mut v = tool.clone();
+        downgrade_item(&mut v, ProtocolVersion::V2025_06_18);
+        assert_eq!(
+            v,
+            json!({"name":"t","title":"T","outputSchema":{"type":"object"},"inputSchema":{"type":"object"}})
+        );
+        let mut v = tool.clone();
+        downgrade_item(&mut v, ProtocolVersion::V2025_03_26);
+        assert_eq!(v, json!({"name":"t","inputSchema":{"type":"object"}}));
+        let mut p = json!({"name":"p","arguments":[{"name":"a","title":"A"}]});
+        downgrade_item(&mut p, ProtocolVersion::V2025_03_26);
+        assert_eq!(p, json!({"name":"p","arguments":[{"name":"a"}]}));
+        let mut v = tool;
+        downgrade_item(&mut v, ProtocolVersion::V2025_11_25);
+        assert!(v.get("icons").is_some());
     }
 
     #[test]

@@ -2,17 +2,18 @@
 //! URI routing and pre-serialized pages with opaque, sealed cursors.
 
 use std::collections::HashMap;
-use std::sync::Arc;
 
-use base64::Engine;
+use std::sync::OnceLock;
+
 use globset::{Glob, GlobSet, GlobSetBuilder};
-use hmac::{Hmac, Mac};
 use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
-use sha2::Sha256;
 
 use super::catalog::BackendCatalog;
+use super::cursor::CursorKey;
 use super::names;
+use super::rewrite::downgrade_item;
+use crate::protocol::ProtocolVersion;
 
 /// The four paginated lists of MCP 2025-11-25 (server/utilities/pagination).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -28,6 +29,14 @@ pub enum ListKind {
 }
 
 impl ListKind {
+    /// All kinds, in index order.
+    pub const ALL: [ListKind; 4] = [
+        ListKind::Tools,
+        ListKind::Prompts,
+        ListKind::Resources,
+        ListKind::Templates,
+    ];
+
     /// The kind served by `method`, if it is a list method.
     pub fn from_method(method: &str) -> Option<ListKind> {
         Some(match method {
@@ -125,10 +134,10 @@ pub struct View {
     pub capabilities: Value,
     /// Backend instructions, merged.
     pub instructions: Option<String>,
-    key: Arc<[u8; 32]>,
+    key: CursorKey,
+    /// Pages for hosts on 2025-06-18 and 2025-03-26, derived on first use.
+    older: [OnceLock<[Vec<Box<RawValue>>; 4]>; 2],
 }
-
-type HmacSha256 = Hmac<Sha256>;
 
 impl View {
     /// Builds the view from every backend's catalogue.
@@ -137,7 +146,7 @@ impl View {
         epoch: u64,
         page_size: usize,
         max_name_len: usize,
-        key: Arc<[u8; 32]>,
+        key: CursorKey,
     ) -> View {
         let mut lists: [Vec<Value>; 4] = Default::default();
         let mut tools = HashMap::new();
@@ -241,6 +250,7 @@ impl View {
             capabilities,
             instructions: (!instructions.is_empty()).then(|| instructions.join("\n\n")),
             key,
+            older: Default::default(),
         };
         for (i, items) in lists.into_iter().enumerate() {
             let kind = [
@@ -278,8 +288,17 @@ impl View {
     /// The page a host asked for: the first without a cursor, else the one its
     /// cursor names. `None` for a cursor that is malformed, forged, of another
     /// list, or from an older epoch (→ `-32602`, MCP server/utilities/pagination).
-    pub fn page(&self, kind: ListKind, cursor: Option<&str>) -> Option<&RawValue> {
-        let pages = &self.pages[kind as usize];
+    pub fn page(
+        &self,
+        kind: ListKind,
+        cursor: Option<&str>,
+        host: ProtocolVersion,
+    ) -> Option<&RawValue> {
+        let pages = match host {
+            ProtocolVersion::V2025_11_25 => &self.pages[kind as usize],
+            ProtocolVersion::V2025_06_18 => &self.older_pages(0, host)[kind as usize],
+            _ => &self.older_pages(1, host)[kind as usize],
+        };
         let index = match cursor {
             None => 0,
             Some(c) => self.open_cursor(kind, c)?,
@@ -287,38 +306,37 @@ impl View {
         pages.get(index).map(|p| &**p)
     }
 
+    /// The pages with fields the host's revision does not know removed.
+    fn older_pages(&self, slot: usize, host: ProtocolVersion) -> &[Vec<Box<RawValue>>; 4] {
+        self.older[slot].get_or_init(|| {
+            let mut out: [Vec<Box<RawValue>>; 4] = Default::default();
+            for (i, kind) in ListKind::ALL.into_iter().enumerate() {
+                out[i] = self.pages[i]
+                    .iter()
+                    .map(|p| {
+                        let Ok(mut v) = serde_json::from_str::<Value>(p.get()) else {
+                            return p.clone();
+                        };
+                        if let Some(items) = v.get_mut(kind.key()).and_then(Value::as_array_mut) {
+                            for item in items {
+                                downgrade_item(item, host);
+                            }
+                        }
+                        serde_json::value::to_raw_value(&v).unwrap_or_else(|_| p.clone())
+                    })
+                    .collect();
+            }
+            out
+        })
+    }
+
     fn cursor(&self, kind: ListKind, page: usize) -> String {
-        let mut body = Vec::with_capacity(21);
-        body.extend_from_slice(&self.epoch.to_be_bytes());
-        body.push(kind as u8);
-        body.extend_from_slice(&(page as u32).to_be_bytes());
-        let tag = self.tag(&body);
-        body.extend_from_slice(&tag[..8]);
-        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(body)
+        self.key.seal(self.epoch, kind as u8, page as u32)
     }
 
     fn open_cursor(&self, kind: ListKind, cursor: &str) -> Option<usize> {
-        let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD
-            .decode(cursor)
-            .ok()?;
-        if raw.len() != 21 {
-            return None;
-        }
-        let (body, tag) = raw.split_at(13);
-        if self.tag(body)[..8] != *tag {
-            return None;
-        }
-        let epoch = u64::from_be_bytes(body[..8].try_into().ok()?);
-        let page = u32::from_be_bytes(body[9..13].try_into().ok()?) as usize;
-        (epoch == self.epoch && body[8] == kind as u8).then_some(page)
-    }
-
-    fn tag(&self, body: &[u8]) -> [u8; 32] {
-        let Ok(mut mac) = HmacSha256::new_from_slice(&self.key[..]) else {
-            return [0; 32];
-        };
-        mac.update(body);
-        mac.finalize().into_bytes().into()
+        let (epoch, list, page) = self.key.open(cursor)?;
+        (epoch == self.epoch && list == kind as u8).then_some(page as usize)
     }
 
     /// Routes an exposed resource URI (or URI template) to `(backend, original)`.
@@ -405,6 +423,8 @@ fn expose_item(item: &Value, input: &ViewInput<'_>, original: &str, exposed: &st
 
 #[cfg(test)]
 mod tests {
+    use base64::Engine;
+
     use super::*;
     use crate::backend::InitInfo;
     use crate::protocol::ProtocolVersion;
@@ -457,15 +477,19 @@ mod tests {
     }
 
     fn build(inputs: &[ViewInput<'_>], page_size: usize) -> View {
-        View::build(inputs, 7, page_size, 128, Arc::new([1; 32]))
+        View::build(inputs, 7, page_size, 128, CursorKey::fixed(1))
     }
 
     fn items(view: &View, kind: ListKind) -> Vec<Value> {
         let mut out = Vec::new();
         let mut cursor: Option<String> = None;
         loop {
-            let page: Value =
-                serde_json::from_str(view.page(kind, cursor.as_deref()).unwrap().get()).unwrap();
+            let page: Value = serde_json::from_str(
+                view.page(kind, cursor.as_deref(), ProtocolVersion::LATEST)
+                    .unwrap()
+                    .get(),
+            )
+            .unwrap();
             out.extend(page[kind.key()].as_array().unwrap().iter().cloned());
             match page.get("nextCursor").and_then(Value::as_str) {
                 Some(c) => cursor = Some(c.to_owned()),
@@ -561,29 +585,50 @@ mod tests {
         let a = catalog(&refs, &[], &[]);
         let v = build(&[input("a", "a", &a)], 2);
         assert_eq!(items(&v, ListKind::Tools).len(), 5);
-        let first: Value =
-            serde_json::from_str(v.page(ListKind::Tools, None).unwrap().get()).unwrap();
+        let first: Value = serde_json::from_str(
+            v.page(ListKind::Tools, None, ProtocolVersion::LATEST)
+                .unwrap()
+                .get(),
+        )
+        .unwrap();
         let cursor = first["nextCursor"].as_str().unwrap();
-        assert!(v.page(ListKind::Tools, Some(cursor)).is_some());
         assert!(
-            v.page(ListKind::Prompts, Some(cursor)).is_none(),
+            v.page(ListKind::Tools, Some(cursor), ProtocolVersion::LATEST)
+                .is_some()
+        );
+        assert!(
+            v.page(ListKind::Prompts, Some(cursor), ProtocolVersion::LATEST)
+                .is_none(),
             "cursor of another list"
         );
-        assert!(v.page(ListKind::Tools, Some("garbage")).is_none());
+        assert!(
+            v.page(ListKind::Tools, Some("garbage"), ProtocolVersion::LATEST)
+                .is_none()
+        );
         let mut forged = base64::engine::general_purpose::URL_SAFE_NO_PAD
             .decode(cursor)
             .unwrap();
         forged[12] ^= 1;
         let forged = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(forged);
-        assert!(v.page(ListKind::Tools, Some(&forged)).is_none());
-        let newer = View::build(&[input("a", "a", &a)], 8, 2, 128, Arc::new([1; 32]));
         assert!(
-            newer.page(ListKind::Tools, Some(cursor)).is_none(),
+            v.page(ListKind::Tools, Some(&forged), ProtocolVersion::LATEST)
+                .is_none()
+        );
+        let newer = View::build(&[input("a", "a", &a)], 8, 2, 128, CursorKey::fixed(1));
+        assert!(
+            newer
+                .page(ListKind::Tools, Some(cursor), ProtocolVersion::LATEST)
+                .is_none(),
             "stale epoch"
         );
         let empty = build(&[], 2);
-        let page: Value =
-            serde_json::from_str(empty.page(ListKind::Prompts, None).unwrap().get()).unwrap();
+        let page: Value = serde_json::from_str(
+            empty
+                .page(ListKind::Prompts, None, ProtocolVersion::LATEST)
+                .unwrap()
+                .get(),
+        )
+        .unwrap();
         assert_eq!(page, json!({"prompts": []}));
     }
 }
