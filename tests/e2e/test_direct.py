@@ -1,0 +1,75 @@
+"""The pinned third-party servers, talked to directly by the Python SDK (no gateway).
+
+These pass without the gateway: they prove the components the gateway tests rely on
+(server-everything on Node, mcp-server-time, the SDK's stdio client) work on this machine,
+so a failure in the gateway tests is the gateway's.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+import support
+from support import StdioCommand
+
+pytestmark = [pytest.mark.anyio, pytest.mark.timeout(30)]
+
+
+async def test_everything_direct(everything: StdioCommand, tmp_path: Path) -> None:
+    async with support.stdio_session(everything, tmp_path / "everything.stderr") as s:
+        assert s.server_info is not None
+        tools = {t.name for t in await support.all_tools(s)}
+        assert {"echo", "get-sum", "get-tiny-image", "get-structured-content"} <= tools
+
+        echo = support.dump(await s.call_tool("echo", {"message": "hello"}))
+        assert echo["content"] == [{"type": "text", "text": "Echo: hello"}]
+        assert not echo.get("isError")
+
+        resources = {r.uri for r in await support.all_resources(s)}
+        assert "demo://resource/static/document/features.md" in resources
+        read = support.dump(await s.read_resource("demo://resource/static/document/features.md"))
+        assert read["contents"][0]["uri"] == "demo://resource/static/document/features.md"
+        assert read["contents"][0]["text"].startswith("# ")
+
+        templates = {t.uri_template for t in await support.all_resource_templates(s)}
+        assert "demo://resource/dynamic/text/{resourceId}" in templates
+
+        prompt = support.dump(await s.get_prompt("simple-prompt"))
+        assert prompt["messages"][0]["content"]["type"] == "text"
+
+
+async def test_time_direct(time_server: StdioCommand, tmp_path: Path) -> None:
+    async with support.stdio_session(time_server, tmp_path / "time.stderr") as s:
+        tools = {t.name for t in await support.all_tools(s)}
+        assert tools == {"get_current_time", "convert_time"}
+        result = support.dump(await s.call_tool("get_current_time", {"timezone": "UTC"}))
+        assert result["structuredContent"]["timezone"] == "UTC"
+        assert json.loads(result["content"][0]["text"])["timezone"] == "UTC"
+
+
+def test_inspector_cli_direct(everything: StdioCommand, tmp_path: Path) -> None:
+    """The MCP Inspector CLI (TypeScript SDK host) lists server-everything's tools over stdio."""
+    node = support.node22()
+    if node is None or not support.INSPECTOR_JS.exists():
+        pytest.skip("inspector CLI needs tests/node_modules and Node >= 22")
+    out = run_inspector(node, tmp_path, [everything.command, *everything.args, "--method", "tools/list"])
+    assert "echo" in {t["name"] for t in out["tools"]}
+
+
+def run_inspector(node: str, tmp_path: Path, args: list[str]) -> dict:
+    """Runs `inspector --cli ARGS` with a private HOME; returns its JSON output."""
+    env = {"HOME": str(tmp_path), "PATH": "/usr/bin:/bin", "MCP_CATALOG_PATH": str(tmp_path / "catalog.json")}
+    proc = subprocess.run(
+        [node, str(support.INSPECTOR_JS), "--cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=25,
+        env=env,
+        check=False,
+    )
+    assert proc.returncode == 0, f"inspector failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
+    return json.loads(proc.stdout)
