@@ -8,14 +8,13 @@ once those exist, `tests/.venv/bin/python -m pytest tests/e2e -v`. The gateway b
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
 import pytest
 
 import support
-from support import ServerProcess, StdioCommand
+from support import Gateway, ServerProcess, StartGateway, StdioCommand
 
 _counter = itertools.count(1)
 
@@ -73,18 +72,6 @@ def time_server() -> StdioCommand:
 
 
 # --------------------------------------------------------------------------- servers
-
-
-@dataclass
-class Gateway:
-    url: str  # the MCP endpoint, e.g. http://127.0.0.1:PORT/mcp
-    base: str  # http://127.0.0.1:PORT
-    port: int
-    config_path: Path
-    process: ServerProcess
-
-
-StartGateway = Callable[..., Gateway]
 
 
 @pytest.fixture

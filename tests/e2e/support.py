@@ -18,7 +18,7 @@ import time
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, AsyncIterator
+from typing import Any, AsyncIterator, Callable
 
 from mcp import ClientSession, StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
@@ -233,6 +233,19 @@ class ServerProcess:
         return code
 
 
+@dataclass
+class Gateway:
+    url: str  # the MCP endpoint, e.g. http://127.0.0.1:PORT/mcp
+    base: str  # http://127.0.0.1:PORT
+    port: int
+    config_path: Path
+    process: ServerProcess
+
+
+StartGateway = Callable[..., Gateway]
+"""The type of the `start_gateway` fixture."""
+
+
 # --------------------------------------------------------------------------- MCP sessions
 
 
@@ -345,3 +358,62 @@ def by_name(items: list[Any], key: str = "name") -> dict[str, dict[str, Any]]:
 def expand_template(template: str, value: str = "123") -> str:
     """Fills every `{var}` of a simple RFC 6570 template with `value`."""
     return re.sub(r"\{[^}]*\}", value, template)
+
+
+async def assert_catalogue_mirrors(gw: ClientSession, direct: ClientSession, prefix: str, exact: bool = True) -> None:
+    """Asserts that the gateway session shows the direct server's catalogue under `prefix`.
+
+    Tools and prompts: named `{prefix}__{name}`, every other field identical. Resources and
+    resource templates: `uri`/`uriTemplate` is `{prefix}+{original}`, every other field
+    identical. With `exact`, the gateway shows nothing else under this prefix; without it,
+    only the direct server's entries are required (for servers whose catalogue depends on the
+    client's capabilities, such as server-everything).
+    """
+    tool_mark = f"{prefix}__" if prefix else ""
+    uri_mark = f"{prefix}+" if prefix else ""
+
+    def check(kind: str, direct_items: dict[str, Any], gw_items: dict[str, Any], key: str, rename) -> None:
+        expected = {}
+        for k, d in direct_items.items():
+            d = dict(d)
+            d[key] = rename(k)
+            expected[rename(k)] = d
+        if exact:
+            mine = {k: v for k, v in gw_items.items() if k.startswith(tool_mark if key == "name" else uri_mark)}
+            assert sorted(mine) == sorted(expected), f"{kind}: gateway {sorted(mine)} != direct {sorted(expected)}"
+        missing = sorted(set(expected) - set(gw_items))
+        assert not missing, f"{kind} missing through the gateway: {missing} (gateway has {sorted(gw_items)})"
+        for k, want in expected.items():
+            assert gw_items[k] == want, f"{kind} {k} differs through the gateway"
+
+    caps = direct.server_capabilities
+    if caps is not None and caps.tools is not None:
+        check("tools", by_name(await all_tools(direct)), by_name(await all_tools(gw)), "name",
+              lambda n: tool_name(prefix, n))
+    if caps is not None and caps.prompts is not None:
+        check("prompts", by_name(await all_prompts(direct)), by_name(await all_prompts(gw)), "name",
+              lambda n: tool_name(prefix, n))
+    if caps is not None and caps.resources is not None:
+        check("resources", by_name(await all_resources(direct), "uri"), by_name(await all_resources(gw), "uri"),
+              "uri", lambda u: resource_uri(prefix, u))
+        check("resource templates", by_name(await all_resource_templates(direct), "uriTemplate"),
+              by_name(await all_resource_templates(gw), "uriTemplate"), "uriTemplate",
+              lambda u: resource_uri(prefix, u))
+
+
+# --------------------------------------------------------------------------- inspector
+
+
+def run_inspector(node: str, tmp_path: Path, args: list[str]) -> dict[str, Any]:
+    """Runs `inspector --cli ARGS` with a private HOME; returns its JSON output."""
+    env = {"HOME": str(tmp_path), "PATH": "/usr/bin:/bin", "MCP_CATALOG_PATH": str(tmp_path / "catalog.json")}
+    proc = subprocess.run(
+        [node, str(INSPECTOR_JS), "--cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=25,
+        env=env,
+        check=False,
+    )
+    assert proc.returncode == 0, f"inspector failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
+    return json.loads(proc.stdout)

@@ -8,7 +8,6 @@ so a failure in the gateway tests is the gateway's.
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -56,20 +55,5 @@ def test_inspector_cli_direct(everything: StdioCommand, tmp_path: Path) -> None:
     node = support.node22()
     if node is None or not support.INSPECTOR_JS.exists():
         pytest.skip("inspector CLI needs tests/node_modules and Node >= 22")
-    out = run_inspector(node, tmp_path, [everything.command, *everything.args, "--method", "tools/list"])
+    out = support.run_inspector(node, tmp_path, [everything.command, *everything.args, "--method", "tools/list"])
     assert "echo" in {t["name"] for t in out["tools"]}
-
-
-def run_inspector(node: str, tmp_path: Path, args: list[str]) -> dict:
-    """Runs `inspector --cli ARGS` with a private HOME; returns its JSON output."""
-    env = {"HOME": str(tmp_path), "PATH": "/usr/bin:/bin", "MCP_CATALOG_PATH": str(tmp_path / "catalog.json")}
-    proc = subprocess.run(
-        [node, str(support.INSPECTOR_JS), "--cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=25,
-        env=env,
-        check=False,
-    )
-    assert proc.returncode == 0, f"inspector failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
-    return json.loads(proc.stdout)
