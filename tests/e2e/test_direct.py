@@ -48,12 +48,3 @@ async def test_time_direct(time_server: StdioCommand, tmp_path: Path) -> None:
         result = support.dump(await s.call_tool("get_current_time", {"timezone": "UTC"}))
         assert result["structuredContent"]["timezone"] == "UTC"
         assert json.loads(result["content"][0]["text"])["timezone"] == "UTC"
-
-
-def test_inspector_cli_direct(everything: StdioCommand, tmp_path: Path) -> None:
-    """The MCP Inspector CLI (TypeScript SDK host) lists server-everything's tools over stdio."""
-    node = support.node22()
-    if node is None or not support.INSPECTOR_JS.exists():
-        pytest.skip("inspector CLI needs tests/node_modules and Node >= 22")
-    out = support.run_inspector(node, tmp_path, [everything.command, *everything.args, "--method", "tools/list"])
-    assert "echo" in {t["name"] for t in out["tools"]}
