@@ -105,8 +105,12 @@ stop_all() {
 OVERALL=1
 on_exit() {
   stop_all
-  if ((KEEP_OUT == 0)); then
-    if ((OVERALL == 0)); then rm -rf "$OUT"; else log "results kept in $OUT"; fi
+  if ((KEEP_OUT)); then
+    log "results in $OUT"
+  elif ((OVERALL == 0)); then
+    rm -rf "$OUT"
+  else
+    log "results kept in $OUT"
   fi
 }
 trap on_exit EXIT

@@ -75,7 +75,12 @@ step_e2e() {
   "$VENV/bin/python" -m pytest tests/e2e -v ${PYTEST_ARGS:-}
 }
 
-step_conformance() { scripts/conformance.sh; }
+step_conformance() {
+  # Results of the last run stay in the target dir (outside the clone in CI), not in /tmp.
+  export CONFORMANCE_OUT="${CONFORMANCE_OUT:-$CARGO_TARGET_DIR/conformance-results}"
+  rm -rf "$CONFORMANCE_OUT"
+  scripts/conformance.sh
+}
 
 # --- runner -----------------------------------------------------------------------------
 
