@@ -21,6 +21,7 @@
 #
 # Exit status 0 when every target passes, 1 otherwise. Needs `npm ci --prefix tests`
 # and a built gateway; scripts/test.sh does both.
+# shellcheck disable=SC2317 # the step and trap functions are called indirectly
 set -uo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"

@@ -17,6 +17,7 @@
 #   PYTHON            interpreter used to create tests/.venv (default: python3)
 #   CONFORMANCE_*     see scripts/conformance.sh
 # Exit status: 0 only if every step that ran passed. A summary is printed at the end.
+# shellcheck disable=SC2317 # the step and trap functions are called indirectly
 set -uo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
