@@ -13,7 +13,6 @@ from typing import Any
 import httpx2
 import pytest
 
-import support
 from support import Gateway, StartGateway, StdioCommand
 
 pytestmark = pytest.mark.timeout(60)

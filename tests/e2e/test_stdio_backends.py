@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 
 import support
-
 from support import Gateway, StartGateway, StdioCommand
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
