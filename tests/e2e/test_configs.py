@@ -1,0 +1,33 @@
+"""The config files the project ships or the test scripts use pass `mcpgate check-config`."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+import support
+
+pytestmark = pytest.mark.timeout(30)
+
+CONFIGS = [
+    support.DEFAULT_CONFIG,
+    support.CONFIGS / "conformance-stdio.toml",
+    support.CONFIGS / "conformance-http.toml",
+]
+
+
+@pytest.mark.parametrize("config", CONFIGS, ids=lambda p: p.name)
+def test_check_config_accepts(mcpgate_bin: Path, config: Path) -> None:
+    env = {"PATH": "/usr/bin:/bin", "MCPGATE_CONFORMANCE_DEMO_URL": "http://127.0.0.1:9/mcp"}
+    proc = subprocess.run(
+        [str(mcpgate_bin), "check-config", "--config", str(config)],
+        cwd=support.REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=20,
+        check=False,
+    )
+    assert proc.returncode == 0, f"check-config rejected {config}:\n{proc.stdout}\n{proc.stderr}"
