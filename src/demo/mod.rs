@@ -3,7 +3,7 @@
 //! [`catalog`] holds what a server offers (definitions + async handlers), [`server`]
 //! the shared [`Server`] and the transport's [`Sink`](server::Sink), [`session`] the
 //! per-client engine and [`context`] what handlers can do while serving a request.
-//! `tools`, `content` and [`media`] make up the demo catalogue. Transports come next.
+//! `tools`, `content` and [`media`] make up the demo catalogue; [`stdio`] serves it.
 
 pub mod catalog;
 mod content;
@@ -12,6 +12,7 @@ mod handlers;
 pub mod media;
 pub mod server;
 pub mod session;
+pub mod stdio;
 mod tools;
 pub mod uri_template;
 
@@ -52,12 +53,22 @@ pub fn demo_server() -> Server {
     Server::new(info, demo_catalog())
 }
 
-/// Runs the demo server on stdio, or on Streamable HTTP at `http`.
+/// Runs the demo server on stdio until stdin ends (logs go to stderr only).
+///
+/// Errors: stdio I/O failed, or `http` was given (Streamable HTTP is not wired yet).
 pub async fn run(http: Option<SocketAddr>) -> std::io::Result<()> {
-    let _ = http;
-    Err(std::io::Error::other(
-        "demo server transports not wired yet",
-    ))
+    let _ = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .try_init();
+    if http.is_some() {
+        return Err(std::io::Error::other("Streamable HTTP is not wired yet"));
+    }
+    stdio::serve_stdio(demo_server()).await
 }
 
 #[cfg(test)]
