@@ -1,18 +1,74 @@
 //! The built-in demo MCP server and the reusable protocol engine behind it.
 //!
-//! [`catalog`] holds what a server offers (definitions + async handlers), [`server`]
-//! the shared [`Server`] and the transport's [`Sink`](server::Sink), [`session`] the
-//! per-client engine and [`context`] what handlers can do while serving a request.
-//! `tools`, `content` and [`media`] make up the demo catalogue; [`stdio`] serves it.
+//! `mcpgate demo-server` speaks MCP 2025-03-26, 2025-06-18 and 2025-11-25 over stdio or
+//! Streamable HTTP, and serves a catalogue that covers every server scenario of the
+//! official conformance suite (`@modelcontextprotocol/conformance` 0.1.16) plus a few
+//! tools a person would try. The engine is generic over the catalogue, so tests can
+//! build other servers (e.g. scriptable fake backends) from the same parts.
+//!
+//! # Module map
+//! | module | concern |
+//! |---|---|
+//! | [`catalog`] | [`Tool`](catalog::Tool), [`Resource`](catalog::Resource), [`ResourceTemplate`](catalog::ResourceTemplate), [`Prompt`](catalog::Prompt): JSON definitions passed through untouched + async handler closures; [`Catalog`] with completer and page size; result builders |
+//! | [`server`] | [`Server`]: identity, capabilities, catalogue snapshot, live sessions; [`Server::update_catalog`] sends `list_changed`, [`Server::notify_resource_updated`] sends `resources/updated`; the transport's [`Sink`](server::Sink) and [`Route`](server::Route) |
+//! | [`session`] | [`Session`](session::Session): one client's engine: version negotiation, request dispatch, concurrency, `notifications/cancelled`, server→client request correlation, 2025-03-26 batches |
+//! | [`context`] | [`RequestContext`](context::RequestContext) given to handlers: progress, logs, sampling / elicitation / roots requests, cancellation, SSE stream closing; [`Peer`](context::Peer) for unrelated messages |
+//! | `handlers` | the MCP methods (`initialize`, `tools/*`, `resources/*`, `prompts/*`, `completion/complete`, `logging/setLevel`, `ping`) |
+//! | [`stdio`] | newline-delimited JSON-RPC on any reader/writer ([`stdio::serve`]) or stdin/stdout |
+//! | [`http`], `streams` | Streamable HTTP: [`HttpServer`] (sessions, JSON/SSE answers, GET stream, resumption, DELETE, header checks) and its [`HttpOptions`] |
+//! | `tools`, `content`, [`media`], [`uri_template`] | the demo catalogue and its generated PNG/WAV media |
+//!
+//! # Building another server on the engine
+//! ```no_run
+//! use std::time::Duration;
+//!
+//! use mcpgate::demo::catalog::{Catalog, Tool, text_result};
+//! use mcpgate::demo::http::{HttpOptions, HttpServer, ResponseMode};
+//! use mcpgate::demo::server::{Server, ServerInfo};
+//! use serde_json::{Value, json};
+//!
+//! # async fn example() -> std::io::Result<()> {
+//! let slow_echo = Tool::new(
+//!     json!({"name": "echo", "description": "Echo", "inputSchema": {"type": "object"}}),
+//!     |args: Value, ctx| async move {
+//!         tokio::time::sleep(Duration::from_millis(50)).await; // an artificial delay
+//!         ctx.progress(1.0, Some(1.0), None);
+//!         Ok(text_result(args["text"].as_str().unwrap_or_default()))
+//!     },
+//! );
+//! let info = ServerInfo { name: "fake".into(), version: "0".into(), title: None, instructions: None };
+//! let server = Server::new(info, Catalog::new().with_tool(slow_echo).with_page_size(2));
+//!
+//! // Over stdio (any AsyncRead/AsyncWrite pair works, e.g. tokio::io::duplex in tests):
+//! // mcpgate::demo::stdio::serve_stdio(server.clone()).await?;
+//!
+//! // Over Streamable HTTP, with knobs a gateway test may want:
+//! let http = HttpServer::new(server, HttpOptions {
+//!     strict_accept: true,
+//!     response_mode: ResponseMode::Json,
+//!     ..HttpOptions::default()
+//! });
+//! let router = http.router(); // add axum layers to record requests and headers
+//! let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+//! tokio::spawn(async move { axum::serve(listener, router).await });
+//! http.drop_sessions(); // clients now get 404 and must re-initialize
+//! # Ok(())
+//! # }
+//! ```
+//! Crash-after-N-calls and similar faults belong in handlers (a counter, then
+//! `std::process::exit` in a stdio fixture binary); the catalogue can change at run time
+//! with [`Server::update_catalog`].
 
 pub mod catalog;
 mod content;
 pub mod context;
 mod handlers;
+pub mod http;
 pub mod media;
 pub mod server;
 pub mod session;
 pub mod stdio;
+mod streams;
 mod tools;
 pub mod uri_template;
 
@@ -21,6 +77,7 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 
 use crate::demo::catalog::Catalog;
+use crate::demo::http::{HostPolicy, HttpOptions, HttpServer};
 use crate::demo::server::{Server, ServerInfo};
 
 /// The demo catalogue: conformance-suite tools, resources and prompts plus friendly ones.
@@ -53,9 +110,16 @@ pub fn demo_server() -> Server {
     Server::new(info, demo_catalog())
 }
 
-/// Runs the demo server on stdio until stdin ends (logs go to stderr only).
+/// The demo server's Streamable HTTP router (endpoint [`http::ENDPOINT`], loopback
+/// `Host`/`Origin` only), for serving in-process, e.g. on `127.0.0.1:0` in tests.
+pub fn http_router() -> axum::Router {
+    HttpServer::new(demo_server(), HttpOptions::default()).router()
+}
+
+/// Runs the demo server on stdio (`http` is `None`) until stdin ends, or on Streamable
+/// HTTP at `http` (path `/mcp`) until Ctrl-C. Logs go to stderr only.
 ///
-/// Errors: stdio I/O failed, or `http` was given (Streamable HTTP is not wired yet).
+/// Errors: stdio I/O failed, or the address could not be bound.
 pub async fn run(http: Option<SocketAddr>) -> std::io::Result<()> {
     let _ = tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
@@ -65,10 +129,29 @@ pub async fn run(http: Option<SocketAddr>) -> std::io::Result<()> {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
         )
         .try_init();
-    if http.is_some() {
-        return Err(std::io::Error::other("Streamable HTTP is not wired yet"));
-    }
-    stdio::serve_stdio(demo_server()).await
+    let Some(addr) = http else {
+        return stdio::serve_stdio(demo_server()).await;
+    };
+    let options = HttpOptions {
+        host_policy: if addr.ip().is_loopback() {
+            HostPolicy::Localhost
+        } else {
+            HostPolicy::SameOrigin
+        },
+        ..HttpOptions::default()
+    };
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    let local = listener.local_addr()?;
+    tracing::info!(
+        "demo MCP server listening on http://{local}{}",
+        http::ENDPOINT
+    );
+    let router = HttpServer::new(demo_server(), options).router();
+    axum::serve(listener, router)
+        .with_graceful_shutdown(async {
+            let _ = tokio::signal::ctrl_c().await;
+        })
+        .await
 }
 
 #[cfg(test)]
