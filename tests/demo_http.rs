@@ -483,6 +483,23 @@ async fn transport_errors_use_http_statuses() {
         .await;
     let body: Value = serde_json::from_str(&batch.text().await.expect("body")).expect("json");
     assert_eq!(body["error"]["code"], -32600);
+    // A client that accepts only SSE gets SSE, even for initialize.
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "sse-only", "version": "1"}
+    }});
+    let sse_only = http
+        .post(&url)
+        .header("content-type", "application/json")
+        .header("accept", "text/event-stream")
+        .body(init.to_string())
+        .send()
+        .await
+        .expect("send");
+    assert_eq!(content_type(&sse_only), "text/event-stream");
+    assert!(sse_only.headers().contains_key("mcp-session-id"));
+    let evs = Events::new(sse_only).until_response(1).await;
+    assert_eq!(evs[0].json()["result"]["protocolVersion"], "2025-06-18");
+    assert!(evs[0].data.len() > 2, "no priming event before 2025-11-25");
     // JSON-RPC plane errors keep HTTP 200 and travel as messages.
     let r = c.call(3, "tools/call", json!({"name": "nope"})).await;
     assert_eq!(r.status(), StatusCode::OK);
@@ -497,4 +514,64 @@ async fn transport_errors_use_http_statuses() {
         .json(4, "resources/subscribe", json!({"uri": "test://missing"}))
         .await;
     assert_eq!(missing["error"]["code"], -32002);
+}
+
+#[tokio::test]
+async fn batches_are_served_on_2025_03_26_sessions() {
+    let url = serve().await;
+    let http = reqwest::Client::new();
+    let post = |session: Option<String>, body: Value| {
+        let mut req = http
+            .post(&url)
+            .header("content-type", "application/json")
+            .header("accept", BOTH);
+        if let Some(s) = session {
+            req = req.header("mcp-session-id", s);
+        }
+        req.body(body.to_string()).send()
+    };
+    let init = post(
+        None,
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-03-26", "capabilities": {}, "clientInfo": {"name": "old", "version": "1"}
+        }}),
+    )
+    .await
+    .expect("initialize");
+    let session = init
+        .headers()
+        .get("mcp-session-id")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    let batch = post(
+        session.clone(),
+        json!([
+            {"jsonrpc": "2.0", "method": "notifications/initialized"},
+            {"jsonrpc": "2.0", "id": 2, "method": "ping"},
+            {"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "echo", "arguments": {"text": "b"}}}
+        ]),
+    )
+    .await
+    .expect("batch");
+    assert_eq!(batch.status(), StatusCode::OK);
+    let body: Value = serde_json::from_str(&batch.text().await.expect("body")).expect("json");
+    let answers = body.as_array().expect("an array of responses");
+    assert_eq!(answers.len(), 2);
+    assert!(
+        answers
+            .iter()
+            .any(|a| a["id"] == 2 && a["result"] == json!({}))
+    );
+    assert!(
+        answers
+            .iter()
+            .any(|a| a["id"] == 3 && a["result"]["content"][0]["text"] == "b")
+    );
+    let only_notes = post(
+        session,
+        json!([{"jsonrpc": "2.0", "method": "notifications/initialized"}]),
+    )
+    .await
+    .expect("batch");
+    assert_eq!(only_notes.status(), StatusCode::ACCEPTED);
 }

@@ -431,7 +431,7 @@ async fn post_mcp(
         Message::Request(req)
             if req.method == "initialize" && header_str(&headers, SESSION_HEADER).is_none() =>
         {
-            initialize(&http, req).await
+            initialize(&http, &accept, req).await
         }
         Message::Request(req) => {
             let entry = http.session(&headers)?;
@@ -449,9 +449,15 @@ async fn post_mcp(
 }
 
 /// Creates a session for an `initialize` request; it is kept only if initialization succeeded.
-async fn initialize(http: &HttpServer, req: Request) -> Result<Response, HttpError> {
+/// The answer is JSON unless the client accepts only `text/event-stream`.
+async fn initialize(
+    http: &HttpServer,
+    accept: &Accept,
+    req: Request,
+) -> Result<Response, HttpError> {
     http.sweep_idle();
     let entry = http.new_session()?;
+    let id = req.id.clone();
     let out = entry.session.handle_request(req).await.unwrap_or_default();
     let Some(version) = entry.session.protocol_version() else {
         end(&entry);
@@ -460,6 +466,12 @@ async fn initialize(http: &HttpServer, req: Request) -> Result<Response, HttpErr
     entry.streams.set_priming(version.as_str() >= "2025-11-25");
     lock(&http.inner.sessions).insert(entry.id.clone(), entry.clone());
     tracing::info!(session = %entry.id, version, "session started");
+    if !accept.json {
+        if let Some(rx) = entry.streams.open_request(&id) {
+            entry.streams.finish(&id, Some(out));
+            return Ok(sse_response(rx, http.inner.options.keep_alive, &entry.id));
+        }
+    }
     Ok(json_response(out, Some(&entry.id)))
 }
 
