@@ -9,7 +9,6 @@
 //! rebinding; Accept, Content-Type and `MCP-Protocol-Version` are validated.
 
 use std::collections::HashMap;
-use std::net::Ipv4Addr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -22,6 +21,9 @@ use bytes::Bytes;
 use serde_json::value::RawValue;
 use tokio::time::Instant;
 
+use crate::demo::headers::{
+    Accept, EVENT_STREAM, JSON, check_host, header_str, is_json_content, supported_version,
+};
 use crate::demo::server::{SUPPORTED_VERSIONS, Server, lock};
 use crate::demo::session::Session;
 use crate::demo::streams::{Receiver, Streams, sse_body};
@@ -34,10 +36,7 @@ use crate::jsonrpc::{
 pub const ENDPOINT: &str = "/mcp";
 
 const SESSION_HEADER: &str = "mcp-session-id";
-const VERSION_HEADER: &str = "mcp-protocol-version";
 const LAST_EVENT_ID: &str = "last-event-id";
-const JSON: &str = "application/json";
-const EVENT_STREAM: &str = "text/event-stream";
 
 /// Which `Host`/`Origin` values are accepted (DNS-rebinding protection, MCP 2025-11-25
 /// basic/transports "Security Warning": invalid `Origin` → 403).
@@ -207,30 +206,7 @@ impl HttpServer {
     }
 
     fn check_host(&self, headers: &HeaderMap) -> Result<(), HttpError> {
-        let host = header_str(headers, header::HOST.as_str());
-        let origin = header_str(headers, header::ORIGIN.as_str());
-        match self.inner.options.host_policy {
-            HostPolicy::Localhost => {
-                if host.is_some_and(|h| !is_loopback_authority(h)) {
-                    return Err(HttpError::Forbidden("Host header is not a loopback host"));
-                }
-                if origin.is_some_and(|o| !origin_authority(o).is_some_and(is_loopback_authority)) {
-                    return Err(HttpError::Forbidden("Origin is not a loopback origin"));
-                }
-            }
-            HostPolicy::SameOrigin => {
-                if let Some(o) = origin {
-                    let same = match (origin_authority(o), host) {
-                        (Some(a), Some(h)) => a.eq_ignore_ascii_case(h),
-                        _ => false,
-                    };
-                    if !same {
-                        return Err(HttpError::Forbidden("Origin does not match Host"));
-                    }
-                }
-            }
-        }
-        Ok(())
+        check_host(self.inner.options.host_policy, headers).map_err(HttpError::Forbidden)
     }
 
     fn session(&self, headers: &HeaderMap) -> Result<Arc<HttpSession>, HttpError> {
@@ -282,89 +258,11 @@ fn end(s: &HttpSession) {
     s.streams.close_all();
 }
 
-fn header_str<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
-    headers.get(name).and_then(|v| v.to_str().ok())
-}
-
-/// The `host[:port]` part of an origin such as `http://localhost:3000`.
-fn origin_authority(origin: &str) -> Option<&str> {
-    let (_, rest) = origin.split_once("://")?;
-    Some(rest.split('/').next().unwrap_or(rest))
-}
-
-fn is_loopback_authority(authority: &str) -> bool {
-    let host = if let Some(rest) = authority.strip_prefix('[') {
-        return rest.split(']').next() == Some("::1");
-    } else {
-        authority.rsplit_once(':').map_or(authority, |(h, _)| h)
-    };
-    host.eq_ignore_ascii_case("localhost")
-        || host.parse::<Ipv4Addr>().is_ok_and(|ip| ip.is_loopback())
-}
-
-/// What an `Accept` header allows.
-struct Accept {
-    json: bool,
-    sse: bool,
-    json_literal: bool,
-    sse_literal: bool,
-}
-
-impl Accept {
-    fn parse(headers: &HeaderMap) -> Accept {
-        let Some(value) = header_str(headers, header::ACCEPT.as_str()) else {
-            return Accept {
-                json: true,
-                sse: true,
-                json_literal: false,
-                sse_literal: false,
-            };
-        };
-        let mut a = Accept {
-            json: false,
-            sse: false,
-            json_literal: false,
-            sse_literal: false,
-        };
-        for range in value.split(',') {
-            let mut parts = range.split(';');
-            let mime = parts.next().unwrap_or("").trim().to_ascii_lowercase();
-            let refused = parts.any(|p| matches!(p.trim(), "q=0" | "q=0.0" | "q=0.00" | "q=0.000"));
-            if refused {
-                continue;
-            }
-            match mime.as_str() {
-                JSON => (a.json, a.json_literal) = (true, true),
-                EVENT_STREAM => (a.sse, a.sse_literal) = (true, true),
-                "application/*" => a.json = true,
-                "text/*" => a.sse = true,
-                "*/*" => (a.json, a.sse) = (true, true),
-                _ => {}
-            }
-        }
-        a
-    }
-}
-
-fn check_protocol_version(headers: &HeaderMap) -> Result<(), HttpError> {
-    let supported = |v: &HeaderValue| v.to_str().is_ok_and(|v| SUPPORTED_VERSIONS.contains(&v));
-    if headers.get_all(VERSION_HEADER).iter().all(supported) {
-        return Ok(());
-    }
-    Err(HttpError::BadRequest(format!(
+fn unsupported_version() -> HttpError {
+    HttpError::BadRequest(format!(
         "Unsupported MCP-Protocol-Version (supported: {})",
         SUPPORTED_VERSIONS.join(", ")
-    )))
-}
-
-fn is_json_content(headers: &HeaderMap) -> bool {
-    header_str(headers, header::CONTENT_TYPE.as_str()).is_some_and(|ct| {
-        ct.split(';')
-            .next()
-            .unwrap_or("")
-            .trim()
-            .eq_ignore_ascii_case(JSON)
-    })
+    ))
 }
 
 fn with_session(mut response: Response, session_id: &str) -> Response {
@@ -416,7 +314,9 @@ async fn post_mcp(
             "Client must accept both application/json and text/event-stream",
         ));
     }
-    check_protocol_version(&headers)?;
+    if !supported_version(&headers) {
+        return Err(unsupported_version());
+    }
     if body.trim_ascii_start().first() == Some(&b'[') {
         let entry = http.session(&headers)?;
         let items: Vec<Box<RawValue>> = serde_json::from_slice(&body)
@@ -528,7 +428,9 @@ async fn get_mcp(
             "Client must accept text/event-stream",
         ));
     }
-    check_protocol_version(&headers)?;
+    if !supported_version(&headers) {
+        return Err(unsupported_version());
+    }
     let entry = http.session(&headers)?;
     let rx = match header_str(&headers, LAST_EVENT_ID) {
         Some(last) => entry
@@ -550,57 +452,4 @@ async fn delete_mcp(
     end(&entry);
     tracing::info!(session = %entry.id, "session ended by client");
     Ok(StatusCode::OK.into_response())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn recognises_loopback_authorities() {
-        for ok in [
-            "localhost",
-            "LOCALHOST:8080",
-            "127.0.0.1",
-            "127.1.2.3:9",
-            "[::1]",
-            "[::1]:3000",
-        ] {
-            assert!(is_loopback_authority(ok), "{ok}");
-        }
-        for bad in [
-            "evil.example.com",
-            "evil.example.com:80",
-            "10.0.0.1",
-            "[::2]",
-            "localhost.evil.com",
-        ] {
-            assert!(!is_loopback_authority(bad), "{bad}");
-        }
-        assert_eq!(
-            origin_authority("http://127.0.0.1:5/x"),
-            Some("127.0.0.1:5")
-        );
-        assert_eq!(origin_authority("null"), None);
-    }
-
-    #[test]
-    fn parses_accept() {
-        let mut h = HeaderMap::new();
-        h.insert(
-            header::ACCEPT,
-            HeaderValue::from_static("application/json, text/event-stream"),
-        );
-        let a = Accept::parse(&h);
-        assert!(a.json_literal && a.sse_literal);
-        h.insert(header::ACCEPT, HeaderValue::from_static("*/*;q=0.8"));
-        let a = Accept::parse(&h);
-        assert!(a.json && a.sse && !a.json_literal);
-        h.insert(
-            header::ACCEPT,
-            HeaderValue::from_static("text/html, application/json;q=0"),
-        );
-        let a = Accept::parse(&h);
-        assert!(!a.json && !a.sse);
-    }
 }

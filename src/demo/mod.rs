@@ -15,7 +15,7 @@
 //! | [`context`] | [`RequestContext`](context::RequestContext) given to handlers: progress, logs, sampling / elicitation / roots requests, cancellation, SSE stream closing; [`Peer`](context::Peer) for unrelated messages |
 //! | `handlers` | the MCP methods (`initialize`, `tools/*`, `resources/*`, `prompts/*`, `completion/complete`, `logging/setLevel`, `ping`) |
 //! | [`stdio`] | newline-delimited JSON-RPC on any reader/writer ([`stdio::serve`]) or stdin/stdout |
-//! | [`http`], `streams` | Streamable HTTP: [`HttpServer`] (sessions, JSON/SSE answers, GET stream, resumption, DELETE, header checks) and its [`HttpOptions`] |
+//! | [`http`], `streams`, `headers` | Streamable HTTP: [`HttpServer`] (sessions, JSON/SSE answers, GET stream, resumption, DELETE), SSE stream buffers, header checks; [`HttpOptions`] |
 //! | `tools`, `content`, [`media`], [`uri_template`] | the demo catalogue and its generated PNG/WAV media |
 //!
 //! # Building another server on the engine
@@ -63,6 +63,7 @@ pub mod catalog;
 mod content;
 pub mod context;
 mod handlers;
+mod headers;
 pub mod http;
 pub mod media;
 pub mod server;
