@@ -226,7 +226,7 @@ async fn notifications_arrive_before_the_response() {
 #[tokio::test]
 async fn sampling_round_trip_with_the_test_as_client() {
     let mut c = Client::spawn();
-    c.initialize(json!({"sampling": {}})).await;
+    c.initialize(json!({"sampling": {}, "roots": {}})).await;
     c.send(
         json!({"jsonrpc": "2.0", "id": 10, "method": "tools/call", "params": {
             "name": "test_sampling", "arguments": {"prompt": "What is 2+2?"}
@@ -248,6 +248,21 @@ async fn sampling_round_trip_with_the_test_as_client() {
     .await;
     let (result, _) = c.response(10).await;
     assert_eq!(result["result"]["content"][0]["text"], "LLM response: 4");
+
+    // roots/list travels the same way.
+    c.send(json!({"jsonrpc": "2.0", "id": 11, "method": "tools/call", "params": {"name": "list_roots"}}))
+        .await;
+    let ask = c.recv().await;
+    assert_eq!(ask["method"], "roots/list");
+    c.send(json!({"jsonrpc": "2.0", "id": ask["id"], "result": {
+        "roots": [{"uri": "file:///work", "name": "work"}]
+    }}))
+    .await;
+    let (result, _) = c.response(11).await;
+    let text = result["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or("");
+    assert!(text.contains("file:///work"), "{text}");
 
     // Without the capability the tool reports an execution error instead of asking.
     let mut plain = Client::spawn();

@@ -2,8 +2,9 @@
 
 use serde_json::{Map, Value, json};
 
-use crate::demo::catalog::error_result;
-use crate::demo::catalog::{CompletionRef, CompletionRequest, HandlerResult, completion_result};
+use crate::demo::catalog::{
+    CompletionRef, CompletionRequest, HandlerResult, completion_result, error_result,
+};
 use crate::demo::context::{LogLevel, RequestContext};
 use crate::demo::server::{LATEST_VERSION, SUPPORTED_VERSIONS};
 use crate::jsonrpc::{

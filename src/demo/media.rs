@@ -34,8 +34,13 @@ pub fn parse_color(s: &str) -> Option<Rgb> {
         .map(|(_, rgb)| *rgb)
 }
 
-/// A `width`×`height` PNG whose pixel at (x, y) is `pixel(x, y)`.
+/// Largest width or height [`png`] draws; larger values are clamped.
+pub const MAX_SIDE: u32 = 1024;
+
+/// A `width`×`height` PNG (each side clamped to 1..=[`MAX_SIDE`]) whose pixel at
+/// (x, y) is `pixel(x, y)`.
 pub fn png(width: u32, height: u32, pixel: impl Fn(u32, u32) -> Rgb) -> Vec<u8> {
+    let (width, height) = (width.clamp(1, MAX_SIDE), height.clamp(1, MAX_SIDE));
     let mut raw = Vec::with_capacity(((width * 3 + 1) * height) as usize);
     for y in 0..height {
         raw.push(0); // filter type: None
@@ -110,10 +115,11 @@ fn adler32(data: &[u8]) -> u32 {
     (b << 16) | a
 }
 
-/// A mono 16-bit PCM WAV of a sine tone (`frequency` Hz for `millis` ms at 8 kHz).
+/// A mono 16-bit PCM WAV of a sine tone (`frequency` Hz for `millis` ms, at most 10 s,
+/// sampled at 8 kHz).
 pub fn wav_tone(frequency: f64, millis: u32) -> Vec<u8> {
     const RATE: u32 = 8000;
-    let samples = RATE * millis / 1000;
+    let samples = RATE * millis.min(10_000) / 1000;
     let data_len = samples * 2;
     let mut out = Vec::with_capacity(44 + data_len as usize);
     out.extend_from_slice(b"RIFF");
