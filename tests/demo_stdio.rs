@@ -192,6 +192,10 @@ async fn notifications_arrive_before_the_response() {
         .filter(|m| m["method"] == "notifications/progress")
         .map(|m| {
             assert_eq!(m["params"]["progressToken"], "tok");
+            assert!(
+                m["params"]["progress"].is_i64(),
+                "integral progress stays an integer"
+            );
             m["params"]["progress"].as_f64().unwrap_or(-1.0)
         })
         .collect();

@@ -173,9 +173,9 @@ impl RequestContext {
         let Some(token) = &self.progress_token else {
             return;
         };
-        let mut params = json!({ "progressToken": token, "progress": progress });
+        let mut params = json!({ "progressToken": token, "progress": number(progress) });
         if let Some(total) = total {
-            params["total"] = json!(total);
+            params["total"] = number(total);
         }
         if let Some(message) = message {
             params["message"] = json!(message);
@@ -208,6 +208,15 @@ impl RequestContext {
     /// SEP-1699 polling). A no-op on stdio.
     pub fn close_stream(&self) {
         self.session.sink.close_stream(&self.request_id);
+    }
+}
+
+/// A JSON number, written as an integer when the value is integral (`50`, not `50.0`).
+fn number(x: f64) -> Value {
+    if x.fract() == 0.0 && x.abs() < 9.0e15 {
+        json!(x as i64)
+    } else {
+        json!(x)
     }
 }
 
@@ -355,6 +364,13 @@ async fn send_request(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn integral_numbers_stay_integers() {
+        assert_eq!(number(50.0), json!(50));
+        assert_eq!(number(0.5), json!(0.5));
+        assert_eq!(number(-3.0), json!(-3));
+    }
 
     #[test]
     fn log_levels_order_by_severity() {

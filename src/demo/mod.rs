@@ -118,7 +118,7 @@ pub fn http_router() -> axum::Router {
 }
 
 /// Runs the demo server on stdio (`http` is `None`) until stdin ends, or on Streamable
-/// HTTP at `http` (path `/mcp`) until Ctrl-C. Logs go to stderr only.
+/// HTTP at `http` (path `/mcp`) until Ctrl-C or SIGTERM. Logs go to stderr only.
 ///
 /// Errors: stdio I/O failed, or the address could not be bound.
 pub async fn run(http: Option<SocketAddr>) -> std::io::Result<()> {
@@ -147,12 +147,40 @@ pub async fn run(http: Option<SocketAddr>) -> std::io::Result<()> {
         "demo MCP server listening on http://{local}{}",
         http::ENDPOINT
     );
-    let router = HttpServer::new(demo_server(), options).router();
+    let server = HttpServer::new(demo_server(), options);
+    let router = server.router();
     axum::serve(listener, router)
-        .with_graceful_shutdown(async {
-            let _ = tokio::signal::ctrl_c().await;
+        .with_graceful_shutdown(async move {
+            shutdown_signal().await;
+            // Open SSE streams would otherwise keep the graceful shutdown waiting.
+            let ended = server.drop_sessions();
+            tracing::info!(sessions = ended, "shutting down");
         })
         .await
+}
+
+/// Resolves on Ctrl-C or, on Unix, SIGTERM.
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        if tokio::signal::ctrl_c().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {}
+        () = terminate => {}
+    }
 }
 
 #[cfg(test)]
