@@ -1,0 +1,455 @@
+//! Streamable HTTP transport: POST, GET and DELETE on one endpoint, with sessions.
+//!
+//! MCP 2025-11-25 basic/transports "Streamable HTTP": `initialize` creates a session
+//! (`Mcp-Session-Id`, random visible ASCII); later requests without it get 400, with an
+//! unknown one 404. Requests are answered with `application/json`, or with
+//! `text/event-stream` when their handling may send related messages. Notifications
+//! and responses get 202. GET opens the standalone stream or resumes one
+//! (`Last-Event-ID`); DELETE ends the session. Host/Origin checks guard against DNS
+//! rebinding; Accept, Content-Type and `MCP-Protocol-Version` are validated.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use bytes::Bytes;
+use serde_json::value::RawValue;
+use tokio::time::Instant;
+
+use crate::demo::headers::{
+    Accept, EVENT_STREAM, JSON, check_host, header_str, is_json_content, supported_version,
+};
+use crate::demo::server::{SUPPORTED_VERSIONS, Server, lock};
+use crate::demo::session::Session;
+use crate::demo::streams::{Receiver, Streams, sse_body};
+use crate::jsonrpc::{
+    self, EnvelopeError, ErrorObject, INVALID_REQUEST, Message, Request, SESSION_NOT_FOUND,
+    TRANSPORT_ERROR,
+};
+
+/// The endpoint path.
+pub const ENDPOINT: &str = "/mcp";
+
+const SESSION_HEADER: &str = "mcp-session-id";
+const LAST_EVENT_ID: &str = "last-event-id";
+
+/// Which `Host`/`Origin` values are accepted (DNS-rebinding protection, MCP 2025-11-25
+/// basic/transports "Security Warning": invalid `Origin` → 403).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HostPolicy {
+    /// Only loopback hosts (`localhost`, `127.0.0.0/8`, `[::1]`) in `Host` and `Origin`.
+    Localhost,
+    /// Any `Host`; an `Origin`, if sent, must name the same authority as `Host`.
+    SameOrigin,
+}
+
+/// How request responses are framed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ResponseMode {
+    /// SSE for `tools/call`, `prompts/get` and `resources/read` (their handlers may
+    /// send related requests and notifications), JSON otherwise.
+    Auto,
+    /// Always `application/json` (related messages then use the GET stream).
+    Json,
+    /// Always `text/event-stream`.
+    Sse,
+}
+
+/// Transport knobs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HttpOptions {
+    /// `Host`/`Origin` validation.
+    pub host_policy: HostPolicy,
+    /// Require `Accept` to list both `application/json` and `text/event-stream` on POST
+    /// (and `text/event-stream` on GET) literally, as the spec tells clients to. When
+    /// false, `*/*`, a missing header or either type alone is accepted and honoured.
+    pub strict_accept: bool,
+    /// JSON or SSE responses.
+    pub response_mode: ResponseMode,
+    /// The `retry` advice sent with priming events (SEP-1699).
+    pub retry: Duration,
+    /// Interval of SSE keep-alive comments.
+    pub keep_alive: Duration,
+    /// Sessions idle this long (no request, no open stream) are forgotten.
+    pub session_idle_timeout: Duration,
+}
+
+impl Default for HttpOptions {
+    fn default() -> Self {
+        HttpOptions {
+            host_policy: HostPolicy::Localhost,
+            strict_accept: false,
+            response_mode: ResponseMode::Auto,
+            retry: Duration::from_millis(1000),
+            keep_alive: Duration::from_secs(15),
+            session_idle_timeout: Duration::from_secs(3600),
+        }
+    }
+}
+
+/// Failures answered on the HTTP plane, before a JSON-RPC id is trusted.
+#[derive(Debug, thiserror::Error)]
+pub enum HttpError {
+    /// 403: `Host` or `Origin` not allowed.
+    #[error("Forbidden: {0}")]
+    Forbidden(&'static str),
+    /// 415: the body is not declared as JSON.
+    #[error("Unsupported Media Type: Content-Type must be application/json")]
+    UnsupportedMediaType,
+    /// 406: the client does not accept what we would send.
+    #[error("Not Acceptable: {0}")]
+    NotAcceptable(&'static str),
+    /// 400: missing session id, bad `MCP-Protocol-Version`, bad `Last-Event-ID`, …
+    #[error("Bad Request: {0}")]
+    BadRequest(String),
+    /// 404: the session does not exist (any more); the client re-initializes.
+    #[error("Session not found")]
+    SessionNotFound,
+    /// 400: the body is not a JSON-RPC message (`-32700`/`-32600`).
+    #[error(transparent)]
+    Envelope(EnvelopeError),
+    /// 500: no randomness for a session id.
+    #[error("Internal error: {0}")]
+    Internal(String),
+}
+
+impl IntoResponse for HttpError {
+    fn into_response(self) -> Response {
+        let (status, body) = match &self {
+            HttpError::Envelope(e) => (
+                StatusCode::BAD_REQUEST,
+                jsonrpc::error_bytes(e.id(), &e.to_error_object()),
+            ),
+            other => {
+                let (status, code) = match other {
+                    HttpError::Forbidden(_) => (StatusCode::FORBIDDEN, TRANSPORT_ERROR),
+                    HttpError::UnsupportedMediaType => {
+                        (StatusCode::UNSUPPORTED_MEDIA_TYPE, TRANSPORT_ERROR)
+                    }
+                    HttpError::NotAcceptable(_) => (StatusCode::NOT_ACCEPTABLE, TRANSPORT_ERROR),
+                    HttpError::SessionNotFound => (StatusCode::NOT_FOUND, SESSION_NOT_FOUND),
+                    HttpError::Internal(_) => {
+                        (StatusCode::INTERNAL_SERVER_ERROR, jsonrpc::INTERNAL_ERROR)
+                    }
+                    _ => (StatusCode::BAD_REQUEST, TRANSPORT_ERROR),
+                };
+                let e = ErrorObject::new(code, other.to_string());
+                (status, jsonrpc::error_bytes_without_id(&e))
+            }
+        };
+        (status, [(header::CONTENT_TYPE, JSON)], body).into_response()
+    }
+}
+
+/// A Streamable HTTP front for a [`Server`]. Cheap to clone.
+#[derive(Clone)]
+pub struct HttpServer {
+    inner: Arc<HttpInner>,
+}
+
+struct HttpInner {
+    server: Server,
+    options: HttpOptions,
+    sessions: Mutex<HashMap<String, Arc<HttpSession>>>,
+}
+
+struct HttpSession {
+    id: String,
+    session: Session,
+    streams: Arc<Streams>,
+    last_seen: Mutex<Instant>,
+}
+
+impl HttpServer {
+    /// A transport for `server`.
+    pub fn new(server: Server, options: HttpOptions) -> Self {
+        HttpServer {
+            inner: Arc::new(HttpInner {
+                server,
+                options,
+                sessions: Mutex::new(HashMap::new()),
+            }),
+        }
+    }
+
+    /// The served [`Server`].
+    pub fn server(&self) -> &Server {
+        &self.inner.server
+    }
+
+    /// The axum router serving [`ENDPOINT`]. Other methods get 405 with `Allow`.
+    pub fn router(&self) -> Router {
+        Router::new()
+            .route(ENDPOINT, post(post_mcp).get(get_mcp).delete(delete_mcp))
+            .with_state(self.clone())
+    }
+
+    /// Number of live sessions.
+    pub fn session_count(&self) -> usize {
+        lock(&self.inner.sessions).len()
+    }
+
+    /// Ends every session (their clients get 404 next and must re-initialize).
+    /// Returns how many were ended.
+    pub fn drop_sessions(&self) -> usize {
+        let all: Vec<Arc<HttpSession>> =
+            lock(&self.inner.sessions).drain().map(|(_, s)| s).collect();
+        for s in &all {
+            end(s);
+        }
+        all.len()
+    }
+
+    fn check_host(&self, headers: &HeaderMap) -> Result<(), HttpError> {
+        check_host(self.inner.options.host_policy, headers).map_err(HttpError::Forbidden)
+    }
+
+    fn session(&self, headers: &HeaderMap) -> Result<Arc<HttpSession>, HttpError> {
+        let id = header_str(headers, SESSION_HEADER).ok_or_else(|| {
+            HttpError::BadRequest("No valid session ID provided (Mcp-Session-Id)".into())
+        })?;
+        let entry = lock(&self.inner.sessions)
+            .get(id)
+            .cloned()
+            .ok_or(HttpError::SessionNotFound)?;
+        *lock(&entry.last_seen) = Instant::now();
+        Ok(entry)
+    }
+
+    fn new_session(&self) -> Result<Arc<HttpSession>, HttpError> {
+        let mut bytes = [0u8; 16];
+        getrandom::fill(&mut bytes).map_err(|e| HttpError::Internal(e.to_string()))?;
+        let id: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+        let streams = Arc::new(Streams::new(self.inner.options.retry));
+        let session = self.inner.server.connect(streams.clone());
+        Ok(Arc::new(HttpSession {
+            id,
+            session,
+            streams,
+            last_seen: Mutex::new(Instant::now()),
+        }))
+    }
+
+    /// Forgets sessions idle past the timeout (checked whenever a session is created).
+    fn sweep_idle(&self) {
+        let timeout = self.inner.options.session_idle_timeout;
+        let expired: Vec<Arc<HttpSession>> = {
+            let mut sessions = lock(&self.inner.sessions);
+            let ids: Vec<String> = sessions
+                .values()
+                .filter(|s| lock(&s.last_seen).elapsed() > timeout && !s.streams.has_live())
+                .map(|s| s.id.clone())
+                .collect();
+            ids.iter().filter_map(|id| sessions.remove(id)).collect()
+        };
+        for s in &expired {
+            end(s);
+        }
+    }
+}
+
+fn end(s: &HttpSession) {
+    s.session.close();
+    s.streams.close_all();
+}
+
+fn unsupported_version() -> HttpError {
+    HttpError::BadRequest(format!(
+        "Unsupported MCP-Protocol-Version (supported: {})",
+        SUPPORTED_VERSIONS.join(", ")
+    ))
+}
+
+fn with_session(mut response: Response, session_id: &str) -> Response {
+    if let Ok(v) = HeaderValue::from_str(session_id) {
+        response.headers_mut().insert(SESSION_HEADER, v);
+    }
+    response
+}
+
+fn json_response(body: Vec<u8>, session_id: Option<&str>) -> Response {
+    let r = (StatusCode::OK, [(header::CONTENT_TYPE, JSON)], body).into_response();
+    match session_id {
+        Some(id) => with_session(r, id),
+        None => r,
+    }
+}
+
+fn sse_response(rx: Receiver, keep_alive: Duration, session_id: &str) -> Response {
+    let r = Response::builder()
+        .status(StatusCode::OK)
+        .header(header::CONTENT_TYPE, EVENT_STREAM)
+        .header(header::CACHE_CONTROL, "no-cache")
+        .body(sse_body(rx, keep_alive))
+        .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response());
+    with_session(r, session_id)
+}
+
+fn accepted() -> Response {
+    StatusCode::ACCEPTED.into_response()
+}
+
+async fn post_mcp(
+    State(http): State<HttpServer>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, HttpError> {
+    http.check_host(&headers)?;
+    if !is_json_content(&headers) {
+        return Err(HttpError::UnsupportedMediaType);
+    }
+    let accept = Accept::parse(&headers);
+    let acceptable = if http.inner.options.strict_accept {
+        accept.json_literal && accept.sse_literal
+    } else {
+        accept.json || accept.sse
+    };
+    if !acceptable {
+        return Err(HttpError::NotAcceptable(
+            "Client must accept both application/json and text/event-stream",
+        ));
+    }
+    if !supported_version(&headers) {
+        return Err(unsupported_version());
+    }
+    if body.trim_ascii_start().first() == Some(&b'[') {
+        let entry = http.session(&headers)?;
+        let items: Vec<Box<RawValue>> = serde_json::from_slice(&body)
+            .map_err(|e| HttpError::Envelope(EnvelopeError::Parse(e.to_string())))?;
+        return Ok(match entry.session.handle_batch(items).await {
+            Some(out) => json_response(out, Some(&entry.id)),
+            None => accepted(),
+        });
+    }
+    let message = jsonrpc::parse_message(&body).map_err(HttpError::Envelope)?;
+    match message {
+        Message::Request(req)
+            if req.method == "initialize" && header_str(&headers, SESSION_HEADER).is_none() =>
+        {
+            initialize(&http, &accept, req).await
+        }
+        Message::Request(req) => {
+            let entry = http.session(&headers)?;
+            Ok(answer(&http, &entry, &accept, req).await)
+        }
+        Message::Notification(n) => {
+            http.session(&headers)?.session.handle_notification(n);
+            Ok(accepted())
+        }
+        Message::Response(r) => {
+            http.session(&headers)?.session.handle_response(r);
+            Ok(accepted())
+        }
+    }
+}
+
+/// Creates a session for an `initialize` request; it is kept only if initialization succeeded.
+/// The answer is JSON unless the client accepts only `text/event-stream`.
+async fn initialize(
+    http: &HttpServer,
+    accept: &Accept,
+    req: Request,
+) -> Result<Response, HttpError> {
+    http.sweep_idle();
+    let entry = http.new_session()?;
+    let id = req.id.clone();
+    let out = entry.session.handle_request(req).await.unwrap_or_default();
+    let Some(version) = entry.session.protocol_version() else {
+        end(&entry);
+        return Ok(json_response(out, None));
+    };
+    entry.streams.set_priming(version.as_str() >= "2025-11-25");
+    lock(&http.inner.sessions).insert(entry.id.clone(), entry.clone());
+    tracing::info!(session = %entry.id, version, "session started");
+    if !accept.json {
+        if let Some(rx) = entry.streams.open_request(&id) {
+            entry.streams.finish(&id, Some(out));
+            return Ok(sse_response(rx, http.inner.options.keep_alive, &entry.id));
+        }
+    }
+    Ok(json_response(out, Some(&entry.id)))
+}
+
+/// Answers a request as JSON or on its own SSE stream.
+async fn answer(
+    http: &HttpServer,
+    entry: &Arc<HttpSession>,
+    accept: &Accept,
+    req: Request,
+) -> Response {
+    let wants_sse = match http.inner.options.response_mode {
+        ResponseMode::Json => false,
+        ResponseMode::Sse => true,
+        ResponseMode::Auto => matches!(
+            req.method.as_str(),
+            "tools/call" | "prompts/get" | "resources/read"
+        ),
+    };
+    let use_sse = (wants_sse && accept.sse) || !accept.json;
+    if !use_sse {
+        return match entry.session.handle_request(req).await {
+            Some(out) => json_response(out, Some(&entry.id)),
+            // Cancelled: no JSON-RPC response may be sent (basic/utilities/cancellation).
+            None => accepted(),
+        };
+    }
+    let Some(rx) = entry.streams.open_request(&req.id) else {
+        let e = ErrorObject::new(INVALID_REQUEST, "Request id is already in use");
+        return json_response(jsonrpc::error_bytes(Some(&req.id), &e), Some(&entry.id));
+    };
+    let (session, streams, id) = (entry.session.clone(), entry.streams.clone(), req.id.clone());
+    // The request runs on its own task: a client disconnect is not a cancellation
+    // (basic/transports), and its events stay buffered for resumption.
+    tokio::spawn(async move {
+        let out = session.handle_request(req).await;
+        streams.finish(&id, out);
+    });
+    sse_response(rx, http.inner.options.keep_alive, &entry.id)
+}
+
+async fn get_mcp(
+    State(http): State<HttpServer>,
+    headers: HeaderMap,
+) -> Result<Response, HttpError> {
+    http.check_host(&headers)?;
+    let accept = Accept::parse(&headers);
+    let ok = if http.inner.options.strict_accept {
+        accept.sse_literal
+    } else {
+        accept.sse
+    };
+    if !ok {
+        return Err(HttpError::NotAcceptable(
+            "Client must accept text/event-stream",
+        ));
+    }
+    if !supported_version(&headers) {
+        return Err(unsupported_version());
+    }
+    let entry = http.session(&headers)?;
+    let rx = match header_str(&headers, LAST_EVENT_ID) {
+        Some(last) => entry
+            .streams
+            .resume(last)
+            .map_err(|e| HttpError::BadRequest(e.to_string()))?,
+        None => entry.streams.open_standalone(),
+    };
+    Ok(sse_response(rx, http.inner.options.keep_alive, &entry.id))
+}
+
+async fn delete_mcp(
+    State(http): State<HttpServer>,
+    headers: HeaderMap,
+) -> Result<Response, HttpError> {
+    http.check_host(&headers)?;
+    let entry = http.session(&headers)?;
+    lock(&http.inner.sessions).remove(&entry.id);
+    end(&entry);
+    tracing::info!(session = %entry.id, "session ended by client");
+    Ok(StatusCode::OK.into_response())
+}

@@ -1,0 +1,278 @@
+//! Transport-independent MCP protocol engine: the shared [`Server`] and the transport [`Sink`].
+//!
+//! Transports feed client messages into [`Session::handle_request`],
+//! [`Session::handle_notification`] and [`Session::handle_response`]; everything the
+//! server sends on its own (notifications, server→client requests) leaves through the
+//! transport's [`Sink`], tagged with a [`Route`] so that Streamable HTTP can put it on
+//! the right SSE stream (MCP 2025-11-25 basic/transports "Sending Messages to the Server").
+
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock, Weak};
+use std::time::Duration;
+
+use serde_json::{Map, Value, json};
+
+use crate::demo::catalog::{Catalog, ListKind};
+use crate::demo::session::{Session, SessionInner};
+use crate::jsonrpc::{self, Id};
+
+/// Protocol revisions this engine speaks, newest first (MCP 2025-11-25 basic/lifecycle
+/// "Version Negotiation").
+pub const SUPPORTED_VERSIONS: [&str; 3] = ["2025-11-25", "2025-06-18", "2025-03-26"];
+
+/// The revision answered when the client asks for one we do not support.
+pub const LATEST_VERSION: &str = "2025-11-25";
+
+/// Where an outgoing message belongs.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Route {
+    /// Related to the client request with this id: over Streamable HTTP it goes on that
+    /// request's SSE stream (MCP 2025-11-25 basic/transports, POST item 6).
+    Related(Id),
+    /// Unrelated to any request (`list_changed`, `resources/updated`): the GET stream.
+    Unrelated,
+}
+
+/// The transport's outgoing side. Implementations must not block: queue and return.
+pub trait Sink: Send + Sync + 'static {
+    /// Sends one serialized JSON-RPC message (request or notification).
+    fn send(&self, route: &Route, message: Vec<u8>);
+
+    /// Asks the transport to close the connection carrying the SSE stream of
+    /// `request` without ending the stream (SEP-1699 polling). No-op by default.
+    fn close_stream(&self, request: &Id) {
+        let _ = request;
+    }
+}
+
+/// Identity the server announces in `initialize` (`serverInfo`, `instructions`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ServerInfo {
+    /// `serverInfo.name`.
+    pub name: String,
+    /// `serverInfo.version`.
+    pub version: String,
+    /// `serverInfo.title` (2025-06-18+ display name).
+    pub title: Option<String>,
+    /// `InitializeResult.instructions`.
+    pub instructions: Option<String>,
+}
+
+/// Engine knobs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EngineOptions {
+    /// How long a server→client request (sampling, elicitation, roots) may wait for
+    /// the client's answer before it is cancelled (MCP 2025-11-25 basic/lifecycle "Timeouts").
+    pub client_request_timeout: Duration,
+    /// Replaces the capabilities derived from the catalogue, for servers that want to
+    /// announce (or hide) something specific.
+    pub capabilities: Option<Value>,
+}
+
+impl Default for EngineOptions {
+    fn default() -> Self {
+        EngineOptions {
+            client_request_timeout: Duration::from_secs(120),
+            capabilities: None,
+        }
+    }
+}
+
+/// A server: identity, capabilities and a catalogue shared by all its sessions.
+///
+/// Cheap to clone. Changing the catalogue with [`Server::update_catalog`] notifies every
+/// session of the lists that changed.
+#[derive(Clone)]
+pub struct Server {
+    inner: Arc<ServerInner>,
+}
+
+struct ServerInner {
+    info: ServerInfo,
+    capabilities: Value,
+    options: EngineOptions,
+    /// Snapshot semantics: readers clone the `Arc` and never hold the lock across `.await`.
+    catalog: RwLock<Arc<Catalog>>,
+    sessions: Mutex<Vec<Weak<SessionInner>>>,
+}
+
+/// Locks a mutex, recovering the data if a panicking thread poisoned it.
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl Server {
+    /// A server with default [`EngineOptions`].
+    pub fn new(info: ServerInfo, catalog: Catalog) -> Self {
+        Server::with_options(info, catalog, EngineOptions::default())
+    }
+
+    /// A server with explicit options. Unless `options.capabilities` is set, capabilities
+    /// are derived from the catalogue: `tools`/`resources`/`prompts` with
+    /// `listChanged: true` (and `resources.subscribe: true`) when present, `completions`
+    /// when a completer is set, and always `logging` (MCP 2025-11-25 basic/lifecycle).
+    pub fn with_options(info: ServerInfo, catalog: Catalog, options: EngineOptions) -> Self {
+        let capabilities = options
+            .capabilities
+            .clone()
+            .unwrap_or_else(|| derive_capabilities(&catalog));
+        Server {
+            inner: Arc::new(ServerInner {
+                info,
+                capabilities,
+                options,
+                catalog: RwLock::new(Arc::new(catalog)),
+                sessions: Mutex::new(Vec::new()),
+            }),
+        }
+    }
+
+    /// The announced identity.
+    pub fn info(&self) -> &ServerInfo {
+        &self.inner.info
+    }
+
+    /// The announced `ServerCapabilities`.
+    pub fn capabilities(&self) -> &Value {
+        &self.inner.capabilities
+    }
+
+    /// The engine options.
+    pub fn options(&self) -> &EngineOptions {
+        &self.inner.options
+    }
+
+    /// The current catalogue snapshot.
+    pub fn catalog(&self) -> Arc<Catalog> {
+        self.inner
+            .catalog
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Changes the catalogue, then sends `notifications/{tools,resources,prompts}/list_changed`
+    /// to every session for each list whose definitions changed (and whose capability
+    /// declares `listChanged`). Returns the changed lists.
+    pub fn update_catalog(&self, f: impl FnOnce(&mut Catalog)) -> Vec<ListKind> {
+        let kinds = [ListKind::Tools, ListKind::Resources, ListKind::Prompts];
+        let changed: Vec<ListKind> = {
+            let mut guard = self
+                .inner
+                .catalog
+                .write()
+                .unwrap_or_else(PoisonError::into_inner);
+            let before: Vec<Vec<Value>> = kinds.iter().map(|k| guard.definitions(*k)).collect();
+            let mut next = Catalog::clone(&guard);
+            f(&mut next);
+            let changed = kinds
+                .iter()
+                .zip(before)
+                .filter(|(k, b)| next.definitions(**k) != *b)
+                .map(|(k, _)| *k)
+                .collect();
+            *guard = Arc::new(next);
+            changed
+        };
+        for kind in &changed {
+            self.notify_list_changed(*kind);
+        }
+        changed
+    }
+
+    /// Sends `notifications/<kind>/list_changed` to every initialized session, if the
+    /// capability declares `listChanged`.
+    pub fn notify_list_changed(&self, kind: ListKind) {
+        let cap = match kind {
+            ListKind::Tools => "tools",
+            ListKind::Resources => "resources",
+            ListKind::Prompts => "prompts",
+        };
+        if self.inner.capabilities[cap]["listChanged"] != Value::Bool(true) {
+            return;
+        }
+        let msg = jsonrpc::notification_bytes(kind.notification(), None);
+        for s in self.live_sessions() {
+            if s.is_initialized() {
+                s.sink.send(&Route::Unrelated, msg.clone());
+            }
+        }
+    }
+
+    /// Sends `notifications/resources/updated {uri}` to the sessions subscribed to `uri`
+    /// (MCP 2025-11-25 server/resources "Subscriptions"). Returns how many were notified.
+    pub fn notify_resource_updated(&self, uri: &str) -> usize {
+        let msg = jsonrpc::notification_bytes(
+            "notifications/resources/updated",
+            Some(&json!({ "uri": uri })),
+        );
+        let mut n = 0;
+        for s in self.live_sessions() {
+            if lock(&s.state).subscriptions.contains(uri) {
+                s.sink.send(&Route::Unrelated, msg.clone());
+                n += 1;
+            }
+        }
+        n
+    }
+
+    /// Number of sessions still alive.
+    pub fn session_count(&self) -> usize {
+        self.live_sessions().len()
+    }
+
+    /// Starts a session whose outgoing messages go to `sink`.
+    pub fn connect(&self, sink: Arc<dyn Sink>) -> Session {
+        let inner = Arc::new(SessionInner::new(self.clone(), sink));
+        let mut sessions = lock(&self.inner.sessions);
+        sessions.retain(|w| w.strong_count() > 0);
+        sessions.push(Arc::downgrade(&inner));
+        Session::from_inner(inner)
+    }
+
+    fn live_sessions(&self) -> Vec<Arc<SessionInner>> {
+        let mut sessions = lock(&self.inner.sessions);
+        sessions.retain(|w| w.strong_count() > 0);
+        sessions
+            .iter()
+            .filter_map(Weak::upgrade)
+            .filter(|s| !s.closed.is_cancelled())
+            .collect()
+    }
+}
+
+fn derive_capabilities(catalog: &Catalog) -> Value {
+    let mut caps = Map::new();
+    if catalog.has_tools() {
+        caps.insert("tools".into(), json!({ "listChanged": true }));
+    }
+    if catalog.has_resources() {
+        caps.insert(
+            "resources".into(),
+            json!({ "subscribe": true, "listChanged": true }),
+        );
+    }
+    if catalog.has_prompts() {
+        caps.insert("prompts".into(), json!({ "listChanged": true }));
+    }
+    if catalog.has_completer() {
+        caps.insert("completions".into(), json!({}));
+    }
+    caps.insert("logging".into(), json!({}));
+    Value::Object(caps)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::demo::catalog::{Tool, text_result};
+
+    #[test]
+    fn capabilities_follow_the_catalog() {
+        let empty = derive_capabilities(&Catalog::new());
+        assert_eq!(empty, json!({ "logging": {} }));
+        let tool = Tool::new(json!({"name": "t"}), |_, _| async { Ok(text_result("")) });
+        let caps = derive_capabilities(&Catalog::new().with_tool(tool));
+        assert_eq!(caps["tools"], json!({ "listChanged": true }));
+        assert!(caps.get("prompts").is_none() && caps.get("completions").is_none());
+    }
+}
