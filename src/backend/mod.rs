@@ -2,6 +2,7 @@
 
 mod conn;
 mod http;
+mod sse;
 mod stdio;
 
 use std::sync::{Arc, Mutex};
@@ -110,6 +111,7 @@ pub trait UpstreamHandler: Send + Sync + 'static {
 pub(crate) enum Link {
     Stdio(stdio::StdioLink),
     Http(Box<http::HttpLink>),
+    Sse(Box<sse::SseLink>),
 }
 
 impl Link {
@@ -125,6 +127,7 @@ impl Link {
         match self {
             Link::Stdio(l) => l.send(&conn.backend, bytes).await,
             Link::Http(l) => l.send_request(conn, id, method, bytes).await,
+            Link::Sse(l) => l.send(bytes).await,
         }
     }
 
@@ -133,6 +136,7 @@ impl Link {
         match self {
             Link::Stdio(l) => l.send_detached(bytes),
             Link::Http(l) => l.send_detached(conn, bytes),
+            Link::Sse(l) => l.send_detached(bytes),
         }
     }
 
@@ -145,6 +149,7 @@ impl Link {
         match self {
             Link::Stdio(l) => l.send(&conn.backend, bytes).await,
             Link::Http(l) => l.send_awaited(conn, bytes).await,
+            Link::Sse(l) => l.send(bytes).await,
         }
     }
 
@@ -152,6 +157,7 @@ impl Link {
         match self {
             Link::Stdio(l) => l.close(&conn.backend).await,
             Link::Http(l) => l.close(conn).await,
+            Link::Sse(l) => l.close(),
         }
     }
 }
@@ -165,13 +171,16 @@ pub struct BackendSpec {
     /// Per-call timeout.
     pub timeout: Duration,
     http: Option<reqwest::Client>,
+    /// Set once an `http` backend turned out to speak only the legacy transport,
+    /// so later connections skip the failing Streamable HTTP attempt.
+    legacy_detected: std::sync::atomic::AtomicBool,
 }
 
 impl BackendSpec {
     /// Builds the spec (and, for HTTP backends, one pooled HTTP client).
     pub fn new(name: &str, config: BackendConfig, default_timeout: Duration) -> Self {
         let http = match &config.transport {
-            Transport::Http { .. } => reqwest::Client::builder()
+            Transport::Http { .. } | Transport::Sse { .. } => reqwest::Client::builder()
                 .connect_timeout(Duration::from_secs(10))
                 .pool_max_idle_per_host(64)
                 .build()
@@ -183,6 +192,7 @@ impl BackendSpec {
             timeout: config.timeout.unwrap_or(default_timeout),
             config,
             http,
+            legacy_detected: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -197,6 +207,56 @@ impl BackendSpec {
         handler: Arc<dyn UpstreamHandler>,
         capabilities: Value,
     ) -> Result<Arc<Connection>, BackendError> {
+        use std::sync::atomic::Ordering;
+        let transport = match &self.config.transport {
+            Transport::Http { url, headers } if self.legacy_detected.load(Ordering::Relaxed) => {
+                Transport::Sse {
+                    url: url.clone(),
+                    headers: headers.clone(),
+                }
+            }
+            t => t.clone(),
+        };
+        let first = self
+            .connect_as(
+                transport.clone(),
+                owner.clone(),
+                handler.clone(),
+                capabilities.clone(),
+            )
+            .await;
+        match (&transport, first) {
+            // MCP 2025-11-25 transports, backwards compatibility: a POST of
+            // `initialize` answered 400, 404 or 405 means an HTTP+SSE server.
+            (
+                Transport::Http { url, headers },
+                Err(BackendError::HttpStatus {
+                    status: 400 | 404 | 405,
+                    ..
+                }),
+            ) => {
+                tracing::info!(backend = %self.name, "Streamable HTTP refused; trying the legacy HTTP+SSE transport");
+                let legacy = Transport::Sse {
+                    url: url.clone(),
+                    headers: headers.clone(),
+                };
+                let outcome = self.connect_as(legacy, owner, handler, capabilities).await;
+                if outcome.is_ok() {
+                    self.legacy_detected.store(true, Ordering::Relaxed);
+                }
+                outcome
+            }
+            (_, outcome) => outcome,
+        }
+    }
+
+    async fn connect_as(
+        &self,
+        transport: Transport,
+        owner: Owner,
+        handler: Arc<dyn UpstreamHandler>,
+        capabilities: Value,
+    ) -> Result<Arc<Connection>, BackendError> {
         let conn = Arc::new(Connection::new(
             self.name.clone(),
             owner,
@@ -204,7 +264,8 @@ impl BackendSpec {
             capabilities,
             self.timeout,
         ));
-        let link = match &self.config.transport {
+        let client = || self.http.clone().unwrap_or_default();
+        let link = match &transport {
             Transport::Stdio {
                 command,
                 args,
@@ -217,12 +278,15 @@ impl BackendSpec {
                 env,
                 cwd.as_deref(),
             )?),
-            Transport::Http { url, headers } => {
-                let client = self.http.clone().unwrap_or_default();
-                Link::Http(Box::new(http::HttpLink::new(
-                    &self.name, client, url, headers,
-                )?))
-            }
+            Transport::Http { url, headers } => Link::Http(Box::new(http::HttpLink::new(
+                &self.name,
+                client(),
+                url,
+                headers,
+            )?)),
+            Transport::Sse { url, headers } => Link::Sse(Box::new(
+                sse::SseLink::open(&conn, client(), url, headers).await?,
+            )),
         };
         let _ = conn.link.set(link);
         match conn.handshake().await {

@@ -39,13 +39,8 @@ pub(super) fn to_toml_value(text: &str) -> Result<toml::Value, Vec<ConfigProblem
         let mut t = toml::map::Map::new();
         let kind = entry.get("type").and_then(Value::as_str);
         if let Some(url) = entry.get("url").or_else(|| entry.get("serverUrl")) {
-            if kind == Some("sse") {
-                problems.push(ConfigProblem::new(
-                    at(".type"),
-                    "legacy HTTP+SSE servers are not supported yet; use a Streamable HTTP URL",
-                ));
-            }
-            t.insert("type".into(), "http".into());
+            let kind = if kind == Some("sse") { "sse" } else { "http" };
+            t.insert("type".into(), kind.into());
             t.insert("url".into(), json_to_toml(url));
             if let Some(h) = entry.get("headers") {
                 t.insert("headers".into(), json_to_toml(h));

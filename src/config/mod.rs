@@ -158,11 +158,19 @@ pub enum Transport {
         /// Working directory.
         cwd: Option<PathBuf>,
     },
-    /// `type = "http"`: a remote Streamable HTTP MCP server.
+    /// `type = "http"`: a remote Streamable HTTP MCP server (falls back to the
+    /// legacy HTTP+SSE transport when `initialize` is answered 400/404/405).
     Http {
         /// The MCP endpoint URL.
         url: String,
         /// Extra request headers (they never replace protocol headers).
+        headers: BTreeMap<String, String>,
+    },
+    /// `type = "sse"`: a legacy (2024-11-05) HTTP+SSE server.
+    Sse {
+        /// The event stream URL.
+        url: String,
+        /// Extra request headers.
         headers: BTreeMap<String, String>,
     },
 }
@@ -175,6 +183,8 @@ pub enum BackendKind {
     Stdio,
     /// Streamable HTTP.
     Http,
+    /// Legacy HTTP+SSE (2024-11-05).
+    Sse,
 }
 
 /// `[backends.NAME]` as written in the file: every transport's fields are optional
@@ -234,7 +244,7 @@ impl BackendConfig {
     pub fn mode(&self) -> ConnectionMode {
         self.mode.unwrap_or(match self.transport {
             Transport::Stdio { .. } => ConnectionMode::Shared,
-            Transport::Http { .. } => ConnectionMode::PerSession,
+            Transport::Http { .. } | Transport::Sse { .. } => ConnectionMode::PerSession,
         })
     }
 }

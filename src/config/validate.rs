@@ -82,7 +82,12 @@ pub(super) fn build(raw: RawConfig, p: &mut Vec<ConfigProblem>) -> Config {
                     cwd: b.cwd,
                 }
             }
-            BackendKind::Http => {
+            BackendKind::Http | BackendKind::Sse => {
+                let kind = if b.kind == BackendKind::Http {
+                    "http"
+                } else {
+                    "sse"
+                };
                 for (f, set) in [
                     ("command", b.command.is_some()),
                     ("args", !b.args.is_empty()),
@@ -90,15 +95,23 @@ pub(super) fn build(raw: RawConfig, p: &mut Vec<ConfigProblem>) -> Config {
                     ("cwd", b.cwd.is_some()),
                 ] {
                     if set {
-                        p.push(ConfigProblem::new(at(f), "not allowed for type \"http\""));
+                        p.push(ConfigProblem::new(
+                            at(f),
+                            format!("not allowed for type {kind:?}"),
+                        ));
                     }
                 }
                 if b.url.is_none() {
-                    p.push(ConfigProblem::new(at("url"), "required for type \"http\""));
+                    p.push(ConfigProblem::new(
+                        at("url"),
+                        format!("required for type {kind:?}"),
+                    ));
                 }
-                Transport::Http {
-                    url: b.url.unwrap_or_default(),
-                    headers: b.headers,
+                let (url, headers) = (b.url.unwrap_or_default(), b.headers);
+                if b.kind == BackendKind::Http {
+                    Transport::Http { url, headers }
+                } else {
+                    Transport::Sse { url, headers }
                 }
             }
         };
@@ -200,8 +213,8 @@ pub fn validate(c: &Config) -> Vec<ConfigProblem> {
                     p.push(ConfigProblem::new(at("command"), "must not be empty"));
                 }
             }
-            Transport::Http { url, .. } if url.is_empty() => {}
-            Transport::Http { url, headers } => {
+            Transport::Http { url, .. } | Transport::Sse { url, .. } if url.is_empty() => {}
+            Transport::Http { url, headers } | Transport::Sse { url, headers } => {
                 match url::Url::parse(url) {
                     Ok(u) if matches!(u.scheme(), "http" | "https") && u.host().is_some() => {}
                     Ok(_) => p.push(ConfigProblem::new(at("url"), "must be an http(s) URL")),
