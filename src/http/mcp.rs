@@ -178,9 +178,15 @@ async fn initialize(st: &AppState, req: &Request) -> Result<Response, HttpError>
         ));
     }
     let view = st.router.view();
+    let mut capabilities = view.capabilities.clone();
+    if version < ProtocolVersion::V2025_11_25 {
+        if let Some(c) = capabilities.as_object_mut() {
+            c.remove("tasks");
+        }
+    }
     let mut result = json!({
         "protocolVersion": version.as_str(),
-        "capabilities": view.capabilities,
+        "capabilities": capabilities,
         "serverInfo": {"name": "mcpgate", "version": env!("CARGO_PKG_VERSION")},
     });
     if let Some(text) = &view.instructions {

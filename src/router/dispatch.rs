@@ -53,6 +53,10 @@ impl Router {
             }
             "completion/complete" => self.complete(session, id, params),
             "logging/setLevel" => self.set_level(session, &id, &params).await,
+            "tasks/get" | "tasks/result" | "tasks/cancel" => {
+                self.task_call(session, id, &method, params)
+            }
+            "tasks/list" => self.task_list(session, &id).await,
             "initialize" => err(
                 &id,
                 jsonrpc::INVALID_REQUEST,
@@ -225,6 +229,24 @@ impl Router {
         params: Value,
         kind: ResultKind,
     ) -> Reply {
+        self.forward_with(session, id, backend, method, params, kind, None)
+    }
+
+    /// [`Router::forward`], for a request about the task exposed as `task`
+    /// (`tasks/get|result|cancel`), whose result names that task.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn forward_with(
+        self: &Arc<Self>,
+        session: &Arc<Session>,
+        id: Id,
+        backend: usize,
+        method: &str,
+        params: Value,
+        kind: ResultKind,
+        task: Option<String>,
+    ) -> Reply {
+        let creates_task =
+            kind == ResultKind::ToolCall && task.is_none() && params.get("task").is_some();
         let (tx, rx) = mpsc::channel(64);
         let token = jsonrpc::progress_token(Some(&params)).cloned();
         let call = Arc::new(HostCall::new(session.clone(), id.clone(), token, tx));
@@ -261,12 +283,25 @@ impl Router {
                 Err(BackendError::Cancelled) => return,
                 Ok(raw) => {
                     let prefix = &router.backends[backend].uri_prefix;
-                    let raw = rewrite_result(raw, kind, prefix, session.version);
+                    let raw = match &task {
+                        Some(exposed) => {
+                            Router::expose_task_result(raw, kind, prefix, &session, exposed)
+                        }
+                        None => rewrite_result(raw, kind, prefix, session.version),
+                    };
+                    let raw = if creates_task {
+                        router.register_created_task(&session, backend, raw)
+                    } else {
+                        raw
+                    };
                     jsonrpc::result_bytes(&id, &raw)
                 }
                 Err(e) => {
-                    tracing::debug!(backend = %router.backends[backend].spec.name, method, cause = %e, "backend call failed");
-                    jsonrpc::error_bytes(Some(&id), &e.to_error_object())
+                    let name = &router.backends[backend].spec.name;
+                    tracing::debug!(backend = %name, method, cause = %e, "backend call failed");
+                    let mut error = e.to_error_object();
+                    namespace_elicitation_ids(&mut error, name);
+                    jsonrpc::error_bytes(Some(&id), &error)
                 }
             };
             if ours {
@@ -274,5 +309,27 @@ impl Router {
             }
         });
         Reply::Stream(rx)
+    }
+}
+
+/// `URLElicitationRequiredError` (-32042, MCP 2025-11-25 client/elicitation): the
+/// `elicitationId`s in `data.elicitations[]` are namespaced by backend like those
+/// of relayed `elicitation/create` requests.
+fn namespace_elicitation_ids(error: &mut ErrorObject, backend: &str) {
+    if error.code != -32042 {
+        return;
+    }
+    let Some(list) = error
+        .data
+        .as_mut()
+        .and_then(|d| d.get_mut("elicitations"))
+        .and_then(Value::as_array_mut)
+    else {
+        return;
+    };
+    for e in list {
+        if let Some(Value::String(id)) = e.get_mut("elicitationId") {
+            *id = format!("{backend}:{id}");
+        }
     }
 }

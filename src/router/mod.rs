@@ -8,6 +8,7 @@ pub mod names;
 mod relay;
 pub mod rewrite;
 mod subscriptions;
+pub mod tasks;
 pub mod view;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

@@ -89,6 +89,46 @@ impl Router {
                 }
             }
             "notifications/cancelled" => self.backend_cancelled(conn, call, &params),
+            "notifications/tasks/status" => {
+                let Some(idx) = self.backend_index(conn) else {
+                    return;
+                };
+                let original = params
+                    .get("taskId")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_owned();
+                let hint = call
+                    .as_ref()
+                    .map(|c| c.session.clone())
+                    .or_else(|| conn.owner_session());
+                let Some((session, exposed)) = self.task_owner(idx, &original, hint) else {
+                    tracing::debug!(backend = %conn.backend, "status of a task no session owns; dropped");
+                    return;
+                };
+                params["taskId"] = exposed.into();
+                let bytes = jsonrpc::notification_bytes(&method, Some(&params));
+                match call {
+                    Some(c) if Arc::ptr_eq(&c.session, &session) => {
+                        c.send_related(bytes.into());
+                    }
+                    _ => {
+                        session.send_unrelated(bytes.into());
+                    }
+                }
+            }
+            "notifications/elicitation/complete" => {
+                if let Some(Value::String(id)) = params.get_mut("elicitationId") {
+                    *id = format!("{}:{id}", conn.backend);
+                }
+                if let Some(session) = call
+                    .map(|c| c.session.clone())
+                    .or_else(|| conn.owner_session())
+                {
+                    session
+                        .send_unrelated(jsonrpc::notification_bytes(&method, Some(&params)).into());
+                }
+            }
             _ => {
                 if let Some(session) = call
                     .map(|c| c.session.clone())
@@ -171,7 +211,13 @@ impl Router {
                 &format!("Client does not support {needed}"),
             );
         }
-        let params = req.params.clone();
+        let mut params = req.params.clone();
+        if let Some(p) = params.as_mut() {
+            super::tasks::expose_related_task(p, &conn.backend);
+            if let Some(Value::String(id)) = p.get_mut("elicitationId") {
+                *id = format!("{}:{id}", conn.backend);
+            }
+        }
         if needed == "elicitation" && !elicitation_mode_declared(&session, params.as_ref()) {
             return refuse(
                 jsonrpc::INVALID_PARAMS,

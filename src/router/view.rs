@@ -157,6 +157,7 @@ impl View {
         let mut unprefixed_resource_backends = Vec::new();
         let mut subscribe = false;
         let mut completions = false;
+        let mut tasks = false;
         let mut instructions = Vec::new();
         for (idx, input) in inputs.iter().enumerate() {
             if !input.uri_prefix.is_empty() {
@@ -166,6 +167,8 @@ impl View {
             let caps = &cat.init.capabilities;
             subscribe |= caps.pointer("/resources/subscribe") == Some(&Value::Bool(true));
             completions |= cat.init.has("completions");
+            let backend_tasks = caps.pointer("/tasks/requests/tools/call").is_some();
+            tasks |= backend_tasks;
             if let Some(text) = cat
                 .init
                 .instructions
@@ -182,7 +185,15 @@ impl View {
                     continue;
                 }
                 let exposed = claim(&mut tools, input, idx, original, max_name_len);
-                lists[0].push(expose_item(tool, input, original, &exposed));
+                let mut item = expose_item(tool, input, original, &exposed);
+                if !backend_tasks {
+                    // The capability is per server; after aggregation the per-tool
+                    // field is the only switch (MCP 2025-11-25 checklist §8.5).
+                    if let Some(exec) = item.get_mut("execution").and_then(Value::as_object_mut) {
+                        exec.remove("taskSupport");
+                    }
+                }
+                lists[0].push(item);
             }
             for prompt in &cat.prompts {
                 let Some(original) = prompt.get("name").and_then(Value::as_str) else {
@@ -237,6 +248,10 @@ impl View {
         });
         if completions {
             capabilities["completions"] = json!({});
+        }
+        if tasks {
+            capabilities["tasks"] =
+                json!({"list": {}, "cancel": {}, "requests": {"tools": {"call": {}}}});
         }
         let mut view = View {
             epoch,

@@ -94,6 +94,8 @@ pub struct Session {
     next_client_id: AtomicI64,
     /// SSE streams and the events recorded for resumption.
     pub events: EventLog,
+    /// Tasks this session created, by exposed task id.
+    pub tasks: Mutex<HashMap<String, crate::router::tasks::TaskRoute>>,
     log_level: Mutex<Option<usize>>,
     /// Cancelled when the session ends (DELETE, expiry, shutdown).
     pub closed: CancellationToken,
@@ -113,6 +115,7 @@ impl Session {
             client_requests: Mutex::new(HashMap::new()),
             next_client_id: AtomicI64::new(1),
             events: EventLog::default(),
+            tasks: Mutex::new(HashMap::new()),
             log_level: Mutex::new(None),
             closed: CancellationToken::new(),
         }
