@@ -9,6 +9,7 @@ pub mod config;
 pub mod demo;
 pub mod http;
 pub mod jsonrpc;
+pub mod metrics;
 pub mod protocol;
 pub mod router;
 pub mod session;
@@ -30,6 +31,8 @@ use crate::session::MemoryStore;
 pub struct Gateway {
     /// The address the MCP endpoint listens on.
     pub local_addr: SocketAddr,
+    /// The address of the `/metrics` listener, if it is running.
+    pub metrics_addr: Option<SocketAddr>,
     /// The router (for tests and embedding).
     pub router: Arc<Router>,
     stop: CancellationToken,
@@ -89,20 +92,45 @@ impl Gateway {
             }
         });
         tokio::spawn(reap_idle(router.clone(), stop.clone()));
+        let metrics_addr = match config.server.metrics_listen {
+            Some(addr) => serve_metrics(addr, router.clone(), stop.clone()).await,
+            None => None,
+        };
         tracing::info!(addr = %local_addr, path = %config.server.path, backends = config.backends.len(), "mcpgate listening");
         Ok(Gateway {
             local_addr,
+            metrics_addr,
             router,
             stop,
             server,
         })
     }
 
-    /// Stops accepting, ends every session and stops every backend.
+    /// Graceful shutdown: stop accepting connections (`/readyz` turns 503), let
+    /// host requests in flight finish within `server.shutdown_grace`, then end
+    /// every session (its SSE streams close) and stop every backend (stdio
+    /// children: close stdin → SIGTERM → SIGKILL; HTTP backends: `DELETE`).
     pub async fn shutdown(self) {
+        self.router.begin_shutdown();
         self.stop.cancel();
+        let deadline = tokio::time::Instant::now() + self.router.server.shutdown_grace;
+        loop {
+            let busy = self.router.calls_in_flight();
+            if busy == 0 {
+                break;
+            }
+            if tokio::time::Instant::now() >= deadline {
+                tracing::warn!(
+                    in_flight = busy,
+                    "shutdown grace period over; abandoning requests in flight"
+                );
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
         self.router.shutdown().await;
         let _ = tokio::time::timeout(Duration::from_secs(5), self.server).await;
+        tracing::info!("stopped");
     }
 }
 
@@ -116,4 +144,30 @@ async fn reap_idle(router: Arc<Router>, stop: CancellationToken) {
             _ = stop.cancelled() => return,
         }
     }
+}
+
+/// Serves `/metrics` on its own listener. A failure to bind is logged and the
+/// gateway keeps serving without it.
+async fn serve_metrics(
+    addr: SocketAddr,
+    router: Arc<Router>,
+    stop: CancellationToken,
+) -> Option<SocketAddr> {
+    let listener = match TcpListener::bind(addr).await {
+        Ok(l) => l,
+        Err(e) => {
+            tracing::error!(%addr, cause = %e, "cannot listen for /metrics; serving without metrics");
+            return None;
+        }
+    };
+    let local = listener.local_addr().ok();
+    let app = http::metrics_app(router);
+    tokio::spawn(async move {
+        let serve = axum::serve(listener, app).with_graceful_shutdown(stop.cancelled_owned());
+        if let Err(e) = serve.await {
+            tracing::error!(cause = %e, "metrics server failed");
+        }
+    });
+    tracing::info!(addr = ?local, "metrics listening");
+    local
 }

@@ -71,6 +71,8 @@ pub struct Connection {
     timeout: Duration,
     /// Cancelled when the connection is closed or its transport died.
     pub closed: CancellationToken,
+    /// Set when the gateway itself is closing the connection.
+    closing: std::sync::atomic::AtomicBool,
 }
 
 impl Connection {
@@ -93,6 +95,7 @@ impl Connection {
             next_id: AtomicU64::new(1),
             info: OnceLock::new(),
             closed: CancellationToken::new(),
+            closing: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -107,6 +110,11 @@ impl Connection {
             Owner::Shared => None,
             Owner::Session(s) => s.upgrade(),
         }
+    }
+
+    /// Whether the gateway is closing this connection on purpose.
+    pub fn is_closing(&self) -> bool {
+        self.closing.load(Ordering::Relaxed)
     }
 
     /// Whether the transport is still usable.
@@ -353,6 +361,7 @@ impl Connection {
     /// Closes the connection: ends the backend session (HTTP `DELETE`) or stops the
     /// child process (close stdin, wait, SIGTERM, SIGKILL).
     pub async fn close(self: &Arc<Self>) {
+        self.closing.store(true, Ordering::Relaxed);
         if let Some(link) = self.link.get() {
             link.close(self).await;
         }

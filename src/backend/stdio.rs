@@ -280,8 +280,10 @@ async fn watch_exit(
         Err(e) => format!("process lost: {e}"),
     };
     if let Some(conn) = conn.upgrade() {
-        if conn.is_alive() {
-            tracing::warn!(backend = %conn.backend, cause = %why, "stdio backend stopped");
+        if conn.is_closing() {
+            tracing::debug!(backend = %conn.backend, cause = %why, "stdio backend stopped");
+        } else if conn.is_alive() {
+            tracing::warn!(backend = %conn.backend, cause = %why, "stdio backend stopped unexpectedly");
         }
         conn.fail_all(&why);
     }

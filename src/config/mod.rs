@@ -97,6 +97,40 @@ pub struct ServerConfig {
     /// Default per-call timeout toward backends. Default 60 s.
     #[serde(with = "humantime_serde")]
     pub request_timeout: Duration,
+    /// Address of the Prometheus `/metrics` listener; `"off"` disables it.
+    /// Default `127.0.0.1:9464`. `MCPGATE_METRICS_LISTEN` overrides it.
+    #[serde(with = "optional_addr")]
+    pub metrics_listen: Option<SocketAddr>,
+    /// Interval of `ping` health checks on backends' shared connections. Default 30 s.
+    #[serde(with = "humantime_serde")]
+    pub backend_ping_interval: Duration,
+    /// How long in-flight requests may take to finish after SIGTERM/SIGINT.
+    /// Default 30 s.
+    #[serde(with = "humantime_serde")]
+    pub shutdown_grace: Duration,
+}
+
+/// `"off"` (or `""`) ↔ `None`; otherwise a socket address.
+mod optional_addr {
+    use std::net::SocketAddr;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<SocketAddr>, D::Error> {
+        let s = String::deserialize(d)?;
+        match s.trim() {
+            "" | "off" => Ok(None),
+            other => other.parse().map(Some).map_err(serde::de::Error::custom),
+        }
+    }
+
+    #[allow(dead_code)]
+    pub fn serialize<S: Serializer>(v: &Option<SocketAddr>, s: S) -> Result<S::Ok, S::Error> {
+        match v {
+            Some(a) => s.serialize_str(&a.to_string()),
+            None => s.serialize_str("off"),
+        }
+    }
 }
 
 impl Default for ServerConfig {
@@ -114,6 +148,9 @@ impl Default for ServerConfig {
             json_response_window: Duration::from_millis(100),
             sse_keep_alive: Duration::from_secs(15),
             request_timeout: Duration::from_secs(60),
+            metrics_listen: Some(SocketAddr::from(([127, 0, 0, 1], 9464))),
+            shutdown_grace: Duration::from_secs(30),
+            backend_ping_interval: Duration::from_secs(30),
         }
     }
 }
@@ -142,6 +179,8 @@ pub struct BackendConfig {
     pub mode: Option<ConnectionMode>,
     /// Tool filters.
     pub tools: ToolFilter,
+    /// Whether `/readyz` waits for this backend. Default false.
+    pub required: bool,
 }
 
 /// Backend transport settings, chosen by `type`.
@@ -220,6 +259,9 @@ pub struct RawBackend {
     /// See [`BackendConfig::tools`].
     #[serde(default)]
     pub tools: ToolFilter,
+    /// See [`BackendConfig::required`].
+    #[serde(default)]
+    pub required: bool,
 }
 
 /// `tools.include` / `tools.exclude` glob lists (matched against original names).
@@ -289,6 +331,9 @@ impl Config {
         interpolate::interpolate(&mut value, "", env, &mut problems);
         if let Some(listen) = env("MCPGATE_LISTEN") {
             set_server_field(&mut value, "listen", toml::Value::String(listen));
+        }
+        if let Some(listen) = env("MCPGATE_METRICS_LISTEN") {
+            set_server_field(&mut value, "metrics_listen", toml::Value::String(listen));
         }
         let config = match serde_path_to_error::deserialize::<_, RawConfig>(value) {
             Ok(raw) => Some(validate::build(raw, &mut problems)),

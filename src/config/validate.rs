@@ -121,6 +121,7 @@ pub(super) fn build(raw: RawConfig, p: &mut Vec<ConfigProblem>) -> Config {
             timeout: b.timeout,
             mode: b.mode,
             tools: b.tools,
+            required: b.required,
         };
         backends.insert(name, backend);
     }
@@ -164,6 +165,7 @@ pub fn validate(c: &Config) -> Vec<ConfigProblem> {
         ("server.session_idle_timeout", s.session_idle_timeout),
         ("server.sse_keep_alive", s.sse_keep_alive),
         ("server.request_timeout", s.request_timeout),
+        ("server.backend_ping_interval", s.backend_ping_interval),
     ] {
         if d.is_zero() {
             p.push(ConfigProblem::new(field, "must be greater than zero"));

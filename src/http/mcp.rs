@@ -30,12 +30,13 @@ pub async fn post(
         Err(rejection) => {
             let status = rejection.status();
             let e = HttpError::new(status, jsonrpc::INVALID_REQUEST, rejection.body_text());
-            return e.into_response();
+            return reject(&st, e);
         }
     };
+    st.router.metrics.bytes_in.inc_by(body.len() as u64);
     match post_inner(&st, &h, &body).await {
         Ok(r) => r,
-        Err(e) => e.into_response(),
+        Err(e) => reject(&st, e),
     }
 }
 
@@ -74,6 +75,38 @@ async fn post_inner(st: &AppState, h: &HeaderMap, body: &[u8]) -> Result<Respons
     })
 }
 
+/// Counts an HTTP-plane rejection by reason and turns it into the response.
+fn reject(st: &AppState, e: HttpError) -> Response {
+    let reason = match (e.status.as_u16(), e.detail.error.code) {
+        (403, _) => "origin",
+        (406, _) => "accept",
+        (415, _) => "content_type",
+        (413, _) => "body_too_large",
+        (404, _) => "session_unknown",
+        (410, _) | (400, jsonrpc::TRANSPORT_ERROR)
+            if e.detail.error.message.contains("Last-Event-ID") =>
+        {
+            "resume"
+        }
+        (400, jsonrpc::TRANSPORT_ERROR) if e.detail.error.message.contains("Mcp-Session-Id") => {
+            "session_missing"
+        }
+        (400, jsonrpc::TRANSPORT_ERROR) => "version",
+        (400, jsonrpc::UNSUPPORTED_PROTOCOL_VERSION) => "modern_probe",
+        (400, _) => "invalid_message",
+        (503, _) => "too_many_sessions",
+        (429, _) => "rate_limited",
+        _ => "other",
+    };
+    st.router
+        .metrics
+        .rejections
+        .with_label_values(&[reason])
+        .inc();
+    tracing::debug!(status = e.status.as_u16(), reason, "request refused");
+    e.into_response()
+}
+
 fn accepted() -> Response {
     StatusCode::ACCEPTED.into_response()
 }
@@ -91,13 +124,17 @@ fn lookup(st: &AppState, h: &HeaderMap) -> Result<Arc<Session>, HttpError> {
 async fn answer(st: &AppState, session: &Arc<Session>, req: Request) -> Response {
     let server = &st.router.server;
     match st.router.handle_request(session, req).await {
-        Reply::Now(bytes) => json_response(bytes),
+        Reply::Now(bytes) => {
+            st.router.metrics.bytes_out.inc_by(bytes.len() as u64);
+            json_response(bytes)
+        }
         Reply::Stream(rx) => {
             stream_reply(
                 rx,
                 session,
                 server.json_response_window,
                 server.sse_keep_alive,
+                &st.router.metrics,
             )
             .await
         }
@@ -278,7 +315,7 @@ pub async fn get(State(st): State<AppState>, h: HeaderMap) -> Response {
     })();
     let session = match result {
         Ok(s) => s,
-        Err(e) => return e.into_response(),
+        Err(e) => return reject(&st, e),
     };
     session.touch();
     let keep_alive = st.router.server.sse_keep_alive;
@@ -290,15 +327,19 @@ pub async fn get(State(st): State<AppState>, h: HeaderMap) -> Response {
             session.version.primes_streams(),
             session.events.attach_standalone(),
             keep_alive,
+            &st.router.metrics,
         ),
         Some(id) => match session.events.resume(id) {
-            Ok(attached) => sse_response(false, attached, keep_alive),
+            Ok(attached) => sse_response(false, attached, keep_alive, &st.router.metrics),
             Err(e) => {
                 let status = match e {
                     ResumeError::Malformed => StatusCode::BAD_REQUEST,
                     ResumeError::Gone => StatusCode::GONE,
                 };
-                HttpError::new(status, jsonrpc::TRANSPORT_ERROR, e.to_string()).into_response()
+                reject(
+                    &st,
+                    HttpError::new(status, jsonrpc::TRANSPORT_ERROR, e.to_string()),
+                )
             }
         },
     }
@@ -319,6 +360,6 @@ pub async fn delete(State(st): State<AppState>, h: HeaderMap) -> Response {
             st.router.end_session(&session).await;
             StatusCode::OK.into_response()
         }
-        Err(e) => e.into_response(),
+        Err(e) => reject(&st, e),
     }
 }

@@ -128,12 +128,51 @@ pub fn app(state: AppState, path: &str, max_body: usize) -> AxumRouter {
     AxumRouter::new()
         .route(path, get(mcp::get).post(mcp::post).delete(mcp::delete))
         .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(readyz))
         .layer(DefaultBodyLimit::max(max_body))
         .layer(cors)
         .layer(SetSensitiveRequestHeadersLayer::new([
             header::AUTHORIZATION,
         ]))
         .with_state(state)
+}
+
+/// `GET /readyz`: 200 when ready, 503 otherwise, with per-backend state.
+async fn readyz(
+    axum::extract::State(st): axum::extract::State<AppState>,
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    let (ready, body) = st.router.readiness();
+    let status = if ready {
+        axum::http::StatusCode::OK
+    } else {
+        axum::http::StatusCode::SERVICE_UNAVAILABLE
+    };
+    (status, axum::Json(body)).into_response()
+}
+
+/// The metrics application (its own listener): `GET /metrics` in the Prometheus
+/// text format.
+pub fn metrics_app(router: Arc<Router>) -> AxumRouter {
+    AxumRouter::new().route(
+        "/metrics",
+        get(move || {
+            let router = router.clone();
+            async move {
+                router
+                    .metrics
+                    .sessions_active
+                    .set(router.sessions.len() as i64);
+                (
+                    [(
+                        header::CONTENT_TYPE,
+                        "text/plain; version=0.0.4; charset=utf-8",
+                    )],
+                    router.metrics.render(),
+                )
+            }
+        }),
+    )
 }
 
 #[cfg(test)]

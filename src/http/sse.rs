@@ -19,6 +19,7 @@ use futures_util::stream;
 use tokio::sync::mpsc;
 use tokio::time::{Instant, MissedTickBehavior, interval_at};
 
+use crate::metrics::Metrics;
 use crate::session::{Attached, Frame, Outbound, Session};
 
 /// Reconnection delay announced to hosts in the priming event (`retry`, ms).
@@ -49,12 +50,18 @@ fn frame(f: &Frame) -> Bytes {
 /// A `200 text/event-stream` response: the priming event (when `prime`), the
 /// `replay` frames, then live frames until the stream's last event or until the
 /// event log detaches it.
-pub fn sse_response(prime: bool, attached: Attached, keep_alive: Duration) -> Response {
+pub fn sse_response(
+    prime: bool,
+    attached: Attached,
+    keep_alive: Duration,
+    metrics: &Arc<Metrics>,
+) -> Response {
     struct State {
         queued: VecDeque<Frame>,
         live: Option<mpsc::Receiver<Frame>>,
         tick: tokio::time::Interval,
         done: bool,
+        open: OpenStream,
     }
     let mut queued: VecDeque<Frame> = attached.replay.into();
     if prime {
@@ -72,6 +79,7 @@ pub fn sse_response(prime: bool, attached: Attached, keep_alive: Duration) -> Re
         live: attached.live,
         tick,
         done: false,
+        open: OpenStream::new(metrics),
     };
     let body = stream::unfold(state, |mut st| async move {
         if st.done {
@@ -91,7 +99,9 @@ pub fn sse_response(prime: bool, attached: Attached, keep_alive: Duration) -> Re
         };
         st.tick.reset();
         st.done = next.last;
-        Some((Ok::<Bytes, std::io::Error>(frame(&next)), st))
+        let bytes = frame(&next);
+        st.open.0.bytes_out.inc_by(bytes.len() as u64);
+        Some((Ok::<Bytes, std::io::Error>(bytes), st))
     });
     let mut resp = Response::new(Body::from_stream(body));
     let h = resp.headers_mut();
@@ -113,9 +123,13 @@ pub async fn stream_reply(
     session: &Arc<Session>,
     window: Duration,
     keep_alive: Duration,
+    metrics: &Arc<Metrics>,
 ) -> Response {
     let first = match tokio::time::timeout(window, rx.recv()).await {
-        Ok(Some(Outbound::Final(body))) => return json_response(body),
+        Ok(Some(Outbound::Final(body))) => {
+            metrics.bytes_out.inc_by(body.len() as u64);
+            return json_response(body);
+        }
         Ok(Some(m)) => Some(m),
         Ok(None) | Err(_) => None,
     };
@@ -126,7 +140,28 @@ pub async fn stream_reply(
         replay: Vec::new(),
         live: Some(live),
     };
-    sse_response(session.version.primes_streams(), attached, keep_alive)
+    sse_response(
+        session.version.primes_streams(),
+        attached,
+        keep_alive,
+        metrics,
+    )
+}
+
+/// Counts an open SSE stream for as long as its body lives.
+struct OpenStream(Arc<Metrics>);
+
+impl OpenStream {
+    fn new(metrics: &Arc<Metrics>) -> Self {
+        metrics.sse_streams_open.inc();
+        OpenStream(metrics.clone())
+    }
+}
+
+impl Drop for OpenStream {
+    fn drop(&mut self) {
+        self.0.sse_streams_open.dec();
+    }
 }
 
 /// Moves a host call's messages into the session's event log. It outlives the

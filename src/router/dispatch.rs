@@ -12,6 +12,7 @@ use super::rewrite::{ResultKind, rewrite_result};
 use super::view::ListKind;
 use crate::backend::BackendError;
 use crate::jsonrpc::{self, ErrorObject, Id, Request};
+use crate::metrics::{Metrics, Outcome};
 use crate::protocol::ProtocolVersion;
 use crate::session::{HostCall, LOG_LEVELS, Outbound, Session};
 
@@ -37,8 +38,28 @@ fn str_param<'a>(params: &'a Value, key: &str) -> Option<&'a str> {
 }
 
 impl Router {
-    /// Answers or routes one host request on `session`.
+    /// Answers or routes one host request on `session`. Requests answered by the
+    /// gateway itself are counted here; routed ones when their answer arrives.
     pub async fn handle_request(self: &Arc<Self>, session: &Arc<Session>, req: Request) -> Reply {
+        let started = tokio::time::Instant::now();
+        let method = req.method.clone();
+        let reply = self.route_request(session, req).await;
+        if let Reply::Now(bytes) = &reply {
+            let outcome = if is_error_response(bytes) {
+                Outcome::Error
+            } else {
+                Outcome::Ok
+            };
+            if outcome == Outcome::Ok && ListKind::from_method(&method).is_some() {
+                self.metrics.list_cache.with_label_values(&["hit"]).inc();
+            }
+            let secs = started.elapsed().as_secs_f64();
+            self.metrics.observe_request(&method, "none", outcome, secs);
+        }
+        reply
+    }
+
+    async fn route_request(self: &Arc<Self>, session: &Arc<Session>, req: Request) -> Reply {
         let Request { id, method, params } = req;
         let params = params.unwrap_or_else(|| json!({}));
         if let Some(kind) = ListKind::from_method(&method) {
@@ -266,7 +287,12 @@ impl Router {
         let router = self.clone();
         let session = session.clone();
         let method = method.to_owned();
+        let started = tokio::time::Instant::now();
         tokio::spawn(async move {
+            let name = router.backends[backend].spec.name.clone();
+            let inflight = router.metrics.upstream_inflight.with_label_values(&[&name]);
+            inflight.inc();
+            let upstream_started = tokio::time::Instant::now();
             let outcome = match router.connection_for(backend, &session).await {
                 Ok(conn) => {
                     let timeout = conn.timeout();
@@ -275,6 +301,18 @@ impl Router {
                 }
                 Err(e) => Err(e),
             };
+            inflight.dec();
+            router
+                .metrics
+                .upstream_timer(&name)
+                .observe(upstream_started.elapsed().as_secs_f64());
+            let class = match &outcome {
+                Ok(_) => Outcome::Ok,
+                Err(e) => classify(&router.metrics, &name, e),
+            };
+            router
+                .metrics
+                .observe_request(&method, &name, class, started.elapsed().as_secs_f64());
             let ours = session
                 .inflight
                 .lock()
@@ -332,4 +370,39 @@ fn namespace_elicitation_ids(error: &mut ErrorObject, backend: &str) {
             *id = format!("{backend}:{id}");
         }
     }
+}
+
+/// Whether a serialized response is an error (its top-level `error` member comes
+/// before any `result`; JSON strings cannot contain an unescaped `"`, so the
+/// first match is the top-level key).
+fn is_error_response(bytes: &[u8]) -> bool {
+    let window = &bytes[..bytes.len().min(512)];
+    let find = |needle: &[u8]| window.windows(needle.len()).position(|w| w == needle);
+    match (find(b",\"error\":"), find(b",\"result\":")) {
+        (Some(e), Some(r)) => e < r,
+        (Some(_), None) => true,
+        _ => false,
+    }
+}
+
+/// The outcome of a failed backend call, counting it by class.
+fn classify(metrics: &Metrics, backend: &str, e: &BackendError) -> Outcome {
+    let (outcome, class) = match e {
+        BackendError::Rpc(_) => (Outcome::RpcError, None),
+        BackendError::Cancelled => (Outcome::Cancelled, None),
+        BackendError::Timeout { .. } => (Outcome::Timeout, Some("timeout")),
+        BackendError::Unavailable { .. } => (Outcome::Unavailable, Some("closed")),
+        BackendError::Protocol { .. } => (Outcome::Unavailable, Some("protocol")),
+        BackendError::HttpStatus { status, .. } if *status >= 500 => {
+            (Outcome::Unavailable, Some("http_5xx"))
+        }
+        BackendError::HttpStatus { .. } => (Outcome::Unavailable, Some("http_4xx")),
+    };
+    if let Some(class) = class {
+        metrics
+            .upstream_errors
+            .with_label_values(&[backend, class])
+            .inc();
+    }
+    outcome
 }

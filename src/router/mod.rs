@@ -49,6 +49,11 @@ pub struct BackendState {
 }
 
 impl BackendState {
+    /// Whether the shared (or catalogue) connection is up.
+    pub fn is_up(&self) -> bool {
+        self.shared.current().is_some()
+    }
+
     /// The backend's catalogue, if fetched.
     pub fn catalog(&self) -> Option<Arc<BackendCatalog>> {
         self.catalog.lock().ok()?.clone()
@@ -68,6 +73,8 @@ pub struct Router {
     key: CursorKey,
     loaded: watch::Sender<usize>,
     subs: subscriptions::Subscriptions,
+    /// Metrics.
+    pub metrics: Arc<crate::metrics::Metrics>,
     stopping: AtomicBool,
     me: Weak<Router>,
 }
@@ -148,6 +155,7 @@ impl Router {
             key,
             loaded: watch::channel(0).0,
             subs: subscriptions::Subscriptions::default(),
+            metrics: Arc::new(crate::metrics::Metrics::new()),
             stopping: AtomicBool::new(false),
             me: me.clone(),
         })
@@ -173,25 +181,74 @@ impl Router {
         let _ = tokio::time::timeout(limit, rx.wait_for(|n| *n >= want)).await;
     }
 
+    /// Keeps backend `idx`'s shared (or catalogue) connection alive: connects,
+    /// health-checks it with `ping`, and reconnects with exponential backoff and
+    /// jitter when it fails. A connection that dies within seconds counts as a
+    /// failure, so a crash-looping child is backed off and reported down.
     async fn supervise(self: Arc<Self>, idx: usize) {
+        let name = self.backends[idx].spec.name.clone();
+        let up = self.metrics.backend_up.with_label_values(&[&name]);
         let mut first = true;
-        let mut delay = Duration::from_millis(500);
+        let mut failures = 0u32;
         while !self.stopping.load(Ordering::Relaxed) {
             let outcome = self.refresh(idx).await;
             if first {
-                first = false;
                 self.loaded.send_modify(|n| *n += 1);
+            } else {
+                self.metrics
+                    .backend_restarts
+                    .with_label_values(&[&name])
+                    .inc();
             }
+            first = false;
             match outcome {
                 Ok(conn) => {
-                    delay = Duration::from_millis(500);
-                    conn.closed.cancelled().await;
+                    up.set(1);
+                    let started = tokio::time::Instant::now();
+                    self.watch(&conn).await;
+                    up.set(0);
+                    if self.stopping.load(Ordering::Relaxed) {
+                        return;
+                    }
+                    if started.elapsed() < Duration::from_secs(10) {
+                        failures = failures.saturating_add(1);
+                    } else {
+                        failures = 0;
+                    }
+                    tracing::warn!(backend = %name, "backend connection lost; reconnecting");
                 }
                 Err(e) => {
-                    tracing::warn!(backend = %self.backends[idx].spec.name, cause = %e, retry_in = ?delay, "backend not available");
-                    tokio::time::sleep(delay).await;
-                    delay = (delay * 2).min(Duration::from_secs(30));
+                    up.set(0);
+                    failures = failures.saturating_add(1);
+                    self.metrics.fanout_partial_failures.inc();
+                    tracing::warn!(backend = %name, cause = %e, failures, "backend not available");
                 }
+            }
+            if failures > 0 {
+                tokio::time::sleep(backoff(failures)).await;
+            }
+        }
+        up.set(0);
+    }
+
+    /// Waits until `conn` closes, pinging it every `backend_ping_interval`; a
+    /// backend that does not answer a ping within its timeout is closed (a dead
+    /// child must not be reported healthy while requests to it hang).
+    async fn watch(&self, conn: &Arc<Connection>) {
+        let every = self.server.backend_ping_interval;
+        loop {
+            tokio::select! {
+                _ = conn.closed.cancelled() => return,
+                _ = tokio::time::sleep(every) => {}
+            }
+            let limit = conn.timeout().min(Duration::from_secs(10));
+            if let Err(e) = conn.request("ping", None, None, limit).await {
+                if matches!(e, BackendError::Rpc(_)) {
+                    continue; // it answered, if only with an error
+                }
+                tracing::warn!(backend = %conn.backend, cause = %e, "backend failed its health ping; restarting it");
+                conn.close().await;
+                return;
             }
         }
     }
@@ -205,6 +262,7 @@ impl Router {
             .shared
             .get(&b.spec, Owner::Shared, self.handler(), json!({}))
             .await?;
+        self.metrics.list_cache.with_label_values(&["miss"]).inc();
         let fresh = catalog::fetch(&conn).await?;
         let old = b.catalog();
         let changed = [
@@ -356,6 +414,65 @@ impl Router {
         }
     }
 
+    /// Whether shutdown has begun.
+    pub fn is_stopping(&self) -> bool {
+        self.stopping.load(Ordering::Relaxed)
+    }
+
+    /// Marks the gateway as shutting down (`/readyz` answers 503 from now on).
+    pub fn begin_shutdown(&self) {
+        self.stopping.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether every backend's first connection attempt has finished.
+    pub fn is_loaded(&self) -> bool {
+        *self.loaded.borrow() >= self.backends.len()
+    }
+
+    /// Host requests in flight across all sessions.
+    pub fn calls_in_flight(&self) -> usize {
+        self.sessions
+            .all()
+            .iter()
+            .map(|s| s.inflight.lock().map(|m| m.len()).unwrap_or(0))
+            .sum()
+    }
+
+    /// Readiness report: ready when loaded, not stopping, and every backend with
+    /// `required = true` is up. The JSON lists each backend's state.
+    pub fn readiness(&self) -> (bool, Value) {
+        let mut backends = serde_json::Map::new();
+        let mut ready = self.is_loaded() && !self.is_stopping();
+        for b in &self.backends {
+            let up = b.is_up();
+            let required = b.spec.config.required;
+            ready &= up || !required;
+            let catalog = b.catalog();
+            backends.insert(
+                b.spec.name.to_string(),
+                json!({
+                    "state": if up { "up" } else { "down" },
+                    "required": required,
+                    "mode": match b.mode { ConnectionMode::Shared => "shared", ConnectionMode::PerSession => "per_session" },
+                    "tools": catalog.as_ref().map_or(0, |c| c.tools.len()),
+                    "prompts": catalog.as_ref().map_or(0, |c| c.prompts.len()),
+                    "resources": catalog.as_ref().map_or(0, |c| c.resources.len()),
+                }),
+            );
+        }
+        let status = if self.is_stopping() {
+            "stopping"
+        } else if ready {
+            "ready"
+        } else {
+            "not_ready"
+        };
+        (
+            ready,
+            json!({"status": status, "sessions": self.sessions.len(), "backends": backends}),
+        )
+    }
+
     /// Stops everything: ends every session and closes the shared connections.
     pub async fn shutdown(&self) {
         self.stopping.store(true, Ordering::Relaxed);
@@ -380,6 +497,17 @@ impl Router {
             self.end_session(&s).await;
         }
     }
+}
+
+/// Reconnect delay after `failures` consecutive failures: 0.5 s doubling to 30 s,
+/// with ±20 % jitter so replicas do not retry in lockstep.
+fn backoff(failures: u32) -> Duration {
+    let base = Duration::from_millis(500).saturating_mul(1 << failures.min(6).saturating_sub(1));
+    let base = base.min(Duration::from_secs(30));
+    let mut b = [0u8; 1];
+    let _ = getrandom::fill(&mut b);
+    let factor = 0.8 + 0.4 * f64::from(b[0]) / 255.0;
+    base.mul_f64(factor)
 }
 
 /// The client capabilities a per-session backend connection declares: only those

@@ -1,0 +1,309 @@
+//! Prometheus metrics: one explicit registry, bounded labels only.
+//!
+//! Label values come from closed sets: configured backend names (plus `none` for
+//! answers the gateway gives itself), the MCP method names in [`method_label`]
+//! (anything else is `other`), and the outcome/class/reason enums below. Tool
+//! names, session ids and principals are never labels.
+
+use prometheus::{
+    Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
+    IntGaugeVec, Opts, Registry, TextEncoder,
+};
+
+/// Methods that get their own label value; everything else is `other`.
+const METHODS: &[&str] = &[
+    "initialize",
+    "ping",
+    "tools/list",
+    "tools/call",
+    "prompts/list",
+    "prompts/get",
+    "resources/list",
+    "resources/read",
+    "resources/templates/list",
+    "resources/subscribe",
+    "resources/unsubscribe",
+    "completion/complete",
+    "logging/setLevel",
+    "tasks/get",
+    "tasks/result",
+    "tasks/list",
+    "tasks/cancel",
+];
+
+/// The metric label for a JSON-RPC method: itself if known, else `other`.
+pub fn method_label(method: &str) -> &'static str {
+    METHODS
+        .iter()
+        .find(|m| **m == method)
+        .copied()
+        .unwrap_or("other")
+}
+
+/// How a host request ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// A result.
+    Ok,
+    /// A JSON-RPC error from the backend, passed on.
+    RpcError,
+    /// A JSON-RPC error decided by the gateway (unknown tool, bad params …).
+    Error,
+    /// The backend did not answer in time.
+    Timeout,
+    /// The backend could not be reached (exited, refused, HTTP error).
+    Unavailable,
+    /// The host cancelled.
+    Cancelled,
+}
+
+impl Outcome {
+    /// Label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Ok => "ok",
+            Outcome::RpcError => "rpc_error",
+            Outcome::Error => "error",
+            Outcome::Timeout => "timeout",
+            Outcome::Unavailable => "unavailable",
+            Outcome::Cancelled => "cancelled",
+        }
+    }
+}
+
+/// All gateway metrics (names `mcpgate_<noun>_<unit>`).
+pub struct Metrics {
+    registry: Registry,
+    /// Host requests by method, backend and outcome.
+    pub requests: IntCounterVec,
+    /// Host request duration by method (gateway edge to answer).
+    pub request_duration: HistogramVec,
+    /// Time spent waiting for backends, by backend.
+    pub upstream_duration: HistogramVec,
+    /// Active host sessions.
+    pub sessions_active: IntGauge,
+    /// Open SSE response streams toward hosts.
+    pub sse_streams_open: IntGauge,
+    /// Requests in flight toward each backend.
+    pub upstream_inflight: IntGaugeVec,
+    /// 1 while a backend's shared (or catalogue) connection is up.
+    pub backend_up: IntGaugeVec,
+    /// Restarts of stdio backends (and reconnects of others).
+    pub backend_restarts: IntCounterVec,
+    /// Backend failures by class: timeout, closed, protocol, http_4xx, http_5xx.
+    pub upstream_errors: IntCounterVec,
+    /// Backends whose catalogue could not be fetched while others could.
+    pub fanout_partial_failures: IntCounter,
+    /// List requests served from the aggregated catalogue (`hit`) and catalogue
+    /// re-fetches from backends (`miss`).
+    pub list_cache: IntCounterVec,
+    /// Authentication/authorization failures by reason.
+    pub auth_failures: IntCounterVec,
+    /// Requests refused before routing, by reason (origin, accept, content_type,
+    /// body_too_large, session_missing, session_unknown, version, rate_limited,
+    /// too_many_sessions, too_many_streams, backend_busy).
+    pub rejections: IntCounterVec,
+    /// Messages toward hosts that were dropped, by reason.
+    pub dropped_messages: IntCounterVec,
+    /// Request body bytes received from hosts.
+    pub bytes_in: IntCounter,
+    /// Response bytes sent to hosts.
+    pub bytes_out: IntCounter,
+}
+
+fn counter_vec(r: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
+    let m = IntCounterVec::new(Opts::new(name, help), labels)
+        .unwrap_or_else(|_| unreachable_metric(name));
+    let _ = r.register(Box::new(m.clone()));
+    m
+}
+
+fn gauge_vec(r: &Registry, name: &str, help: &str, labels: &[&str]) -> IntGaugeVec {
+    let m = IntGaugeVec::new(Opts::new(name, help), labels)
+        .unwrap_or_else(|_| unreachable_metric(name));
+    let _ = r.register(Box::new(m.clone()));
+    m
+}
+
+fn histogram_vec(r: &Registry, name: &str, help: &str, labels: &[&str]) -> HistogramVec {
+    let buckets = vec![
+        0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+        60.0,
+    ];
+    let m = HistogramVec::new(HistogramOpts::new(name, help).buckets(buckets), labels)
+        .unwrap_or_else(|_| unreachable_metric(name));
+    let _ = r.register(Box::new(m.clone()));
+    m
+}
+
+fn counter(r: &Registry, name: &str, help: &str) -> IntCounter {
+    let m = IntCounter::new(name, help).unwrap_or_else(|_| unreachable_metric(name));
+    let _ = r.register(Box::new(m.clone()));
+    m
+}
+
+fn gauge(r: &Registry, name: &str, help: &str) -> IntGauge {
+    let m = IntGauge::new(name, help).unwrap_or_else(|_| unreachable_metric(name));
+    let _ = r.register(Box::new(m.clone()));
+    m
+}
+
+/// Metric definitions are constants; an invalid one is a programming error that
+/// the unit test below catches.
+fn unreachable_metric(name: &str) -> ! {
+    panic!("invalid metric definition {name}")
+}
+
+impl Metrics {
+    /// Creates and registers every metric in a fresh registry.
+    pub fn new() -> Self {
+        let r = Registry::new();
+        let backend = &["backend"];
+        Metrics {
+            requests: counter_vec(
+                &r,
+                "mcpgate_requests_total",
+                "Host requests by method, backend and outcome.",
+                &["method", "backend", "outcome"],
+            ),
+            request_duration: histogram_vec(
+                &r,
+                "mcpgate_request_duration_seconds",
+                "Host request duration (seconds) by method.",
+                &["method"],
+            ),
+            upstream_duration: histogram_vec(
+                &r,
+                "mcpgate_upstream_duration_seconds",
+                "Time waiting for backends (seconds) by backend.",
+                backend,
+            ),
+            sessions_active: gauge(&r, "mcpgate_sessions_active", "Active host sessions."),
+            sse_streams_open: gauge(
+                &r,
+                "mcpgate_sse_streams_open",
+                "Open SSE streams toward hosts.",
+            ),
+            upstream_inflight: gauge_vec(
+                &r,
+                "mcpgate_upstream_inflight",
+                "Requests in flight toward each backend.",
+                backend,
+            ),
+            backend_up: gauge_vec(
+                &r,
+                "mcpgate_backend_up",
+                "1 while the backend's shared or catalogue connection is up.",
+                backend,
+            ),
+            backend_restarts: counter_vec(
+                &r,
+                "mcpgate_backend_restarts_total",
+                "Backend (re)connections after a failure (stdio restarts).",
+                backend,
+            ),
+            upstream_errors: counter_vec(
+                &r,
+                "mcpgate_upstream_errors_total",
+                "Backend failures by class.",
+                &["backend", "class"],
+            ),
+            fanout_partial_failures: counter(
+                &r,
+                "mcpgate_fanout_partial_failures_total",
+                "Catalogue fetches that failed while other backends answered.",
+            ),
+            list_cache: counter_vec(
+                &r,
+                "mcpgate_list_cache_total",
+                "List requests served from the catalogue (hit) and catalogue fetches (miss).",
+                &["result"],
+            ),
+            auth_failures: counter_vec(
+                &r,
+                "mcpgate_auth_failures_total",
+                "Authentication and authorization failures by reason.",
+                &["reason"],
+            ),
+            rejections: counter_vec(
+                &r,
+                "mcpgate_rejections_total",
+                "Host requests refused before routing, by reason.",
+                &["reason"],
+            ),
+            dropped_messages: counter_vec(
+                &r,
+                "mcpgate_dropped_messages_total",
+                "Messages toward hosts that were dropped, by reason.",
+                &["reason"],
+            ),
+            bytes_in: counter(
+                &r,
+                "mcpgate_received_bytes_total",
+                "Request body bytes received from hosts.",
+            ),
+            bytes_out: counter(
+                &r,
+                "mcpgate_sent_bytes_total",
+                "Response bytes sent to hosts.",
+            ),
+            registry: r,
+        }
+    }
+
+    /// Records one finished host request.
+    pub fn observe_request(&self, method: &str, backend: &str, outcome: Outcome, seconds: f64) {
+        let method = method_label(method);
+        self.requests
+            .with_label_values(&[method, backend, outcome.as_str()])
+            .inc();
+        self.request_duration
+            .with_label_values(&[method])
+            .observe(seconds);
+    }
+
+    /// The text exposition of every metric.
+    pub fn render(&self) -> String {
+        let mut out = Vec::new();
+        let _ = TextEncoder::new().encode(&self.registry.gather(), &mut out);
+        String::from_utf8(out).unwrap_or_default()
+    }
+
+    /// A histogram handle for `backend` upstream time.
+    pub fn upstream_timer(&self, backend: &str) -> Histogram {
+        self.upstream_duration.with_label_values(&[backend])
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn registers_and_renders() {
+        let m = Metrics::new();
+        m.observe_request("tools/call", "time", Outcome::Ok, 0.01);
+        m.observe_request("made/up", "none", Outcome::Error, 0.0);
+        let text = m.render();
+        assert!(
+            text.contains(
+                r#"mcpgate_requests_total{backend="time",method="tools/call",outcome="ok"} 1"#
+            ),
+            "{text}"
+        );
+        assert!(text.contains(r#"method="other""#));
+        assert!(text.contains("mcpgate_request_duration_seconds_bucket"));
+    }
+
+    #[test]
+    fn method_labels_are_bounded() {
+        assert_eq!(method_label("tools/call"), "tools/call");
+        assert_eq!(method_label("evil/\"label"), "other");
+    }
+}
