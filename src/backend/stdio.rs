@@ -58,6 +58,7 @@ impl StdioLink {
         if let Some(dir) = cwd {
             cmd.current_dir(dir);
         }
+        kill_with_parent(&mut cmd);
         let mut child = cmd.spawn().map_err(|e| {
             BackendError::closed(&conn.backend, format!("cannot start {command:?}: {e}"))
         })?;
@@ -147,6 +148,20 @@ impl Drop for StdioLink {
                 let _ = killpg(Pid::from_raw(pgid), Signal::SIGKILL);
             }
         }
+    }
+}
+
+/// Asks the kernel to SIGKILL the child when the gateway dies, so a child never
+/// outlives a crashed or SIGKILLed gateway (BR-28). (The signal follows the death
+/// of the spawning thread; tokio's worker threads live as long as the runtime.)
+#[allow(unsafe_code)]
+fn kill_with_parent(cmd: &mut Command) {
+    // SAFETY: the closure runs in the child between fork and exec. It only makes
+    // the prctl(2) system call, which is async-signal-safe, and does not allocate.
+    unsafe {
+        cmd.pre_exec(|| {
+            nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(std::io::Error::from)
+        });
     }
 }
 

@@ -101,6 +101,12 @@ pub struct ServerConfig {
     /// Default `127.0.0.1:9464`. `MCPGATE_METRICS_LISTEN` overrides it.
     #[serde(with = "optional_addr")]
     pub metrics_listen: Option<SocketAddr>,
+    /// Per-client request rate limit (keyed by principal, or client IP when
+    /// anonymous). Off by default.
+    pub rate_limit: Option<RateLimit>,
+    /// Most SSE streams a session may hold open at once (HTTP 429 beyond).
+    /// Default 32.
+    pub max_streams_per_session: usize,
     /// Interval of `ping` health checks on backends' shared connections. Default 30 s.
     #[serde(with = "humantime_serde")]
     pub backend_ping_interval: Duration,
@@ -108,6 +114,16 @@ pub struct ServerConfig {
     /// Default 30 s.
     #[serde(with = "humantime_serde")]
     pub shutdown_grace: Duration,
+}
+
+/// `[server.rate_limit]`: a token bucket per client.
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RateLimit {
+    /// Sustained requests per second.
+    pub per_second: u32,
+    /// Burst size (requests allowed at once). Default: `per_second`.
+    pub burst: Option<u32>,
 }
 
 /// `"off"` (or `""`) ↔ `None`; otherwise a socket address.
@@ -151,6 +167,8 @@ impl Default for ServerConfig {
             metrics_listen: Some(SocketAddr::from(([127, 0, 0, 1], 9464))),
             shutdown_grace: Duration::from_secs(30),
             backend_ping_interval: Duration::from_secs(30),
+            rate_limit: None,
+            max_streams_per_session: 32,
         }
     }
 }
@@ -181,6 +199,10 @@ pub struct BackendConfig {
     pub tools: ToolFilter,
     /// Whether `/readyz` waits for this backend. Default false.
     pub required: bool,
+    /// Most calls in flight to this backend at once; more wait in a queue.
+    pub max_concurrency: Option<usize>,
+    /// How long a call may wait for a free slot before failing ("busy"). Default 5 s.
+    pub queue_timeout: Duration,
 }
 
 /// Backend transport settings, chosen by `type`.
@@ -262,6 +284,11 @@ pub struct RawBackend {
     /// See [`BackendConfig::required`].
     #[serde(default)]
     pub required: bool,
+    /// See [`BackendConfig::max_concurrency`].
+    pub max_concurrency: Option<usize>,
+    /// See [`BackendConfig::queue_timeout`].
+    #[serde(default, with = "humantime_serde")]
+    pub queue_timeout: Option<Duration>,
 }
 
 /// `tools.include` / `tools.exclude` glob lists (matched against original names).

@@ -122,6 +122,8 @@ pub(super) fn build(raw: RawConfig, p: &mut Vec<ConfigProblem>) -> Config {
             mode: b.mode,
             tools: b.tools,
             required: b.required,
+            max_concurrency: b.max_concurrency,
+            queue_timeout: b.queue_timeout.unwrap_or(std::time::Duration::from_secs(5)),
         };
         backends.insert(name, backend);
     }
@@ -171,6 +173,20 @@ pub fn validate(c: &Config) -> Vec<ConfigProblem> {
             p.push(ConfigProblem::new(field, "must be greater than zero"));
         }
     }
+    if let Some(r) = &s.rate_limit {
+        if r.per_second == 0 || r.burst == Some(0) {
+            p.push(ConfigProblem::new(
+                "server.rate_limit",
+                "per_second and burst must be at least 1",
+            ));
+        }
+    }
+    if s.max_streams_per_session == 0 {
+        p.push(ConfigProblem::new(
+            "server.max_streams_per_session",
+            "must be at least 1",
+        ));
+    }
     for (i, o) in s.allowed_origins.iter().enumerate() {
         if o != "*" && !is_origin(o) {
             p.push(ConfigProblem::new(
@@ -201,6 +217,12 @@ pub fn validate(c: &Config) -> Vec<ConfigProblem> {
             p.push(ConfigProblem::new(
                 at("prefix"),
                 format!("prefix {prefix:?} is also used by backend {other:?}"),
+            ));
+        }
+        if b.max_concurrency == Some(0) {
+            p.push(ConfigProblem::new(
+                at("max_concurrency"),
+                "must be at least 1",
             ));
         }
         if b.timeout.is_some_and(|t| t.is_zero()) {

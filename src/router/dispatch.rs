@@ -293,13 +293,24 @@ impl Router {
             let inflight = router.metrics.upstream_inflight.with_label_values(&[&name]);
             inflight.inc();
             let upstream_started = tokio::time::Instant::now();
-            let outcome = match router.connection_for(backend, &session).await {
-                Ok(conn) => {
-                    let timeout = conn.timeout();
-                    conn.request(&method, Some(params), Some(call.clone()), timeout)
-                        .await
-                }
+            let permit = router.backends[backend].acquire().await;
+            if permit.is_err() {
+                router
+                    .metrics
+                    .rejections
+                    .with_label_values(&["backend_busy"])
+                    .inc();
+            }
+            let outcome = match permit {
                 Err(e) => Err(e),
+                Ok(_permit) => match router.connection_for(backend, &session).await {
+                    Ok(conn) => {
+                        let timeout = conn.timeout();
+                        conn.request(&method, Some(params), Some(call.clone()), timeout)
+                            .await
+                    }
+                    Err(e) => Err(e),
+                },
             };
             inflight.dec();
             router

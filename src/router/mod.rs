@@ -46,9 +46,32 @@ pub struct BackendState {
     catalog: Mutex<Option<Arc<BackendCatalog>>>,
     refreshing: tokio::sync::Mutex<()>,
     refresh_scheduled: AtomicBool,
+    /// Concurrency limit (`max_concurrency`), if configured.
+    permits: Option<Arc<tokio::sync::Semaphore>>,
 }
 
 impl BackendState {
+    /// Waits for a free call slot when `max_concurrency` is set; fails with
+    /// "busy" after `queue_timeout`.
+    pub async fn acquire(&self) -> Result<Option<tokio::sync::OwnedSemaphorePermit>, BackendError> {
+        let Some(sem) = &self.permits else {
+            return Ok(None);
+        };
+        match tokio::time::timeout(self.spec.config.queue_timeout, sem.clone().acquire_owned())
+            .await
+        {
+            Ok(Ok(p)) => Ok(Some(p)),
+            _ => Err(BackendError::Unavailable {
+                backend: self.spec.name.to_string(),
+                reason: format!(
+                    "busy: {} calls in flight, none finished within {:?}",
+                    self.spec.config.max_concurrency.unwrap_or_default(),
+                    self.spec.config.queue_timeout
+                ),
+            }),
+        }
+    }
+
     /// Whether the shared (or catalogue) connection is up.
     pub fn is_up(&self) -> bool {
         self.shared.current().is_some()
@@ -135,6 +158,9 @@ impl Router {
                     catalog: Mutex::new(None),
                     refreshing: tokio::sync::Mutex::new(()),
                     refresh_scheduled: AtomicBool::new(false),
+                    permits: b
+                        .max_concurrency
+                        .map(|n| Arc::new(tokio::sync::Semaphore::new(n))),
                 })
             })
             .collect();
