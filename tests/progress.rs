@@ -1,0 +1,57 @@
+//! BR-22: progress tokens (string, integer, none) on three sessions sharing one
+//! stdio backend: each sees only its own, monotonic, on its POST stream.
+
+mod common;
+
+use common::{McpClient, Rpc, TestGateway};
+use serde_json::{Value, json};
+
+async fn slow_progress(s: &McpClient, token: Option<Value>) -> Rpc {
+    let mut params = json!({"name": "fx__slow_progress", "arguments": {"n": 5, "interval_ms": 60}});
+    if let Some(t) = token {
+        params["_meta"] = json!({ "progressToken": t });
+    }
+    s.request("tools/call", params).await
+}
+
+fn progress_of(r: &Rpc) -> Vec<&Value> {
+    r.related
+        .iter()
+        .filter(|m| m["method"] == "notifications/progress")
+        .collect()
+}
+
+#[tokio::test]
+async fn each_session_sees_only_its_own_progress_in_order() {
+    let gw =
+        TestGateway::start("[backends.fx]\ntype = \"stdio\"\ncommand = \"${FAKE_STDIO}\"\n").await;
+    let (s1, s2, s3) = (gw.session().await, gw.session().await, gw.session().await);
+    let (r1, r2, r3) = tokio::join!(
+        slow_progress(&s1, Some(json!("tok-A"))),
+        slow_progress(&s2, Some(json!(7))),
+        slow_progress(&s3, None),
+    );
+    for (r, token) in [(&r1, json!("tok-A")), (&r2, json!(7))] {
+        assert!(
+            r.content_type.starts_with("text/event-stream"),
+            "{}",
+            r.content_type
+        );
+        let p = progress_of(r);
+        assert_eq!(p.len(), 5, "{:?}", r.related);
+        let mut last = f64::MIN;
+        for n in p {
+            assert_eq!(n["params"]["progressToken"], token, "{n}");
+            let v = n["params"]["progress"].as_f64().unwrap();
+            assert!(v > last, "monotonic: {v} after {last}");
+            last = v;
+        }
+        assert_eq!(r.result()["content"][0]["text"], "progressed 5");
+    }
+    assert!(
+        progress_of(&r3).is_empty(),
+        "no token, no progress: {:?}",
+        r3.related
+    );
+    assert_eq!(r3.result()["content"][0]["text"], "progressed 5");
+}
