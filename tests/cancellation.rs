@@ -153,3 +153,47 @@ async fn server_request_timeout_applies_when_the_backend_sets_none() {
     assert!(r.error_code().is_some(), "{}", r.response);
     assert!(started.elapsed() < Duration::from_secs(3));
 }
+
+#[tokio::test]
+async fn a_cancel_while_the_backend_starts_is_not_lost() {
+    let gw = TestGateway::start(
+        r#"
+        [backends.lazy]
+        type = "stdio"
+        command = "${FAKE_STDIO}"
+        args = ["--start-delay-ms", "400", "--log", "${TEST_DIR}/lazy.log"]
+        mode = "per_session"
+        "#,
+    )
+    .await;
+    let log = gw.dir.path("lazy.log");
+    let s = gw.session().await;
+    let call = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
+                      "params": {"name": "lazy__slow_task", "arguments": {"s": 3}}});
+    // The per-session child is still starting when the answer switches to SSE.
+    let mut stream = s.open(&call).await;
+    let r = s
+        .notify("notifications/cancelled", Some(json!({"requestId": 7})))
+        .await;
+    assert_eq!(r.status, 202);
+    assert!(
+        stream.ends_within(Duration::from_millis(1500)).await,
+        "the cancelled request's stream ends without waiting for the backend"
+    );
+    // The session's own child comes up (second initialized) ...
+    let initialized = || logged(&log, "notifications/initialized").len() >= 2;
+    assert!(wait_for(Duration::from_secs(3), initialized).await);
+    // ... and then either never sees the call or sees it cancelled.
+    let settled = || match logged_calls(&log, "slow_task").first() {
+        None => false,
+        Some(c) => logged(&log, "notifications/cancelled")
+            .iter()
+            .any(|e| e["msg"]["params"]["requestId"] == c["msg"]["id"]),
+    };
+    let seen = wait_for(Duration::from_millis(500), settled).await;
+    assert!(
+        seen || logged_calls(&log, "slow_task").is_empty(),
+        "the backend runs a cancelled call with no notifications/cancelled: {:?}",
+        common::read_log(&log)
+    );
+}

@@ -245,6 +245,15 @@ impl Router {
         tokio::spawn(async move {
             let outcome = match router.connection_for(backend, &session).await {
                 Ok(conn) => {
+                    // A host cancel that came while the connection was being set up
+                    // found no upstream request to cancel: do not start one now.
+                    let wanted = session
+                        .inflight
+                        .lock()
+                        .is_ok_and(|m| m.get(&id).is_some_and(|c| Arc::ptr_eq(c, &call)));
+                    if !wanted {
+                        return;
+                    }
                     let timeout = conn.timeout();
                     conn.request(&method, Some(params), Some(call.clone()), timeout)
                         .await

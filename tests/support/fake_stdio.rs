@@ -8,7 +8,8 @@
 //! `notifications/initialized`), `--page-size K`, `--noise` (non-JSON stdout lines),
 //! `--never-answer TOOL`, `--tools-json FILE` (extra raw tool definitions),
 //! `--log FILE` (every inbound message as a JSON line `{ts, pid, msg}`; events as
-//! `{ts, pid, event, ...}`), `--label TEXT` (what `whoami` answers).
+//! `{ts, pid, event, ...}`), `--label TEXT` (what `whoami` answers),
+//! `--start-delay-ms N` (a slow start: stdin is read only after N ms).
 
 mod tools;
 
@@ -37,6 +38,7 @@ struct Knobs {
     tools_json: Option<String>,
     log: Option<String>,
     label: String,
+    start_delay_ms: u64,
 }
 
 fn parse_args() -> Knobs {
@@ -58,6 +60,7 @@ fn parse_args() -> Knobs {
             "--tools-json" => k.tools_json = Some(val()),
             "--log" => k.log = Some(val()),
             "--label" => k.label = val(),
+            "--start-delay-ms" => k.start_delay_ms = val().parse().unwrap_or(0),
             other => eprintln!("fake-stdio: unknown argument {other:?}"),
         }
     }
@@ -317,6 +320,8 @@ async fn main() {
         initialized: AtomicBool::new(false),
         calls: AtomicUsize::new(0),
     });
+    let delay = server.knobs.start_delay_ms;
+    tokio::time::sleep(std::time::Duration::from_millis(delay)).await;
     let mut lines = BufReader::new(tokio::io::stdin()).lines();
     while let Ok(Some(line)) = lines.next_line().await {
         match serde_json::from_str::<Value>(&line) {
