@@ -157,3 +157,92 @@ async fn delete_ends_upstream_sessions_and_per_session_children() {
     let r = s.send_raw(Method::DELETE, no_id, "".into()).await;
     assert_eq!(r.status, 400, "DELETE without a session id");
 }
+
+#[tokio::test]
+async fn idle_sessions_expire_with_their_children_even_with_a_stream_open() {
+    let gw = TestGateway::start(
+        r#"
+        [server]
+        session_idle_timeout = "300ms"
+        [backends.c]
+        type = "stdio"
+        command = "${FAKE_STDIO}"
+        args = ["--log", "${TEST_DIR}/c.log"]
+        mode = "per_session"
+        "#,
+    )
+    .await;
+    let s = gw.session().await;
+    let mut listen = s.get_stream().await;
+    assert_eq!(
+        text_of(&s.call_tool("c__echo", json!({"text": "x"})).await.response),
+        "x"
+    );
+    let child = logged_calls(&gw.dir.path("c.log"), "echo")[0]["pid"]
+        .as_u64()
+        .unwrap() as u32;
+    assert!(
+        listen.ends_within(Duration::from_secs(4)).await,
+        "the GET stream ends when the idle session expires"
+    );
+    assert!(
+        wait_for(Duration::from_secs(4), || gone(child)).await,
+        "child {child} stopped"
+    );
+    let r = s
+        .post(
+            &[],
+            json!({"jsonrpc": "2.0", "id": 1, "method": "ping"}).to_string(),
+        )
+        .await;
+    assert_eq!(r.status, 404);
+}
+
+#[tokio::test]
+async fn max_sessions_caps_initialize_with_503() {
+    let gw = TestGateway::start(&format!("[server]\nmax_sessions = 2\n{FX}")).await;
+    let a = gw.session().await;
+    let _b = gw.session().await;
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "x", "version": "0"}}});
+    let r = gw.client().post(&[], body.to_string()).await;
+    assert_eq!(r.status, 503);
+    assert!(r.header("mcp-session-id").is_none());
+    assert!(a.delete().await.status.is_success());
+    let _c = gw.session().await;
+}
+
+#[tokio::test]
+async fn delete_cancels_calls_in_flight_upstream() {
+    let gw = TestGateway::start(
+        r#"
+        [backends.fx]
+        type = "stdio"
+        command = "${FAKE_STDIO}"
+        args = ["--log", "${TEST_DIR}/fx.log"]
+        "#,
+    )
+    .await;
+    let log = gw.dir.path("fx.log");
+    let s = gw.session().await;
+    let call = json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+                      "params": {"name": "fx__slow_task", "arguments": {"s": 30}}});
+    let mut stream = s.open(&call).await;
+    assert!(
+        wait_for(Duration::from_secs(3), || !logged_calls(&log, "slow_task")
+            .is_empty())
+        .await
+    );
+    let upstream = logged_calls(&log, "slow_task")[0]["msg"]["id"].clone();
+    assert!(s.delete().await.status.is_success());
+    let cancelled = || {
+        common::logged(&log, "notifications/cancelled")
+            .iter()
+            .any(|e| e["msg"]["params"]["requestId"] == upstream)
+    };
+    assert!(wait_for(Duration::from_secs(2), cancelled).await);
+    assert!(
+        stream.ends_within(Duration::from_secs(2)).await,
+        "POST stream ends"
+    );
+}

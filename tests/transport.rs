@@ -199,3 +199,47 @@ async fn wrong_content_type_is_415_and_oversized_body_is_413() {
     let r = s.post(&[], ping).await;
     assert_eq!(r.status, 200);
 }
+
+#[tokio::test]
+async fn quick_answers_are_json_slow_ones_switch_to_primed_sse() {
+    let gw = TestGateway::start(&format!("[server]\njson_response_window = \"100ms\"\n{FX}")).await;
+    let s = gw.session().await;
+    let quick = s.call_tool("fx__echo", json!({"text": "q"})).await;
+    assert!(
+        quick.content_type.starts_with("application/json"),
+        "{}",
+        quick.content_type
+    );
+    let call = json!({"jsonrpc": "2.0", "id": "slow", "method": "tools/call",
+        "params": {"name": "fx__delay_echo", "arguments": {"ms": 400, "tag": "s"}}});
+    let mut stream = s.open(&call).await;
+    assert!(stream.is_sse());
+    assert_eq!(stream.header_str("cache-control"), Some("no-cache"));
+    assert_eq!(stream.header_str("x-accel-buffering"), Some("no"));
+    let done = stream
+        .next(std::time::Duration::from_secs(3))
+        .await
+        .unwrap();
+    assert_eq!(done["id"], "slow");
+    assert_eq!(done["result"]["content"][0]["text"], "s");
+    assert!(
+        stream.event_ids.len() >= 2,
+        "priming event, then the response: {:?}",
+        stream.event_ids
+    );
+    assert!(
+        stream.ends_within(std::time::Duration::from_secs(1)).await,
+        "stream ends after the response"
+    );
+}
+
+#[tokio::test]
+async fn a_foreign_host_header_is_refused() {
+    let gw = TestGateway::start(FX).await;
+    let r = gw
+        .client()
+        .post(&[("host", "attacker.example.test")], init_body())
+        .await;
+    assert_eq!(r.status, 403, "DNS-rebinding guard on a loopback bind");
+    assert_eq!(gw.gateway().router.sessions.len(), 0);
+}

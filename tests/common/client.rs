@@ -117,6 +117,11 @@ impl SseStream {
         }
     }
 
+    /// A response header as text.
+    pub fn header_str(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).and_then(|v| v.to_str().ok())
+    }
+
     /// Whether the answer is an SSE stream.
     pub fn is_sse(&self) -> bool {
         self.events.is_some()

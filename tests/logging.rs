@@ -1,0 +1,81 @@
+//! Log messages (`notifications/message`) from backends reach only the session
+//! whose call caused them, named after the backend, filtered by the level the
+//! host set with `logging/setLevel`.
+
+mod common;
+
+use common::{McpClient, Rpc, TestGateway, text_of};
+use serde_json::{Value, json};
+
+fn logs(r: &Rpc) -> Vec<&Value> {
+    r.related
+        .iter()
+        .filter(|m| m["method"] == "notifications/message")
+        .collect()
+}
+
+async fn log(s: &McpClient, tool: &str, level: &str) -> Rpc {
+    let r = s
+        .call_tool(tool, json!({"level": level, "text": format!("at {level}")}))
+        .await;
+    assert_eq!(text_of(&r.response), "logged");
+    r
+}
+
+#[tokio::test]
+async fn backend_logs_reach_the_calling_session_at_its_level() {
+    let gw = TestGateway::start(
+        r#"
+        [backends.lg]
+        type = "stdio"
+        command = "${FAKE_STDIO}"
+        mode = "per_session"
+        [backends.shared]
+        type = "stdio"
+        command = "${FAKE_STDIO}"
+        "#,
+    )
+    .await;
+    let s = gw.session().await;
+    let other = gw.session().await;
+    let mut other_listen = other.get_stream().await;
+
+    let r = log(&s, "lg__log", "info").await;
+    let l = logs(&r);
+    assert_eq!(l.len(), 1, "{:?}", r.related);
+    assert_eq!(l[0]["params"]["data"], "at info");
+    assert_eq!(l[0]["params"]["level"], "info");
+    assert!(
+        l[0]["params"]["logger"].as_str().unwrap().starts_with("lg"),
+        "names the backend: {}",
+        l[0]
+    );
+    let r = log(&s, "shared__log", "warning").await;
+    assert_eq!(
+        logs(&r).len(),
+        1,
+        "the only call in flight owns it: {:?}",
+        r.related
+    );
+    assert!(
+        other_listen
+            .next(std::time::Duration::from_millis(300))
+            .await
+            .is_none(),
+        "another session sees nothing"
+    );
+
+    let set = s
+        .request("logging/setLevel", json!({"level": "error"}))
+        .await;
+    assert!(set.response.get("result").is_some(), "{}", set.response);
+    assert!(
+        logs(&log(&s, "lg__log", "info").await).is_empty(),
+        "below the level"
+    );
+    assert_eq!(logs(&log(&s, "lg__log", "error").await).len(), 1);
+    let r = s
+        .request("logging/setLevel", json!({"level": "loud"}))
+        .await;
+    assert_eq!(r.error_code(), Some(-32602));
+}
