@@ -116,3 +116,56 @@ async fn without_the_capability_the_backend_gets_an_error_quickly() {
         );
     }
 }
+
+#[tokio::test]
+async fn an_unanswered_client_request_fails_upstream_and_is_cancelled_downstream() {
+    let gw = TestGateway::start(
+        r#"
+        [backends.ask]
+        type = "stdio"
+        command = "${FAKE_STDIO}"
+        args = ["--log", "${TEST_DIR}/ask.log"]
+        mode = "per_session"
+        timeout = "700ms"
+        "#,
+    )
+    .await;
+    let log = gw.dir.path("ask.log");
+    let s = gw.session_with(json!({"elicitation": {}})).await;
+    let mut listen = s.get_stream().await;
+    let call = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                      "params": {"name": "ask__ask_elicit", "arguments": {}}});
+    let mut stream = s.open(&call).await;
+    let req = stream.next(Duration::from_secs(3)).await.unwrap();
+    assert_eq!(req["method"], "elicitation/create");
+    // The host never answers.
+    let done = stream.next(Duration::from_secs(3)).await.unwrap();
+    assert_eq!(done["id"], 1);
+    assert!(done.get("error").is_some(), "the call times out: {done}");
+    let cancel = listen.next(Duration::from_secs(3)).await;
+    assert_eq!(
+        cancel
+            .as_ref()
+            .map(|c| (c["method"].clone(), c["params"]["requestId"].clone())),
+        Some((json!("notifications/cancelled"), req["id"].clone())),
+        "{cancel:?}"
+    );
+    let answered = || {
+        common::read_log(&log).iter().any(|e| {
+            e["msg"]["id"] == 1000
+                && e["msg"].get("error").is_some()
+                && e["msg"].get("method").is_none()
+        })
+    };
+    assert!(
+        common::wait_for(Duration::from_secs(2), answered).await,
+        "backend got an error"
+    );
+    let late = s
+        .post(
+            &[],
+            json!({"jsonrpc": "2.0", "id": req["id"], "result": {"action": "cancel"}}).to_string(),
+        )
+        .await;
+    assert_eq!(late.status, 202, "a late answer is accepted and ignored");
+}

@@ -64,3 +64,52 @@ async fn list_changed_reaches_the_host_once_and_the_list_is_refreshed() {
         "other backend untouched"
     );
 }
+
+#[tokio::test]
+async fn list_changed_on_an_http_backends_get_stream_is_relayed() {
+    let fx = FakeHttp::default_started().await;
+    let gw = TestGateway::start(&format!(
+        "[backends.web]\ntype = \"http\"\nurl = \"{}\"\n",
+        fx.url
+    ))
+    .await;
+    let s = gw.session().await;
+    let mut listen = s.get_stream().await;
+    let opened = || {
+        fx.log()
+            .iter()
+            .any(|r| r.http_method == "GET" && r.status == 200)
+    };
+    assert!(common::wait_for(Duration::from_secs(3), opened).await);
+    assert!(fx.add_tool_and_announce("late") >= 1);
+    let first = listen.next(Duration::from_secs(5)).await;
+    assert_eq!(
+        first.as_ref().map(|m| m["method"].clone()),
+        Some(json!("notifications/tools/list_changed")),
+        "{first:?}"
+    );
+    let tools = names(&s.list_all("tools/list", "tools").await);
+    assert!(tools.contains(&"web__late".to_owned()), "{tools:?}");
+}
+
+#[tokio::test]
+async fn add_tool_on_a_per_session_http_backend_refreshes_the_catalogue() {
+    let fx = FakeHttp::default_started().await;
+    let gw = TestGateway::start(&format!(
+        "[backends.web]\ntype = \"http\"\nurl = \"{}\"\n",
+        fx.url
+    ))
+    .await;
+    let s = gw.session().await;
+    let mut listen = s.get_stream().await;
+    let r = s.call_tool("web__add_tool", json!({"name": "fresh"})).await;
+    assert_eq!(text_of(&r.response), "added fresh");
+    let note = listen.next(Duration::from_secs(5)).await;
+    assert_eq!(
+        note.as_ref().map(|m| m["method"].clone()),
+        Some(json!("notifications/tools/list_changed")),
+        "{note:?}"
+    );
+    let tools = names(&s.list_all("tools/list", "tools").await);
+    assert!(tools.contains(&"web__fresh".to_owned()), "{tools:?}");
+}

@@ -3,11 +3,15 @@
 
 mod common;
 
-use common::{McpClient, Rpc, TestGateway};
+use common::{FakeHttp, McpClient, Rpc, TestGateway};
 use serde_json::{Value, json};
 
 async fn slow_progress(s: &McpClient, token: Option<Value>) -> Rpc {
-    let mut params = json!({"name": "fx__slow_progress", "arguments": {"n": 5, "interval_ms": 60}});
+    slow_progress_on(s, "fx__slow_progress", token).await
+}
+
+async fn slow_progress_on(s: &McpClient, tool: &str, token: Option<Value>) -> Rpc {
+    let mut params = json!({"name": tool, "arguments": {"n": 5, "interval_ms": 60}});
     if let Some(t) = token {
         params["_meta"] = json!({ "progressToken": t });
     }
@@ -54,4 +58,27 @@ async fn each_session_sees_only_its_own_progress_in_order() {
         r3.related
     );
     assert_eq!(r3.result()["content"][0]["text"], "progressed 5");
+}
+
+#[tokio::test]
+async fn progress_from_an_http_backend_keeps_the_hosts_token() {
+    let fx = FakeHttp::default_started().await;
+    let gw = TestGateway::start(&format!(
+        "[backends.web]\ntype = \"http\"\nurl = \"{}\"\n",
+        fx.url
+    ))
+    .await;
+    let (s1, s2) = (gw.session().await, gw.session().await);
+    let (r1, r2) = tokio::join!(
+        slow_progress_on(&s1, "web__slow_progress", Some(json!("p-1"))),
+        slow_progress_on(&s2, "web__slow_progress", Some(json!(1))),
+    );
+    for (r, token) in [(&r1, json!("p-1")), (&r2, json!(1))] {
+        let p = progress_of(r);
+        assert_eq!(p.len(), 5, "{:?}", r.related);
+        assert!(
+            p.iter().all(|n| n["params"]["progressToken"] == token),
+            "{p:?}"
+        );
+    }
 }

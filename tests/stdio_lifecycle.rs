@@ -204,3 +204,31 @@ async fn stderr_floods_do_not_block_the_child() {
     let r = s.call_tool("fx__big", json!({"bytes": 3_000_000})).await;
     assert_eq!(text_of(&r.response).len(), 3_000_000);
 }
+
+#[tokio::test]
+async fn an_unreachable_http_backend_fails_calls_fast_and_names_itself() {
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = closed.local_addr().unwrap().port();
+    drop(closed);
+    let gw = TestGateway::start(&format!(
+        r#"
+        [backends.down]
+        type = "http"
+        url = "http://127.0.0.1:{port}/mcp"
+        mode = "shared"
+        [backends.up]
+        type = "stdio"
+        command = "${{FAKE_STDIO}}"
+        "#
+    ))
+    .await;
+    let s = gw.session().await;
+    let tools = names(&s.list_all("tools/list", "tools").await);
+    assert!(tools.contains(&"up__echo".to_owned()));
+    let t = Instant::now();
+    let r = s
+        .request("resources/read", json!({"uri": "down+fx://static"}))
+        .await;
+    assert!(t.elapsed() < Duration::from_secs(3));
+    assert_backend_error(&r, "down");
+}

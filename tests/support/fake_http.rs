@@ -144,6 +144,23 @@ impl FakeHttp {
         }
     }
 
+    /// Adds a tool and announces it with `notifications/tools/list_changed` on
+    /// every open GET stream (unrelated to any request); returns how many
+    /// streams it went to.
+    pub fn add_tool_and_announce(&self, name: &str) -> usize {
+        if let Ok(mut t) = self.inner.catalog.extra_tools.lock() {
+            t.push(json!({"name": name, "inputSchema": {"type": "object"}}));
+        }
+        let note = json!({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"});
+        let Ok(s) = self.inner.sessions.lock() else {
+            return 0;
+        };
+        s.values()
+            .filter_map(|sess| sess.get_tx.as_ref())
+            .filter(|tx| tx.send(note.clone()).is_ok())
+            .count()
+    }
+
     /// Every request received so far.
     pub fn log(&self) -> Vec<Recorded> {
         self.inner.log.lock().map(|l| l.clone()).unwrap_or_default()
