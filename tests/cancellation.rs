@@ -197,3 +197,46 @@ async fn a_cancel_while_the_backend_starts_is_not_lost() {
         common::read_log(&log)
     );
 }
+
+#[tokio::test]
+async fn a_host_disconnect_is_not_a_cancellation() {
+    let gw = TestGateway::start(
+        r#"
+        [backends.fx]
+        type = "stdio"
+        command = "${FAKE_STDIO}"
+        args = ["--log", "${TEST_DIR}/fx.log"]
+        "#,
+    )
+    .await;
+    let log = gw.dir.path("fx.log");
+    let s = gw.session().await;
+    let call = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                      "params": {"name": "fx__slow_task", "arguments": {"s": 0.6}}});
+    let stream = s.open(&call).await;
+    assert!(
+        wait_for(Duration::from_secs(3), || !logged_calls(&log, "slow_task")
+            .is_empty())
+        .await
+    );
+    let upstream = logged_calls(&log, "slow_task")[0]["msg"]["id"].clone();
+    drop(stream);
+    let answered = || {
+        common::read_log(&log)
+            .iter()
+            .any(|e| e["event"] == "answered" && e["id"] == upstream)
+    };
+    assert!(
+        wait_for(Duration::from_secs(3), answered).await,
+        "the call ran to completion"
+    );
+    assert!(logged(&log, "notifications/cancelled").is_empty());
+    assert_eq!(
+        text_of(
+            &s.call_tool("fx__echo", json!({"text": "ok"}))
+                .await
+                .response
+        ),
+        "ok"
+    );
+}

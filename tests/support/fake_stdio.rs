@@ -243,6 +243,7 @@ impl Server {
             if let Ok(mut r) = me.running.lock() {
                 r.remove(&task_key);
             }
+            me.log.write(json!({"event": "answered", "id": id}));
             me.answer(&id, outcome);
         });
         if let Ok(mut r) = self.running.lock() {
