@@ -10,6 +10,9 @@
 //! `--log FILE` (every inbound message as a JSON line `{ts, pid, msg}`; events as
 //! `{ts, pid, event, ...}`), `--label TEXT` (what `whoami` answers),
 //! `--start-delay-ms N` (a slow start: stdin is read only after N ms).
+//!
+//! A tool named `log_later` (declare it with `--tools-json`) answers at once and
+//! sends a `notifications/message` `{delay_ms}` later, unrelated to any request.
 
 mod tools;
 
@@ -233,6 +236,18 @@ impl Server {
             .to_owned();
         if self.knobs.never_answer.contains(&tool) {
             return;
+        }
+        if tool == "log_later" {
+            let args = params.get("arguments").cloned().unwrap_or_default();
+            let delay = args.get("delay_ms").and_then(Value::as_u64).unwrap_or(100);
+            let me = self.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(std::time::Duration::from_millis(delay)).await;
+                me.send(&json!({"jsonrpc": "2.0", "method": "notifications/message",
+                    "params": {"level": "info", "logger": "bg", "data": args.get("text")}}));
+            });
+            let text = json!({"content": [{"type": "text", "text": "later"}]});
+            return self.answer(&id, Ok(text));
         }
         let key = id.to_string();
         let me = self.clone();
