@@ -127,3 +127,39 @@ async fn configured_headers_never_replace_protocol_headers() {
         }
     }
 }
+
+#[tokio::test]
+async fn a_backend_without_a_get_stream_is_asked_once() {
+    let fx = FakeHttp::start(FakeHttpOptions {
+        get_sse: false,
+        ..FakeHttpOptions::default()
+    })
+    .await;
+    let gw = TestGateway::start(&format!(
+        "[backends.web]\ntype = \"http\"\nurl = \"{}\"\nmode = \"shared\"\n",
+        fx.url
+    ))
+    .await;
+    let s = gw.session().await;
+    assert_eq!(
+        text_of(
+            &s.call_tool("web__echo", json!({"text": "e"}))
+                .await
+                .response
+        ),
+        "e"
+    );
+    let gets = || fx.log().iter().filter(|r| r.http_method == "GET").count();
+    assert!(wait_for(Duration::from_secs(3), || gets() >= 1).await);
+    assert!(
+        fx.log()
+            .iter()
+            .all(|r| r.http_method != "GET" || r.status == 405)
+    );
+    // 405 means "no such stream": no retry loop.
+    assert!(
+        !wait_for(Duration::from_millis(1500), || gets() > 1).await,
+        "{} GETs",
+        gets()
+    );
+}
