@@ -317,7 +317,7 @@ impl Connection {
     }
 
     /// The host call a notification belongs to: by progress token, by the stream it
-    /// came on, or the only host call in flight.
+    /// came on, or (per-session connections only) the only host call in flight.
     fn related_call(&self, n: &Notification, related: Option<u64>) -> Option<Arc<HostCall>> {
         if n.method == "notifications/progress" {
             let token = n.params.as_ref().and_then(|p| p.get("progressToken"));
@@ -332,6 +332,12 @@ impl Connection {
         let p = self.pending.lock().ok()?;
         if let Some(id) = related {
             return p.get(&id).and_then(|e| e.call.clone());
+        }
+        // Guessing "the only call in flight" is safe only when every call belongs to
+        // one host session; on a shared connection the message may come from
+        // another session's work and would leak to this one (DESIGN decision 4).
+        if matches!(self.owner, Owner::Shared) {
+            return None;
         }
         let mut calls = p.values().filter_map(|e| e.call.as_ref());
         let only = calls.next()?;

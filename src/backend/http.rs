@@ -25,6 +25,16 @@ use super::conn::{Connection, dispatch_text};
 const SESSION_HEADER: &str = "mcp-session-id";
 const VERSION_HEADER: &str = "mcp-protocol-version";
 const BOTH: &str = "application/json, text/event-stream";
+/// Headers only the gateway sets (BR-01): a configured value must never stand in
+/// for one, e.g. a fixed `Mcp-Session-Id` on `initialize`, before the gateway has
+/// a session id of its own to put there.
+const PROTOCOL_HEADERS: [&str; 5] = [
+    "accept",
+    "content-type",
+    SESSION_HEADER,
+    VERSION_HEADER,
+    "last-event-id",
+];
 /// How often a POST response stream is resumed with `Last-Event-ID` (SEP-1699).
 const MAX_RESUMES: usize = 5;
 
@@ -55,6 +65,10 @@ impl HttpLink {
         for (k, v) in headers {
             let name = HeaderName::try_from(k.as_str())
                 .map_err(|e| BackendError::closed(backend, format!("header {k}: {e}")))?;
+            if PROTOCOL_HEADERS.contains(&name.as_str()) {
+                tracing::warn!(backend = %backend, header = %k, "configured header ignored: protocol headers are set by the gateway");
+                continue;
+            }
             let mut value = HeaderValue::try_from(v.as_str())
                 .map_err(|e| BackendError::closed(backend, format!("header {k}: {e}")))?;
             value.set_sensitive(true);

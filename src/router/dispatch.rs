@@ -304,6 +304,9 @@ impl Router {
             let outcome = match permit {
                 Err(e) => Err(e),
                 Ok(_permit) => match router.connection_for(backend, &session).await {
+                    // A host cancel that came while the connection was being set
+                    // up found no upstream request to cancel: do not start one now.
+                    Ok(_) if !still_wanted(&session, &id, &call) => Err(BackendError::Cancelled),
                     Ok(conn) => {
                         let timeout = conn.timeout();
                         conn.request(&method, Some(params), Some(call.clone()), timeout)
@@ -416,4 +419,12 @@ fn classify(metrics: &Metrics, backend: &str, e: &BackendError) -> Outcome {
             .inc();
     }
     outcome
+}
+
+/// Whether host request `id` is still in flight as `call` (not cancelled).
+fn still_wanted(session: &Session, id: &Id, call: &Arc<HostCall>) -> bool {
+    session
+        .inflight
+        .lock()
+        .is_ok_and(|m| m.get(id).is_some_and(|c| Arc::ptr_eq(c, call)))
 }

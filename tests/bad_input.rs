@@ -1,0 +1,93 @@
+//! Bad host input gets the spec's error, never a panic or a dropped session:
+//! malformed JSON, wrong `jsonrpc`, missing/duplicate/null ids, unknown methods,
+//! unknown tools, prompts and resources.
+
+mod common;
+
+use common::{TestGateway, text_of};
+use serde_json::{Value, json};
+
+const FX: &str = r#"
+[backends.fx]
+type = "stdio"
+command = "${FAKE_STDIO}"
+"#;
+
+#[tokio::test]
+async fn malformed_envelopes_are_400_with_the_json_rpc_code() {
+    let gw = TestGateway::start(FX).await;
+    let s = gw.session().await;
+    let cases: [(&str, i64, Value); 7] = [
+        ("{not json", -32700, Value::Null),
+        (
+            r#"{"jsonrpc":"1.0","id":5,"method":"ping"}"#,
+            -32600,
+            json!(5),
+        ),
+        (r#"{"id":6,"method":"ping"}"#, -32600, json!(6)),
+        (
+            r#"{"jsonrpc":"2.0","id":null,"method":"ping"}"#,
+            -32600,
+            Value::Null,
+        ),
+        (
+            r#"{"jsonrpc":"2.0","id":1,"id":2,"method":"ping"}"#,
+            -32600,
+            Value::Null,
+        ),
+        (r#"{"jsonrpc":"2.0","result":{}}"#, -32600, Value::Null),
+        (
+            r#"{"jsonrpc":"2.0","id":{"a":1},"method":"ping"}"#,
+            -32600,
+            Value::Null,
+        ),
+    ];
+    for (body, code, id) in cases {
+        let r = s.post(&[], body).await;
+        assert_eq!(r.status, 400, "{body}");
+        let v = r.json();
+        assert_eq!(v["error"]["code"], code, "{body} → {v}");
+        assert_eq!(
+            v.get("id").cloned().unwrap_or(Value::Null),
+            id,
+            "{body} → {v}"
+        );
+    }
+    let r = s.call_tool("fx__echo", json!({"text": "still here"})).await;
+    assert_eq!(text_of(&r.response), "still here");
+}
+
+#[tokio::test]
+async fn unknown_method_tool_prompt_and_resource_get_spec_errors() {
+    let gw = TestGateway::start(FX).await;
+    let s = gw.session().await;
+    let r = s.request_id(json!("m1"), "no/such/method", json!({})).await;
+    assert_eq!(r.error_code(), Some(-32601));
+    assert_eq!(r.response["id"], "m1");
+
+    let a = s.call_tool("fx__nope", json!({})).await;
+    let b = s.call_tool("zz__echo", json!({})).await;
+    assert_eq!(a.error_code(), Some(-32602), "{}", a.response);
+    assert_eq!(b.error_code(), Some(-32602), "{}", b.response);
+    let ma = a.response["error"]["message"].as_str().unwrap();
+    let mb = b.response["error"]["message"].as_str().unwrap();
+    assert_eq!(
+        ma.replace("fx__nope", "N"),
+        mb.replace("zz__echo", "N"),
+        "an unknown backend and an unknown tool look the same"
+    );
+    assert!(!ma.contains("fx__echo"), "no hint about other tools: {ma}");
+
+    let r = s
+        .request("prompts/get", json!({"name": "fx__nope", "arguments": {}}))
+        .await;
+    assert_eq!(r.error_code(), Some(-32602), "{}", r.response);
+    let r = s
+        .request("resources/read", json!({"uri": "file:///nope"}))
+        .await;
+    assert_eq!(r.error_code(), Some(-32002), "{}", r.response);
+    let r = s.request("tools/call", json!({"arguments": {}})).await;
+    assert_eq!(r.error_code(), Some(-32602), "missing name: {}", r.response);
+    let r = s.call_tool("fx__echo", json!({"text": "ok"})).await;
+    assert_eq!(text_of(&r.response), "ok");
+}

@@ -1,0 +1,228 @@
+//! Integration-test harness: a real gateway on 127.0.0.1:0 with real (fake)
+//! backends, a small MCP HTTP client, and helpers for logs and processes.
+//!
+//! Each test binary uses only part of this module.
+#![allow(dead_code)]
+
+pub mod client;
+#[path = "../support/fake_http.rs"]
+pub mod fake_http;
+#[path = "../support/tools.rs"]
+pub mod tools;
+
+use std::collections::BTreeSet;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use mcpgate::Gateway;
+use mcpgate::config::Config;
+use serde_json::{Value, json};
+use tokio::net::TcpListener;
+use tokio::time::Instant;
+
+#[allow(unused_imports)]
+pub use client::{McpClient, Raw, Rpc, SseStream};
+#[allow(unused_imports)]
+pub use fake_http::{FakeHttp, FakeHttpOptions};
+
+/// Path of the fake stdio backend binary.
+pub const FAKE_STDIO: &str = env!("CARGO_BIN_EXE_mcpgate-fake-stdio");
+
+/// A per-test temporary directory, removed on drop.
+pub struct TestDir(pub PathBuf);
+
+impl TestDir {
+    /// A fresh empty directory.
+    pub fn new() -> TestDir {
+        static N: AtomicU64 = AtomicU64::new(0);
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.subsec_nanos())
+            .unwrap_or(0);
+        let dir = std::env::temp_dir().join(format!(
+            "mcpgate-it-{}-{}-{nanos}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        TestDir(dir)
+    }
+
+    /// A path inside the directory.
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.0.join(name)
+    }
+}
+
+impl Drop for TestDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A gateway started for one test.
+pub struct TestGateway {
+    gw: Option<Gateway>,
+    /// The listen address.
+    pub addr: SocketAddr,
+    /// The MCP endpoint URL.
+    pub url: String,
+    /// The test's temporary directory (`${TEST_DIR}` in configs).
+    pub dir: TestDir,
+}
+
+/// Parses `toml` with `${FAKE_STDIO}` and `${TEST_DIR}` defined.
+pub fn parse_config(toml: &str, dir: &Path) -> Config {
+    let dir = dir.to_string_lossy().into_owned();
+    let env = move |name: &str| match name {
+        "FAKE_STDIO" => Some(FAKE_STDIO.to_owned()),
+        "TEST_DIR" => Some(dir.clone()),
+        _ => None,
+    };
+    match Config::parse(toml, Path::new("test.toml"), &env) {
+        Ok(c) => c,
+        Err(problems) => panic!("test config does not parse: {problems:?}\n{toml}"),
+    }
+}
+
+impl TestGateway {
+    /// Starts a gateway for `toml` in a fresh temporary directory.
+    pub async fn start(toml: &str) -> TestGateway {
+        TestGateway::start_in(TestDir::new(), toml).await
+    }
+
+    /// Starts a gateway for `toml` using `dir` as `${TEST_DIR}`.
+    pub async fn start_in(dir: TestDir, toml: &str) -> TestGateway {
+        let config = parse_config(toml, &dir.0);
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let gw = Gateway::start_on(config, listener).await.unwrap();
+        let addr = gw.local_addr;
+        TestGateway {
+            gw: Some(gw),
+            addr,
+            url: format!("http://{addr}/mcp"),
+            dir,
+        }
+    }
+
+    /// A client without a session.
+    pub fn client(&self) -> McpClient {
+        McpClient::new(&self.url)
+    }
+
+    /// A client with an initialized 2025-11-25 session declaring `caps`.
+    pub async fn session_with(&self, caps: Value) -> McpClient {
+        let mut c = self.client();
+        c.initialize(caps).await;
+        c
+    }
+
+    /// A client with an initialized 2025-11-25 session and no client capabilities.
+    pub async fn session(&self) -> McpClient {
+        self.session_with(json!({})).await
+    }
+
+    /// The gateway itself.
+    pub fn gateway(&self) -> &Gateway {
+        self.gw.as_ref().unwrap()
+    }
+
+    /// Shuts the gateway down and returns its directory (for a restart).
+    pub async fn shutdown(mut self) -> TestDir {
+        if let Some(gw) = self.gw.take() {
+            gw.shutdown().await;
+        }
+        std::mem::replace(&mut self.dir, TestDir(PathBuf::new()))
+    }
+}
+
+/// Polls `f` every 20 ms until it holds or `within` passed; returns whether it held.
+pub async fn wait_for(within: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let end = Instant::now() + within;
+    loop {
+        if f() {
+            return true;
+        }
+        if Instant::now() >= end {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Every entry of a fake-stdio `--log` file (missing file = no entries).
+pub fn read_log(path: &Path) -> Vec<Value> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
+
+/// Inbound messages with JSON-RPC method `method` in a fake-stdio log.
+pub fn logged(path: &Path, method: &str) -> Vec<Value> {
+    read_log(path)
+        .into_iter()
+        .filter(|e| e.pointer("/msg/method").and_then(Value::as_str) == Some(method))
+        .collect()
+}
+
+/// Inbound `tools/call` messages for tool `tool` in a fake-stdio log.
+pub fn logged_calls(path: &Path, tool: &str) -> Vec<Value> {
+    logged(path, "tools/call")
+        .into_iter()
+        .filter(|e| e.pointer("/msg/params/name").and_then(Value::as_str) == Some(tool))
+        .collect()
+}
+
+/// PIDs of every fake-stdio process that wrote to a log.
+pub fn logged_pids(path: &Path) -> BTreeSet<u32> {
+    read_log(path)
+        .iter()
+        .filter_map(|e| e.get("pid").and_then(Value::as_u64))
+        .map(|p| p as u32)
+        .collect()
+}
+
+/// The state letter of a process (`R`, `S`, `Z`, ...) and its parent, if it exists.
+pub fn proc_state(pid: u32) -> Option<(char, u32)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let mut fields = rest.split(' ');
+    let state = fields.next()?.chars().next()?;
+    let ppid = fields.next()?.parse().ok()?;
+    Some((state, ppid))
+}
+
+/// Whether a process is running (exists and is not a zombie).
+pub fn running(pid: u32) -> bool {
+    proc_state(pid).is_some_and(|(s, _)| s != 'Z')
+}
+
+/// Whether a process is fully gone: not running, and not a zombie of ours
+/// (a zombie child of this test process would mean the gateway never reaped it).
+pub fn gone(pid: u32) -> bool {
+    match proc_state(pid) {
+        None => true,
+        Some(('Z', ppid)) => ppid != std::process::id(),
+        Some(_) => false,
+    }
+}
+
+/// The text of the first content block of a `tools/call` result.
+pub fn text_of(response: &Value) -> &str {
+    response
+        .pointer("/result/content/0/text")
+        .and_then(Value::as_str)
+        .unwrap_or_else(|| panic!("no text result in {response}"))
+}
+
+/// The exposed names in a `tools/list`/`prompts/list` result list.
+pub fn names(items: &[Value]) -> Vec<String> {
+    items
+        .iter()
+        .filter_map(|t| t.get("name").and_then(Value::as_str).map(str::to_owned))
+        .collect()
+}

@@ -1,0 +1,455 @@
+//! `fx-http`: an in-process Streamable HTTP MCP server for the integration tests,
+//! with the same tools as `fx-stdio` and knobs for strictness. Every inbound HTTP
+//! request is recorded (method, headers, JSON body, status) for assertions.
+
+use std::collections::{BTreeMap, HashMap};
+use std::convert::Infallible;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use futures_util::StreamExt;
+use serde_json::{Value, json};
+use tokio::sync::{mpsc, oneshot};
+use tokio_stream::wrappers::UnboundedReceiverStream;
+
+use super::tools::{self, Catalog, Peer};
+
+/// Start-up knobs of a fake HTTP backend.
+#[derive(Debug, Clone)]
+pub struct FakeHttpOptions {
+    /// Protocol versions accepted, preferred first (answered when the client asks
+    /// for one it does not know).
+    pub versions: Vec<String>,
+    /// 406 unless `Accept` lists both `application/json` and `text/event-stream`.
+    pub strict_accept: bool,
+    /// 400 when `MCP-Protocol-Version` differs from the negotiated version.
+    pub strict_version_header: bool,
+    /// GET opens an SSE stream (true) or gets 405 (false).
+    pub get_sse: bool,
+    /// What `whoami` answers.
+    pub label: String,
+}
+
+impl Default for FakeHttpOptions {
+    fn default() -> Self {
+        FakeHttpOptions {
+            versions: vec![
+                "2025-11-25".into(),
+                "2025-06-18".into(),
+                "2025-03-26".into(),
+            ],
+            strict_accept: false,
+            strict_version_header: false,
+            get_sse: true,
+            label: "fx-http".into(),
+        }
+    }
+}
+
+/// One request the fake received.
+#[derive(Debug, Clone)]
+pub struct Recorded {
+    /// `POST`, `GET`, `DELETE`, ...
+    pub http_method: String,
+    /// Headers by lower-case name (several values joined with `, `).
+    pub headers: BTreeMap<String, String>,
+    /// The JSON body, if any.
+    pub body: Option<Value>,
+    /// The status the fake answered.
+    pub status: u16,
+}
+
+impl Recorded {
+    /// The JSON-RPC method of the body, if it has one.
+    pub fn rpc_method(&self) -> Option<&str> {
+        self.body.as_ref()?.get("method")?.as_str()
+    }
+
+    /// A header value.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).map(String::as_str)
+    }
+}
+
+struct FakeSession {
+    version: String,
+    dropped: bool,
+    get_tx: Option<mpsc::UnboundedSender<Value>>,
+}
+
+struct Inner {
+    opts: FakeHttpOptions,
+    catalog: Arc<Catalog>,
+    sessions: Mutex<HashMap<String, FakeSession>>,
+    next_session: AtomicU64,
+    asked: Mutex<HashMap<i64, oneshot::Sender<Result<Value, Value>>>>,
+    next_ask: AtomicI64,
+    log: Mutex<Vec<Recorded>>,
+}
+
+/// A running fake HTTP backend; stops when dropped.
+pub struct FakeHttp {
+    /// The MCP endpoint URL.
+    pub url: String,
+    inner: Arc<Inner>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for FakeHttp {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl FakeHttp {
+    /// Starts a fake on 127.0.0.1 with an ephemeral port.
+    pub async fn start(opts: FakeHttpOptions) -> FakeHttp {
+        let inner = Arc::new(Inner {
+            catalog: Catalog::new(&opts.label, Vec::new()),
+            opts,
+            sessions: Mutex::new(HashMap::new()),
+            next_session: AtomicU64::new(1),
+            asked: Mutex::new(HashMap::new()),
+            next_ask: AtomicI64::new(500),
+            log: Mutex::new(Vec::new()),
+        });
+        let app = axum::Router::new()
+            .route("/mcp", axum::routing::post(post).get(get).delete(delete))
+            .with_state(inner.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/mcp", listener.local_addr().unwrap());
+        let task = tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        FakeHttp { url, inner, task }
+    }
+
+    /// Starts a fake with default options.
+    pub async fn default_started() -> FakeHttp {
+        FakeHttp::start(FakeHttpOptions::default()).await
+    }
+
+    /// From now on every existing session id gets 404 (the server "forgot" them).
+    pub fn drop_sessions(&self) {
+        if let Ok(mut s) = self.inner.sessions.lock() {
+            for sess in s.values_mut() {
+                sess.dropped = true;
+                sess.get_tx = None;
+            }
+        }
+    }
+
+    /// Adds a tool and announces it with `notifications/tools/list_changed` on
+    /// every open GET stream (unrelated to any request); returns how many
+    /// streams it went to.
+    pub fn add_tool_and_announce(&self, name: &str) -> usize {
+        if let Ok(mut t) = self.inner.catalog.extra_tools.lock() {
+            t.push(json!({"name": name, "inputSchema": {"type": "object"}}));
+        }
+        let note = json!({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"});
+        let Ok(s) = self.inner.sessions.lock() else {
+            return 0;
+        };
+        s.values()
+            .filter_map(|sess| sess.get_tx.as_ref())
+            .filter(|tx| tx.send(note.clone()).is_ok())
+            .count()
+    }
+
+    /// Every request received so far.
+    pub fn log(&self) -> Vec<Recorded> {
+        self.inner.log.lock().map(|l| l.clone()).unwrap_or_default()
+    }
+
+    /// Received POSTs whose JSON-RPC method is `method`.
+    pub fn calls(&self, method: &str) -> Vec<Recorded> {
+        self.log()
+            .into_iter()
+            .filter(|r| r.rpc_method() == Some(method))
+            .collect()
+    }
+
+    /// Session ids handed out, in order.
+    pub fn session_ids(&self) -> Vec<String> {
+        let n = self.inner.next_session.load(Ordering::Relaxed);
+        (1..n).map(|i| format!("fxs-{i}")).collect()
+    }
+}
+
+fn record(inner: &Inner, method: &str, h: &HeaderMap, body: Option<Value>, status: StatusCode) {
+    let mut headers: BTreeMap<String, String> = BTreeMap::new();
+    for (k, v) in h {
+        let v = String::from_utf8_lossy(v.as_bytes()).into_owned();
+        headers
+            .entry(k.as_str().to_owned())
+            .and_modify(|e| {
+                e.push_str(", ");
+                e.push_str(&v);
+            })
+            .or_insert(v);
+    }
+    if let Ok(mut l) = inner.log.lock() {
+        l.push(Recorded {
+            http_method: method.into(),
+            headers,
+            body,
+            status: status.as_u16(),
+        });
+    }
+}
+
+fn status(code: StatusCode, msg: &str) -> Response {
+    let body = json!({"jsonrpc": "2.0", "error": {"code": -32000, "message": msg}});
+    (
+        code,
+        [(header::CONTENT_TYPE, "application/json")],
+        body.to_string(),
+    )
+        .into_response()
+}
+
+fn json_reply(v: &Value) -> Response {
+    (
+        StatusCode::OK,
+        [(header::CONTENT_TYPE, "application/json")],
+        v.to_string(),
+    )
+        .into_response()
+}
+
+fn answer(id: &Value, outcome: Result<Value, (i64, String)>) -> Value {
+    match outcome {
+        Ok(r) => json!({"jsonrpc": "2.0", "id": id, "result": r}),
+        Err((code, message)) => {
+            json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}})
+        }
+    }
+}
+
+fn sse(rx: mpsc::UnboundedReceiver<Value>) -> Response {
+    let body = UnboundedReceiverStream::new(rx)
+        .map(|v| Ok::<_, Infallible>(Bytes::from(format!("event: message\ndata: {v}\n\n"))));
+    let mut resp = Response::new(Body::from_stream(body));
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream"),
+    );
+    resp
+}
+
+/// The session named by the request: 400 without id, 404 unknown or dropped.
+fn session_of(inner: &Inner, h: &HeaderMap) -> Result<(String, String), StatusCode> {
+    let Some(id) = h.get("mcp-session-id").and_then(|v| v.to_str().ok()) else {
+        return Err(StatusCode::BAD_REQUEST);
+    };
+    let sessions = inner
+        .sessions
+        .lock()
+        .map_err(|_| StatusCode::INTERNAL_SERVER_ERROR)?;
+    match sessions.get(id) {
+        Some(s) if !s.dropped => Ok((id.to_owned(), s.version.clone())),
+        _ => Err(StatusCode::NOT_FOUND),
+    }
+}
+
+async fn post(State(inner): State<Arc<Inner>>, h: HeaderMap, body: Bytes) -> Response {
+    let msg: Option<Value> = serde_json::from_slice(&body).ok();
+    let resp = post_inner(&inner, &h, msg.clone()).await;
+    record(&inner, "POST", &h, msg, resp.status());
+    resp
+}
+
+async fn post_inner(inner: &Arc<Inner>, h: &HeaderMap, msg: Option<Value>) -> Response {
+    let Some(msg) = msg else {
+        return status(StatusCode::BAD_REQUEST, "parse error");
+    };
+    if inner.opts.strict_accept {
+        let accept = h
+            .get_all(header::ACCEPT)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .collect::<Vec<_>>()
+            .join(",");
+        if !(accept.contains("application/json") && accept.contains("text/event-stream")) {
+            return status(StatusCode::NOT_ACCEPTABLE, "Not Acceptable");
+        }
+    }
+    let method = msg
+        .get("method")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let id = msg.get("id").cloned();
+    if method == "initialize" {
+        let asked = msg
+            .pointer("/params/protocolVersion")
+            .and_then(Value::as_str);
+        let versions = &inner.opts.versions;
+        let version = asked
+            .filter(|a| versions.iter().any(|v| v == a))
+            .map_or_else(|| versions[0].clone(), str::to_owned);
+        let sid = format!("fxs-{}", inner.next_session.fetch_add(1, Ordering::Relaxed));
+        if let Ok(mut s) = inner.sessions.lock() {
+            s.insert(
+                sid.clone(),
+                FakeSession {
+                    version: version.clone(),
+                    dropped: false,
+                    get_tx: None,
+                },
+            );
+        }
+        let result = json!({"protocolVersion": version, "capabilities": tools::capabilities(),
+                            "serverInfo": {"name": "fx-http", "version": "0"}});
+        let mut resp = json_reply(&answer(&id.unwrap_or_default(), Ok(result)));
+        resp.headers_mut()
+            .insert("mcp-session-id", HeaderValue::from_str(&sid).unwrap());
+        return resp;
+    }
+    let (_sid, version) = match session_of(inner, h) {
+        Ok(s) => s,
+        Err(code) => return status(code, "no such session"),
+    };
+    if inner.opts.strict_version_header {
+        let sent = h.get("mcp-protocol-version").and_then(|v| v.to_str().ok());
+        if sent != Some(version.as_str()) {
+            return status(StatusCode::BAD_REQUEST, "Unsupported protocol version");
+        }
+    }
+    let Some(id) = id else {
+        return StatusCode::ACCEPTED.into_response();
+    };
+    if method.is_empty() {
+        let outcome = match msg.get("result") {
+            Some(r) => Ok(r.clone()),
+            None => Err(msg.get("error").cloned().unwrap_or_default()),
+        };
+        let tx = id
+            .as_i64()
+            .and_then(|n| inner.asked.lock().ok()?.remove(&n));
+        if let Some(tx) = tx {
+            let _ = tx.send(outcome);
+        }
+        return StatusCode::ACCEPTED.into_response();
+    }
+    let params = msg.get("params").cloned().unwrap_or_else(|| json!({}));
+    let cursor = params.get("cursor").and_then(Value::as_str);
+    let outcome = match method {
+        "ping" => Ok(json!({})),
+        "tools/list" => Ok(tools::page(&inner.catalog.tools(), "tools", cursor, 0)),
+        "resources/list" => Ok(tools::page(&tools::resources(), "resources", cursor, 0)),
+        "resources/templates/list" => Ok(tools::page(
+            &tools::templates(),
+            "resourceTemplates",
+            cursor,
+            0,
+        )),
+        "prompts/list" => Ok(tools::page(&tools::prompts(), "prompts", cursor, 0)),
+        "resources/read" => {
+            tools::read_resource(params.get("uri").and_then(Value::as_str).unwrap_or(""))
+        }
+        "prompts/get" => tools::get_prompt(&params),
+        "tools/call" => return call(inner, id, params).await,
+        _ => Err((-32601, format!("Method not found: {method}"))),
+    };
+    json_reply(&answer(&id, outcome))
+}
+
+struct HttpPeer {
+    tx: mpsc::UnboundedSender<Value>,
+    inner: Arc<Inner>,
+}
+
+impl Peer for HttpPeer {
+    fn notify(&self, method: &str, params: Value) {
+        let _ = self
+            .tx
+            .send(json!({"jsonrpc": "2.0", "method": method, "params": params}));
+    }
+
+    async fn ask(&self, method: &str, params: Value) -> Result<Value, Value> {
+        let id = self.inner.next_ask.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = oneshot::channel();
+        if let Ok(mut m) = self.inner.asked.lock() {
+            m.insert(id, tx);
+        }
+        let _ = self
+            .tx
+            .send(json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
+        match tokio::time::timeout(Duration::from_secs(30), rx).await {
+            Ok(Ok(r)) => r,
+            _ => Err(json!({"code": -1, "message": "no answer"})),
+        }
+    }
+}
+
+/// `tools/call`: tools that send related messages answer with SSE, others JSON.
+async fn call(inner: &Arc<Inner>, id: Value, params: Value) -> Response {
+    let name = params
+        .get("name")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let streams = matches!(
+        name,
+        "slow_progress" | "log" | "add_tool" | "ask_sampling" | "ask_elicit" | "ask_roots"
+    );
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let peer = HttpPeer {
+        tx: tx.clone(),
+        inner: inner.clone(),
+    };
+    let me = inner.clone();
+    tokio::spawn(async move {
+        let outcome = tools::call_tool(&me.catalog, &peer, &params).await;
+        let _ = tx.send(answer(&id, outcome));
+    });
+    if streams {
+        return sse(rx);
+    }
+    match rx.recv().await {
+        Some(v) => json_reply(&v),
+        None => status(StatusCode::INTERNAL_SERVER_ERROR, "tool vanished"),
+    }
+}
+
+async fn get(State(inner): State<Arc<Inner>>, h: HeaderMap) -> Response {
+    let resp = if !inner.opts.get_sse {
+        let mut r = status(StatusCode::METHOD_NOT_ALLOWED, "no GET stream");
+        r.headers_mut()
+            .insert(header::ALLOW, HeaderValue::from_static("POST, DELETE"));
+        r
+    } else {
+        match session_of(&inner, &h) {
+            Err(code) => status(code, "no such session"),
+            Ok((sid, _)) => {
+                let (tx, rx) = mpsc::unbounded_channel();
+                if let Ok(mut s) = inner.sessions.lock() {
+                    if let Some(sess) = s.get_mut(&sid) {
+                        sess.get_tx = Some(tx);
+                    }
+                }
+                sse(rx)
+            }
+        }
+    };
+    record(&inner, "GET", &h, None, resp.status());
+    resp
+}
+
+async fn delete(State(inner): State<Arc<Inner>>, h: HeaderMap) -> Response {
+    let resp = match session_of(&inner, &h) {
+        Err(code) => status(code, "no such session"),
+        Ok((sid, _)) => {
+            if let Ok(mut s) = inner.sessions.lock() {
+                s.remove(&sid);
+            }
+            StatusCode::OK.into_response()
+        }
+    };
+    record(&inner, "DELETE", &h, None, resp.status());
+    resp
+}

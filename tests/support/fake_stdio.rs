@@ -1,0 +1,358 @@
+//! `mcpgate-fake-stdio`: a small, scriptable MCP server on stdin/stdout
+//! (newline-delimited JSON-RPC) for the integration tests. Hand-rolled on purpose
+//! (no gateway code) so it can misbehave. Knobs:
+//!
+//! `--exit-after-calls N` (exits when `tools/call` number N+1 arrives, unanswered),
+//! `--crash-on-start` (traceback on stderr, exit 1), `--ignore-sigterm` (also keeps
+//! running after stdin EOF), `--strict-init` (only `initialize`/`ping` until
+//! `notifications/initialized`), `--page-size K`, `--noise` (non-JSON stdout lines),
+//! `--never-answer TOOL`, `--tools-json FILE` (extra raw tool definitions),
+//! `--log FILE` (every inbound message as a JSON line `{ts, pid, msg}`; events as
+//! `{ts, pid, event, ...}`), `--label TEXT` (what `whoami` answers),
+//! `--start-delay-ms N` (a slow start: stdin is read only after N ms).
+//!
+//! A tool named `log_later` (declare it with `--tools-json`) answers at once and
+//! sends a `notifications/message` `{delay_ms}` later, unrelated to any request.
+
+mod tools;
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::sync::{mpsc, oneshot};
+
+use tools::{Catalog, Peer};
+
+const VERSIONS: [&str; 3] = ["2025-11-25", "2025-06-18", "2025-03-26"];
+
+#[derive(Default)]
+struct Knobs {
+    exit_after_calls: Option<usize>,
+    crash_on_start: bool,
+    ignore_sigterm: bool,
+    strict_init: bool,
+    page_size: usize,
+    noise: bool,
+    never_answer: Vec<String>,
+    tools_json: Option<String>,
+    log: Option<String>,
+    label: String,
+    start_delay_ms: u64,
+}
+
+fn parse_args() -> Knobs {
+    let mut k = Knobs {
+        label: "fx-stdio".into(),
+        ..Knobs::default()
+    };
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        let mut val = || args.next().unwrap_or_default();
+        match a.as_str() {
+            "--exit-after-calls" => k.exit_after_calls = val().parse().ok(),
+            "--crash-on-start" => k.crash_on_start = true,
+            "--ignore-sigterm" => k.ignore_sigterm = true,
+            "--strict-init" => k.strict_init = true,
+            "--page-size" => k.page_size = val().parse().unwrap_or(0),
+            "--noise" => k.noise = true,
+            "--never-answer" => k.never_answer.push(val()),
+            "--tools-json" => k.tools_json = Some(val()),
+            "--log" => k.log = Some(val()),
+            "--label" => k.label = val(),
+            "--start-delay-ms" => k.start_delay_ms = val().parse().unwrap_or(0),
+            other => eprintln!("fake-stdio: unknown argument {other:?}"),
+        }
+    }
+    k
+}
+
+/// Appends JSON lines to the `--log` file.
+struct Log(Option<Mutex<std::fs::File>>);
+
+impl Log {
+    fn write(&self, mut entry: Value) {
+        let Some(f) = &self.0 else { return };
+        let ts = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis() as u64)
+            .unwrap_or(0);
+        entry["ts"] = ts.into();
+        entry["pid"] = std::process::id().into();
+        if let Ok(mut f) = f.lock() {
+            let _ = writeln!(f, "{entry}");
+        }
+    }
+}
+
+type Answer = Result<Value, Value>;
+
+struct Server {
+    knobs: Knobs,
+    catalog: Arc<Catalog>,
+    log: Log,
+    out: mpsc::UnboundedSender<String>,
+    asked: Mutex<HashMap<i64, oneshot::Sender<Answer>>>,
+    next_ask: AtomicI64,
+    running: Mutex<HashMap<String, (String, tokio::task::AbortHandle)>>,
+    initialized: AtomicBool,
+    calls: AtomicUsize,
+}
+
+struct StdioPeer(Arc<Server>);
+
+impl Peer for StdioPeer {
+    fn notify(&self, method: &str, params: Value) {
+        self.0
+            .send(&json!({"jsonrpc": "2.0", "method": method, "params": params}));
+    }
+
+    async fn ask(&self, method: &str, params: Value) -> Answer {
+        let id = self.0.next_ask.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = oneshot::channel();
+        if let Ok(mut m) = self.0.asked.lock() {
+            m.insert(id, tx);
+        }
+        self.0
+            .send(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
+        rx.await
+            .unwrap_or_else(|_| Err(json!({"code": -1, "message": "no answer"})))
+    }
+}
+
+impl Server {
+    fn send(&self, msg: &Value) {
+        let _ = self.out.send(msg.to_string());
+    }
+
+    fn answer(&self, id: &Value, outcome: Result<Value, (i64, String)>) {
+        let msg = match outcome {
+            Ok(r) => json!({"jsonrpc": "2.0", "id": id, "result": r}),
+            Err((code, message)) => {
+                json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}})
+            }
+        };
+        self.send(&msg);
+    }
+
+    fn handle(self: &Arc<Self>, msg: &Value) {
+        let method = msg.get("method").and_then(Value::as_str).map(str::to_owned);
+        let id = msg.get("id").cloned();
+        match (method, id) {
+            (Some(m), Some(id)) => self.request(&m, id, msg.get("params").cloned()),
+            (Some(m), None) => self.notification(&m, msg.get("params")),
+            (None, Some(Value::Number(n))) => {
+                let outcome = match msg.get("result") {
+                    Some(r) => Ok(r.clone()),
+                    None => Err(msg.get("error").cloned().unwrap_or_default()),
+                };
+                let tx = n.as_i64().and_then(|n| self.asked.lock().ok()?.remove(&n));
+                if let Some(tx) = tx {
+                    let _ = tx.send(outcome);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn notification(&self, method: &str, params: Option<&Value>) {
+        match method {
+            "notifications/initialized" => self.initialized.store(true, Ordering::Relaxed),
+            "notifications/cancelled" => {
+                let key = params
+                    .and_then(|p| p.get("requestId"))
+                    .map(Value::to_string)
+                    .unwrap_or_default();
+                let task = self.running.lock().ok().and_then(|mut r| r.remove(&key));
+                if let Some((tool, handle)) = task {
+                    if tool == "slow_task" {
+                        handle.abort();
+                    }
+                    self.log
+                        .write(json!({"event": "cancelled", "requestId": key, "tool": tool}));
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn request(self: &Arc<Self>, method: &str, id: Value, params: Option<Value>) {
+        let params = params.unwrap_or_else(|| json!({}));
+        if self.knobs.strict_init
+            && !self.initialized.load(Ordering::Relaxed)
+            && !matches!(method, "initialize" | "ping")
+        {
+            self.log
+                .write(json!({"event": "ignored before initialized", "method": method}));
+            return;
+        }
+        let cursor = params.get("cursor").and_then(Value::as_str);
+        let ps = self.knobs.page_size;
+        let outcome = match method {
+            "initialize" => {
+                let asked = params.get("protocolVersion").and_then(Value::as_str);
+                let version = asked
+                    .filter(|v| VERSIONS.contains(v))
+                    .unwrap_or(VERSIONS[0]);
+                Ok(
+                    json!({"protocolVersion": version, "capabilities": tools::capabilities(),
+                          "serverInfo": {"name": "fx-stdio", "version": "0"}}),
+                )
+            }
+            "ping" => Ok(json!({})),
+            "tools/list" => Ok(tools::page(&self.catalog.tools(), "tools", cursor, ps)),
+            "resources/list" => Ok(tools::page(&tools::resources(), "resources", cursor, ps)),
+            "resources/templates/list" => Ok(tools::page(
+                &tools::templates(),
+                "resourceTemplates",
+                cursor,
+                ps,
+            )),
+            "prompts/list" => Ok(tools::page(&tools::prompts(), "prompts", cursor, ps)),
+            "resources/read" => {
+                tools::read_resource(params.get("uri").and_then(Value::as_str).unwrap_or(""))
+            }
+            "prompts/get" => tools::get_prompt(&params),
+            "tools/call" => return self.call(id, params),
+            _ => Err((-32601, format!("Method not found: {method}"))),
+        };
+        self.answer(&id, outcome);
+    }
+
+    fn call(self: &Arc<Self>, id: Value, params: Value) {
+        let n = self.calls.fetch_add(1, Ordering::Relaxed);
+        if self.knobs.exit_after_calls.is_some_and(|max| n >= max) {
+            self.log
+                .write(json!({"event": "exiting", "after_calls": n}));
+            std::process::exit(3);
+        }
+        let tool = params
+            .get("name")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned();
+        if self.knobs.never_answer.contains(&tool) {
+            return;
+        }
+        if tool == "log_later" {
+            let args = params.get("arguments").cloned().unwrap_or_default();
+            let delay = args.get("delay_ms").and_then(Value::as_u64).unwrap_or(100);
+            let me = self.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(std::time::Duration::from_millis(delay)).await;
+                me.send(&json!({"jsonrpc": "2.0", "method": "notifications/message",
+                    "params": {"level": "info", "logger": "bg", "data": args.get("text")}}));
+            });
+            let text = json!({"content": [{"type": "text", "text": "later"}]});
+            return self.answer(&id, Ok(text));
+        }
+        let key = id.to_string();
+        let me = self.clone();
+        let task_key = key.clone();
+        let handle = tokio::spawn(async move {
+            let peer = StdioPeer(me.clone());
+            let outcome = tools::call_tool(&me.catalog, &peer, &params).await;
+            if let Ok(mut r) = me.running.lock() {
+                r.remove(&task_key);
+            }
+            me.log.write(json!({"event": "answered", "id": id}));
+            me.answer(&id, outcome);
+        });
+        if let Ok(mut r) = self.running.lock() {
+            if !handle.is_finished() {
+                r.insert(key, (tool, handle.abort_handle()));
+            }
+        }
+    }
+}
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() {
+    let knobs = parse_args();
+    if knobs.crash_on_start {
+        eprintln!("Traceback (most recent call last):");
+        eprintln!("  File \"fx_stdio.py\", line 1, in <module>");
+        eprintln!("RuntimeError: crash-on-start requested");
+        std::process::exit(1);
+    }
+    let log = Log(knobs.log.as_ref().and_then(|p| {
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(p)
+            .ok()
+            .map(Mutex::new)
+    }));
+    log.write(json!({"event": "started"}));
+    if knobs.ignore_sigterm {
+        if let Ok(mut term) =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        {
+            tokio::spawn(async move {
+                while term.recv().await.is_some() {
+                    eprintln!("fake-stdio: SIGTERM ignored");
+                }
+            });
+        }
+    }
+    let extra = knobs
+        .tools_json
+        .as_ref()
+        .and_then(|p| std::fs::read_to_string(p).ok())
+        .and_then(|t| serde_json::from_str::<Vec<Value>>(&t).ok())
+        .unwrap_or_default();
+    let (out, mut out_rx) = mpsc::unbounded_channel::<String>();
+    let noise = knobs.noise;
+    let writer = tokio::spawn(async move {
+        let mut stdout = tokio::io::stdout();
+        if noise {
+            let _ = stdout
+                .write_all(b"fake-stdio starting up (not JSON)\n")
+                .await;
+        }
+        while let Some(line) = out_rx.recv().await {
+            if noise {
+                let _ = stdout.write_all(b"[noise] {not json at all\n").await;
+            }
+            if stdout.write_all(line.as_bytes()).await.is_err()
+                || stdout.write_all(b"\n").await.is_err()
+                || stdout.flush().await.is_err()
+            {
+                return;
+            }
+        }
+    });
+    let server = Arc::new(Server {
+        catalog: Catalog::new(&knobs.label, extra),
+        knobs,
+        log,
+        out,
+        asked: Mutex::new(HashMap::new()),
+        next_ask: AtomicI64::new(1000),
+        running: Mutex::new(HashMap::new()),
+        initialized: AtomicBool::new(false),
+        calls: AtomicUsize::new(0),
+    });
+    let delay = server.knobs.start_delay_ms;
+    tokio::time::sleep(std::time::Duration::from_millis(delay)).await;
+    let mut lines = BufReader::new(tokio::io::stdin()).lines();
+    while let Ok(Some(line)) = lines.next_line().await {
+        match serde_json::from_str::<Value>(&line) {
+            Ok(msg) => {
+                server.log.write(json!({"msg": msg}));
+                server.handle(&msg);
+            }
+            Err(_) => server.log.write(json!({"event": "bad line", "line": line})),
+        }
+    }
+    server.log.write(json!({"event": "stdin closed"}));
+    if server.knobs.ignore_sigterm {
+        // A stubborn server: stays up until SIGKILL.
+        std::future::pending::<()>().await;
+    }
+    drop(server);
+    let _ = tokio::time::timeout(std::time::Duration::from_millis(200), writer).await;
+}

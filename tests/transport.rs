@@ -1,0 +1,245 @@
+//! Streamable HTTP transport rules of the server face: content negotiation
+//! (BR-01, downstream), CORS and Origin (BR-02), method and status semantics
+//! (BR-04), Content-Type (415) and body size (413).
+
+mod common;
+
+use common::{FakeHttp, TestGateway};
+use reqwest::Method;
+use reqwest::header::{HeaderMap, HeaderValue};
+use serde_json::{Value, json};
+
+const FX: &str = r#"
+[backends.fx]
+type = "stdio"
+command = "${FAKE_STDIO}"
+"#;
+
+fn init_body() -> String {
+    json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {},
+        "clientInfo": {"name": "it", "version": "0"}}})
+    .to_string()
+}
+
+fn assert_error_without_id(body: &Value) {
+    assert!(body.get("error").is_some(), "JSON-RPC error body: {body}");
+    assert!(
+        body.get("id").is_none(),
+        "no id in a transport error: {body}"
+    );
+}
+
+#[tokio::test]
+async fn unacceptable_accept_is_406_with_an_id_less_error_and_no_session() {
+    let gw = TestGateway::start(FX).await;
+    let c = gw.client();
+    for accept in ["application/json", "text/event-stream", "text/html"] {
+        let r = c.post(&[("accept", accept)], init_body()).await;
+        assert_eq!(r.status, 406, "Accept: {accept}");
+        assert_error_without_id(&r.json());
+        assert!(r.header("mcp-session-id").is_none());
+    }
+    assert_eq!(gw.gateway().router.sessions.len(), 0, "no session created");
+
+    let s = gw.session().await;
+    let mut h = s.headers();
+    h.remove("content-type");
+    h.insert("accept", HeaderValue::from_static("application/json"));
+    let r = s.send_raw(Method::GET, h, "".into()).await;
+    assert_eq!(r.status, 406, "GET that does not accept text/event-stream");
+    assert_error_without_id(&r.json());
+}
+
+#[tokio::test]
+async fn cors_allows_mcp_headers_exposes_session_id_and_refuses_hostile_origins() {
+    let fx = FakeHttp::default_started().await;
+    let gw = TestGateway::start(&format!(
+        r#"
+        [server]
+        allowed_origins = ["https://app.allowed.test"]
+        [backends.web]
+        type = "http"
+        url = "{}"
+        "#,
+        fx.url
+    ))
+    .await;
+    let c = gw.client();
+    let mut h = HeaderMap::new();
+    h.insert(
+        "origin",
+        HeaderValue::from_static("https://app.allowed.test"),
+    );
+    h.insert(
+        "access-control-request-method",
+        HeaderValue::from_static("POST"),
+    );
+    h.insert(
+        "access-control-request-headers",
+        HeaderValue::from_static(
+            "authorization, content-type, mcp-session-id, mcp-protocol-version, last-event-id",
+        ),
+    );
+    let pre = c.send_raw(Method::OPTIONS, h, "".into()).await;
+    assert!(pre.status.is_success(), "preflight: {pre:?}");
+    let methods = pre
+        .header("access-control-allow-methods")
+        .unwrap_or_default()
+        .to_ascii_uppercase();
+    for m in ["GET", "POST", "DELETE"] {
+        assert!(methods.contains(m), "allow-methods {methods:?} lacks {m}");
+    }
+    let allowed = pre
+        .header("access-control-allow-headers")
+        .unwrap_or_default()
+        .to_ascii_lowercase();
+    for name in [
+        "authorization",
+        "content-type",
+        "mcp-session-id",
+        "mcp-protocol-version",
+        "last-event-id",
+    ] {
+        assert!(
+            allowed.contains(name),
+            "allow-headers {allowed:?} lacks {name}"
+        );
+    }
+
+    let r = c
+        .post(&[("origin", "https://app.allowed.test")], init_body())
+        .await;
+    assert_eq!(r.status, 200);
+    assert_eq!(
+        r.header("access-control-allow-origin"),
+        Some("https://app.allowed.test")
+    );
+    let exposed = r
+        .header("access-control-expose-headers")
+        .unwrap_or_default()
+        .to_ascii_lowercase();
+    assert!(exposed.contains("mcp-session-id"), "expose: {exposed:?}");
+
+    let s = gw.session().await;
+    let before = fx.calls("tools/call").len();
+    let call = json!({"jsonrpc": "2.0", "id": 9, "method": "tools/call",
+                      "params": {"name": "web__echo", "arguments": {"text": "x"}}});
+    let r = s
+        .post(&[("origin", "https://evil.example.test")], call.to_string())
+        .await;
+    assert_eq!(r.status, 403);
+    assert_error_without_id(&r.json());
+    assert_eq!(
+        fx.calls("tools/call").len(),
+        before,
+        "backend not contacted"
+    );
+    // No Origin at all (CLI clients) is unaffected.
+    let r = s.post(&[], call.to_string()).await;
+    assert_eq!(r.status, 200);
+    assert_eq!(fx.calls("tools/call").len(), before + 1);
+}
+
+#[tokio::test]
+async fn get_streams_notifications_and_responses_get_202_and_put_gets_405() {
+    let gw = TestGateway::start(FX).await;
+    let s = gw.session().await;
+    let stream = s.get_stream().await;
+    assert_eq!(stream.status, 200);
+    assert!(stream.is_sse(), "GET answers text/event-stream");
+    drop(stream);
+
+    let r = s.notify("notifications/roots/list_changed", None).await;
+    assert_eq!(r.status, 202);
+    assert!(r.body.is_empty(), "202 has no body: {:?}", r.body);
+    let r = s
+        .post(
+            &[],
+            json!({"jsonrpc": "2.0", "id": "srv-1", "result": {}}).to_string(),
+        )
+        .await;
+    assert_eq!(r.status, 202, "a response to an unknown request");
+    assert!(r.body.is_empty());
+
+    let r = s.send_raw(Method::PUT, s.headers(), "{}".into()).await;
+    assert_eq!(r.status, 405);
+    let allow = r.header("allow").unwrap_or_default().to_ascii_uppercase();
+    for m in ["GET", "POST", "DELETE"] {
+        assert!(allow.contains(m), "Allow {allow:?} lacks {m}");
+    }
+
+    let mut no_session = gw.client().headers();
+    no_session.remove("content-type");
+    no_session.insert("accept", HeaderValue::from_static("text/event-stream"));
+    let r = s.send_raw(Method::GET, no_session, "".into()).await;
+    assert_eq!(
+        r.status, 400,
+        "GET without a session id on a stateful gateway"
+    );
+}
+
+#[tokio::test]
+async fn wrong_content_type_is_415_and_oversized_body_is_413() {
+    let gw = TestGateway::start(&format!("[server]\nmax_body_bytes = 2048\n{FX}")).await;
+    let s = gw.session().await;
+    let ping = json!({"jsonrpc": "2.0", "id": 1, "method": "ping"}).to_string();
+    let r = s
+        .post(&[("content-type", "text/plain")], ping.clone())
+        .await;
+    assert_eq!(r.status, 415);
+    let r = s.post(&[("content-type", "")], ping.clone()).await;
+    assert_eq!(r.status, 415, "missing Content-Type");
+
+    let big = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+        "params": {"name": "fx__echo", "arguments": {"text": "y".repeat(4096)}}});
+    let r = s.post(&[], big.to_string()).await;
+    assert_eq!(r.status, 413);
+    // The session survives both.
+    let r = s.post(&[], ping).await;
+    assert_eq!(r.status, 200);
+}
+
+#[tokio::test]
+async fn quick_answers_are_json_slow_ones_switch_to_primed_sse() {
+    let gw = TestGateway::start(&format!("[server]\njson_response_window = \"100ms\"\n{FX}")).await;
+    let s = gw.session().await;
+    let quick = s.call_tool("fx__echo", json!({"text": "q"})).await;
+    assert!(
+        quick.content_type.starts_with("application/json"),
+        "{}",
+        quick.content_type
+    );
+    let call = json!({"jsonrpc": "2.0", "id": "slow", "method": "tools/call",
+        "params": {"name": "fx__delay_echo", "arguments": {"ms": 400, "tag": "s"}}});
+    let mut stream = s.open(&call).await;
+    assert!(stream.is_sse());
+    assert_eq!(stream.header_str("cache-control"), Some("no-cache"));
+    assert_eq!(stream.header_str("x-accel-buffering"), Some("no"));
+    let done = stream
+        .next(std::time::Duration::from_secs(3))
+        .await
+        .unwrap();
+    assert_eq!(done["id"], "slow");
+    assert_eq!(done["result"]["content"][0]["text"], "s");
+    assert!(
+        stream.event_ids.len() >= 2,
+        "priming event, then the response: {:?}",
+        stream.event_ids
+    );
+    assert!(
+        stream.ends_within(std::time::Duration::from_secs(1)).await,
+        "stream ends after the response"
+    );
+}
+
+#[tokio::test]
+async fn a_foreign_host_header_is_refused() {
+    let gw = TestGateway::start(FX).await;
+    let r = gw
+        .client()
+        .post(&[("host", "attacker.example.test")], init_body())
+        .await;
+    assert_eq!(r.status, 403, "DNS-rebinding guard on a loopback bind");
+    assert_eq!(gw.gateway().router.sessions.len(), 0);
+}
