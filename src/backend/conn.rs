@@ -167,6 +167,11 @@ impl Connection {
             p.insert(id, Pending { tx, call });
         }
         let guard = PendingGuard { conn: self, id };
+        // A host cancel that raced with the lines above saw no upstream request;
+        // it set the flag instead (see `HostCall::mark_cancelled`).
+        if guard_cancelled(self, id) {
+            return Err(BackendError::Cancelled);
+        }
         let bytes = jsonrpc::request_bytes(&Id::Num(id as i64), method, params.as_ref());
         let exchange = async {
             link.send_request(self, id, method, bytes).await?;
@@ -378,6 +383,18 @@ impl Connection {
     pub(super) fn downgrade(self: &Arc<Self>) -> Weak<Connection> {
         Arc::downgrade(self)
     }
+}
+
+/// Whether pending request `id` belongs to a host call that was cancelled.
+fn guard_cancelled(conn: &Connection, id: u64) -> bool {
+    conn.pending
+        .lock()
+        .ok()
+        .and_then(|p| {
+            p.get(&id)
+                .and_then(|e| e.call.as_ref().map(|c| c.is_cancelled()))
+        })
+        .unwrap_or(false)
 }
 
 /// Removes a pending entry when the caller stops waiting (timeout or drop).

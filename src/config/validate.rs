@@ -245,6 +245,20 @@ pub fn validate(c: &Config) -> Vec<ConfigProblem> {
                     Err(e) => p.push(ConfigProblem::new(at("url"), format!("invalid URL: {e}"))),
                 }
                 for (h, v) in headers {
+                    const PROTOCOL: [&str; 5] = [
+                        "accept",
+                        "content-type",
+                        "mcp-session-id",
+                        "mcp-protocol-version",
+                        "last-event-id",
+                    ];
+                    if PROTOCOL.contains(&h.to_ascii_lowercase().as_str()) {
+                        p.push(ConfigProblem::new(
+                            at(&format!("headers.{h}")),
+                            "protocol headers are set by the gateway and cannot be configured",
+                        ));
+                        continue;
+                    }
                     if axum::http::HeaderName::try_from(h.as_str()).is_err() {
                         p.push(ConfigProblem::new(
                             at(&format!("headers.{h}")),

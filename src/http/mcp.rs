@@ -357,7 +357,11 @@ pub async fn delete(State(st): State<AppState>, h: HeaderMap) -> Response {
     match result {
         Ok(session) => {
             tracing::info!(session = %crate::session::log_id(&session.id), "session deleted by the client");
-            st.router.end_session(&session).await;
+            // Unknown from now on; backend connections close in the background
+            // (a child that ignores SIGTERM must not hold up the answer).
+            st.router.sessions.remove(&session.id);
+            let router = st.router.clone();
+            tokio::spawn(async move { router.end_session(&session).await });
             StatusCode::OK.into_response()
         }
         Err(e) => reject(&st, e),

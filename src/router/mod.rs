@@ -433,11 +433,13 @@ impl Router {
                 conn.cancel(id, Some("session ended"));
             }
         }
-        for slot in slots {
-            if let Some(conn) = slot.take() {
+        let closing = slots
+            .iter()
+            .filter_map(|s| s.take())
+            .map(|conn| async move {
                 conn.close().await;
-            }
-        }
+            });
+        futures_util::future::join_all(closing).await;
     }
 
     /// Whether shutdown has begun.

@@ -248,7 +248,13 @@ impl Router {
                 "no open stream to reach the client",
             );
         }
-        tokio::spawn(expire_client_request(session, ours, conn.timeout()));
+        // Expire before the backend's own call times out, so it can still handle
+        // the refusal.
+        tokio::spawn(expire_client_request(
+            session,
+            ours,
+            conn.timeout().mul_f64(0.9),
+        ));
     }
 
     /// A notification from the host.
@@ -267,7 +273,7 @@ impl Router {
                     .as_ref()
                     .and_then(|p| p.get("reason"))
                     .and_then(Value::as_str);
-                match call.and_then(|c| c.upstream()) {
+                match call.and_then(|c| c.mark_cancelled()) {
                     Some((conn, upstream)) => conn.cancel(upstream, reason),
                     None => tracing::debug!(%id, "cancel for a request not in flight; ignored"),
                 }

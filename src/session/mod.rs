@@ -204,6 +204,7 @@ pub struct HostCall {
     sink: mpsc::Sender<Outbound>,
     upstream: Mutex<Option<(Weak<Connection>, u64)>>,
     last_progress: Mutex<Option<f64>>,
+    cancelled: std::sync::atomic::AtomicBool,
 }
 
 impl HostCall {
@@ -221,7 +222,22 @@ impl HostCall {
             sink,
             upstream: Mutex::new(None),
             last_progress: Mutex::new(None),
+            cancelled: std::sync::atomic::AtomicBool::new(false),
         }
+    }
+
+    /// Marks the call cancelled by the host. Returns the upstream request it
+    /// became, if any, so the caller can cancel that too. A request started after
+    /// this sees [`HostCall::is_cancelled`] and gives up by itself.
+    pub fn mark_cancelled(&self) -> Option<(Arc<Connection>, u64)> {
+        self.cancelled
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        self.upstream()
+    }
+
+    /// Whether the host cancelled this call.
+    pub fn is_cancelled(&self) -> bool {
+        self.cancelled.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// Records the upstream request this call became.
