@@ -75,6 +75,14 @@ async fn downstream_version_header_is_validated_and_unknown_versions_get_the_lat
 
 #[tokio::test]
 async fn configured_headers_never_replace_protocol_headers() {
+    // Protocol headers cannot even be configured (check-config refuses them).
+    let refused = mcpgate::config::Config::parse(
+        "[backends.b]\ntype = \"http\"\nurl = \"http://127.0.0.1:1/mcp\"\nheaders = { Accept = \"text/plain\", \"Mcp-Session-Id\" = \"evil\" }\n",
+        std::path::Path::new("x.toml"),
+        &|_| None,
+    )
+    .unwrap_err();
+    assert_eq!(refused.len(), 2, "{refused:?}");
     let fx = FakeHttp::start(FakeHttpOptions {
         strict_accept: true,
         ..FakeHttpOptions::default()
@@ -87,10 +95,6 @@ async fn configured_headers_never_replace_protocol_headers() {
         url = "{}"
         [backends.strict.headers]
         X-Api-Key = "k1"
-        Accept = "text/plain"
-        Content-Type = "text/plain"
-        Mcp-Session-Id = "evil"
-        MCP-Protocol-Version = "1999-01-01"
         "#,
         fx.url
     ))
