@@ -73,7 +73,13 @@ impl Gateway {
         let sessions = Arc::new(MemoryStore::new(config.server.max_sessions));
         let router = Router::new(&config, sessions);
         router.start();
+        let limiter = config
+            .server
+            .rate_limit
+            .and_then(|l| http::limit::Limiter::new(l, router.metrics.clone()))
+            .map(Arc::new);
         let state = AppState {
+            limiter: limiter.clone(),
             router: router.clone(),
             origins: Arc::new(OriginPolicy::new(
                 local_addr,
@@ -85,13 +91,14 @@ impl Gateway {
         let stop = CancellationToken::new();
         let shutdown = stop.clone();
         let server = tokio::spawn(async move {
+            let app = app.into_make_service_with_connect_info::<SocketAddr>();
             let serve =
                 axum::serve(listener, app).with_graceful_shutdown(shutdown.cancelled_owned());
             if let Err(e) = serve.await {
                 tracing::error!(cause = %e, "HTTP server failed");
             }
         });
-        tokio::spawn(reap_idle(router.clone(), stop.clone()));
+        tokio::spawn(reap_idle(router.clone(), limiter, stop.clone()));
         let metrics_addr = match config.server.metrics_listen {
             Some(addr) => serve_metrics(addr, router.clone(), stop.clone()).await,
             None => None,
@@ -134,13 +141,22 @@ impl Gateway {
     }
 }
 
-async fn reap_idle(router: Arc<Router>, stop: CancellationToken) {
+async fn reap_idle(
+    router: Arc<Router>,
+    limiter: Option<Arc<http::limit::Limiter>>,
+    stop: CancellationToken,
+) {
     let period = (router.server.session_idle_timeout / 4)
         .clamp(Duration::from_millis(100), Duration::from_secs(30));
     let mut tick = tokio::time::interval(period);
     loop {
         tokio::select! {
-            _ = tick.tick() => router.expire_idle().await,
+            _ = tick.tick() => {
+                router.expire_idle().await;
+                if let Some(l) = &limiter {
+                    l.forget_idle();
+                }
+            }
             _ = stop.cancelled() => return,
         }
     }

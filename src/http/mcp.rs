@@ -71,7 +71,10 @@ async fn post_inner(st: &AppState, h: &HeaderMap, body: &[u8]) -> Result<Respons
             st.router.handle_response(&session, r);
             accepted()
         }
-        Message::Request(req) => answer(st, &session, req).await,
+        Message::Request(req) => {
+            check_streams(st, &session)?;
+            answer(st, &session, req).await
+        }
     })
 }
 
@@ -95,6 +98,7 @@ fn reject(st: &AppState, e: HttpError) -> Response {
         (400, jsonrpc::UNSUPPORTED_PROTOCOL_VERSION) => "modern_probe",
         (400, _) => "invalid_message",
         (503, _) => "too_many_sessions",
+        (429, _) if e.detail.error.message.contains("streams") => "too_many_streams",
         (429, _) => "rate_limited",
         _ => "other",
     };
@@ -105,6 +109,21 @@ fn reject(st: &AppState, e: HttpError) -> Response {
         .inc();
     tracing::debug!(status = e.status.as_u16(), reason, "request refused");
     e.into_response()
+}
+
+/// 429 when the session already holds `max_streams_per_session` SSE streams.
+fn check_streams(st: &AppState, session: &Session) -> Result<(), HttpError> {
+    let open = session
+        .open_streams
+        .load(std::sync::atomic::Ordering::Relaxed);
+    if open >= st.router.server.max_streams_per_session {
+        return Err(HttpError::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            jsonrpc::TRANSPORT_ERROR,
+            format!("Too Many Requests: this session already holds {open} open streams"),
+        ));
+    }
+    Ok(())
 }
 
 fn accepted() -> Response {
@@ -318,19 +337,23 @@ pub async fn get(State(st): State<AppState>, h: HeaderMap) -> Response {
         Err(e) => return reject(&st, e),
     };
     session.touch();
+    if let Err(e) = check_streams(&st, &session) {
+        return reject(&st, e);
+    }
     let keep_alive = st.router.server.sse_keep_alive;
     let last_event = h
         .get("last-event-id")
         .map(|v| v.to_str().unwrap_or("invalid"));
     match last_event {
         None => sse_response(
+            &session,
             session.version.primes_streams(),
             session.events.attach_standalone(),
             keep_alive,
             &st.router.metrics,
         ),
         Some(id) => match session.events.resume(id) {
-            Ok(attached) => sse_response(false, attached, keep_alive, &st.router.metrics),
+            Ok(attached) => sse_response(&session, false, attached, keep_alive, &st.router.metrics),
             Err(e) => {
                 let status = match e {
                     ResumeError::Malformed => StatusCode::BAD_REQUEST,

@@ -3,6 +3,7 @@
 
 mod error;
 mod headers;
+pub mod limit;
 mod mcp;
 mod sse;
 
@@ -27,6 +28,8 @@ pub struct AppState {
     pub router: Arc<Router>,
     /// Origin and Host rules.
     pub origins: Arc<OriginPolicy>,
+    /// Per-client rate limit, when configured.
+    pub limiter: Option<Arc<limit::Limiter>>,
 }
 
 /// Which browser origins and Host headers are accepted (DNS-rebinding guard,
@@ -125,8 +128,16 @@ pub fn app(state: AppState, path: &str, max_body: usize) -> AxumRouter {
             HeaderName::from_static("mcp-protocol-version"),
             header::WWW_AUTHENTICATE,
         ]);
+    let mut mcp_route = axum::routing::MethodRouter::new()
+        .get(mcp::get)
+        .post(mcp::post)
+        .delete(mcp::delete);
+    if let Some(limiter) = state.limiter.clone() {
+        mcp_route =
+            mcp_route.route_layer(axum::middleware::from_fn_with_state(limiter, limit::limit));
+    }
     AxumRouter::new()
-        .route(path, get(mcp::get).post(mcp::post).delete(mcp::delete))
+        .route(path, mcp_route)
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
         .layer(DefaultBodyLimit::max(max_body))

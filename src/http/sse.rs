@@ -51,6 +51,7 @@ fn frame(f: &Frame) -> Bytes {
 /// `replay` frames, then live frames until the stream's last event or until the
 /// event log detaches it.
 pub fn sse_response(
+    session: &Arc<Session>,
     prime: bool,
     attached: Attached,
     keep_alive: Duration,
@@ -79,7 +80,7 @@ pub fn sse_response(
         live: attached.live,
         tick,
         done: false,
-        open: OpenStream::new(metrics),
+        open: OpenStream::new(metrics, session),
     };
     let body = stream::unfold(state, |mut st| async move {
         if st.done {
@@ -141,6 +142,7 @@ pub async fn stream_reply(
         live: Some(live),
     };
     sse_response(
+        session,
         session.version.primes_streams(),
         attached,
         keep_alive,
@@ -148,19 +150,25 @@ pub async fn stream_reply(
     )
 }
 
-/// Counts an open SSE stream for as long as its body lives.
-struct OpenStream(Arc<Metrics>);
+/// Counts an open SSE stream (globally and per session) while its body lives.
+struct OpenStream(Arc<Metrics>, Arc<Session>);
 
 impl OpenStream {
-    fn new(metrics: &Arc<Metrics>) -> Self {
+    fn new(metrics: &Arc<Metrics>, session: &Arc<Session>) -> Self {
         metrics.sse_streams_open.inc();
-        OpenStream(metrics.clone())
+        session
+            .open_streams
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        OpenStream(metrics.clone(), session.clone())
     }
 }
 
 impl Drop for OpenStream {
     fn drop(&mut self) {
         self.0.sse_streams_open.dec();
+        self.1
+            .open_streams
+            .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
     }
 }
 

@@ -94,6 +94,8 @@ pub struct Session {
     next_client_id: AtomicI64,
     /// SSE streams and the events recorded for resumption.
     pub events: EventLog,
+    /// SSE streams of this session currently open toward the host.
+    pub open_streams: std::sync::atomic::AtomicUsize,
     /// Tasks this session created, by exposed task id.
     pub tasks: Mutex<HashMap<String, crate::router::tasks::TaskRoute>>,
     log_level: Mutex<Option<usize>>,
@@ -116,6 +118,7 @@ impl Session {
             next_client_id: AtomicI64::new(1),
             events: EventLog::default(),
             tasks: Mutex::new(HashMap::new()),
+            open_streams: std::sync::atomic::AtomicUsize::new(0),
             log_level: Mutex::new(None),
             closed: CancellationToken::new(),
         }
