@@ -7,6 +7,8 @@
 #   haproxy -c   deploy/haproxy/haproxy.cfg                   (if installed)
 #   consistency  the copy of haproxy.cfg in deploy/kubernetes/haproxy.yaml is identical;
 #                deploy/grafana/*.json parse
+#   promtool     deploy/prometheus/prometheus.yml, and every PromQL expression of the
+#                Grafana dashboards (as recording rules)             (if installed)
 #   check-config deploy/config/mcpgate.toml and the ConfigMap's mcpgate.toml, with the
 #                gateway binary ($MCPGATE_BIN, else $CARGO_TARGET_DIR/debug/mcpgate) if built
 #
@@ -112,6 +114,32 @@ check_json() {
   return "$rc"
 }
 
+check_promtool() {
+  if ! command -v promtool >/dev/null 2>&1; then
+    echo "skipped: promtool not installed (Debian package prometheus)"
+    return 0
+  fi
+  local tmp rc=0
+  tmp="$(mktemp -d)"
+  promtool check config deploy/prometheus/prometheus.yml || rc=1
+  # Grafana's variables become plain values so that promtool can parse the queries.
+  "$PY" - "$tmp/dashboards.rules.yml" <<'PY' || rc=1
+import glob, json, sys
+rules = []
+for path in sorted(glob.glob("deploy/grafana/*.json")):
+    for panel in json.load(open(path))["panels"]:
+        for target in panel.get("targets", []):
+            expr = target["expr"].replace("$__rate_interval", "5m")
+            for var in ("$instance", "$backend"):
+                expr = expr.replace(var, ".*")
+            rules.append({"record": f"dashboard:panel_{panel['id']}_{target['refId']}", "expr": expr})
+json.dump({"groups": [{"name": "dashboards", "rules": rules}]}, open(sys.argv[1], "w"))
+PY
+  promtool check rules "$tmp/dashboards.rules.yml" || rc=1
+  rm -rf "$tmp"
+  return "$rc"
+}
+
 check_haproxy() {
   if ! command -v haproxy >/dev/null 2>&1; then
     echo "skipped: haproxy not installed (tests/lb/ensure-haproxy.sh installs it)"
@@ -142,6 +170,7 @@ check "shellcheck" check_shell
 check "haproxy -c deploy/haproxy/haproxy.cfg" check_haproxy
 check "kubernetes haproxy.cfg copy" check_haproxy_copy
 check "grafana JSON" check_json
+check "promtool (prometheus.yml, dashboard queries)" check_promtool
 check "mcpgate check-config (deploy configs)" check_configs
 
 if ((${#FAILED[@]})); then
