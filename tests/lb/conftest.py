@@ -22,7 +22,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "e2e"))
 
 import support  # noqa: E402  (tests/e2e/support.py: paths, processes, SDK sessions)
-from lb_support import LoadBalancer, Replica  # noqa: E402
+from lb_support import LoadBalancer, Replica, StartLoadBalancer  # noqa: E402
 from support import ServerProcess  # noqa: E402
 
 HAPROXY_CFG = support.REPO / "deploy" / "haproxy" / "haproxy.cfg"
@@ -80,16 +80,31 @@ def check_path(replica: Replica) -> str:
 
 
 @pytest.fixture
-def lb(request: pytest.FixtureRequest, tmp_path: Path, mcpgate_bin: Path, haproxy_bin: str) -> Iterator[LoadBalancer]:
-    """Two gateways on the shipped default config (demo backend) behind HAProxy, both UP."""
-    replicas: list[Replica] = []
-    haproxy: ServerProcess | None = None
-    try:
+def start_lb(
+    request: pytest.FixtureRequest, tmp_path: Path, mcpgate_bin: Path, haproxy_bin: str
+) -> Iterator[StartLoadBalancer]:
+    """Factory: `start_lb(config=DEFAULT_CONFIG, lb_env=None)` -> LoadBalancer.
+
+    Two gateways (`serve --config CONFIG --listen 127.0.0.1:PORT`; `config` is a Path or
+    TOML text) behind HAProxy running the shipped haproxy.cfg with loopback ports and any
+    extra MCPGATE_LB_* settings in `lb_env`. Returns once HAProxy sees both replicas UP.
+    Everything is stopped by PID at teardown.
+    """
+    started: list[Replica | ServerProcess] = []
+
+    def start(config: Path | str = support.DEFAULT_CONFIG, lb_env: dict[str, str] | None = None) -> LoadBalancer:
+        if isinstance(config, str):
+            config_path = tmp_path / "mcpgate.toml"
+            config_path.write_text(config)
+        else:
+            config_path = config
+        replicas: list[Replica] = []
         for n in (1, 2):
             port = support.free_port()
-            argv = [str(mcpgate_bin), "serve", "--config", str(support.DEFAULT_CONFIG), "--listen", f"127.0.0.1:{port}"]
+            argv = [str(mcpgate_bin), "serve", "--config", str(config_path), "--listen", f"127.0.0.1:{port}"]
             proc = ServerProcess(f"mcpgate-{n}", argv, port, tmp_path / f"mcpgate-{n}.log")
             replicas.append(Replica(f"mcpgate-{n}", port, proc))
+            started.append(replicas[-1])
             _register(request, proc)
         for r in replicas:
             r.process.wait_for_port()
@@ -102,6 +117,7 @@ def lb(request: pytest.FixtureRequest, tmp_path: Path, mcpgate_bin: Path, haprox
             "MCPGATE_LB_SERVER2": f"127.0.0.1:{replicas[1].port}",
             "MCPGATE_LB_CHECK_PATH": check_path(replicas[0]),
             "MCPGATE_LB_ADMIN_SOCKET": str(tmp_path / "haproxy.sock"),
+            **(lb_env or {}),
         }
         check = subprocess.run(
             [haproxy_bin, "-c", "-f", str(HAPROXY_CFG)], env={**os.environ, **env}, capture_output=True, text=True
@@ -110,6 +126,7 @@ def lb(request: pytest.FixtureRequest, tmp_path: Path, mcpgate_bin: Path, haprox
         # -db: stay in the foreground, logs on stdout (captured to the log file).
         argv = [haproxy_bin, "-db", "-f", str(HAPROXY_CFG)]
         haproxy = ServerProcess("haproxy", argv, lb_port, tmp_path / "haproxy.log", env)
+        started.append(haproxy)
         _register(request, haproxy)
         haproxy.wait_for_port()
         balancer = LoadBalancer(
@@ -120,9 +137,14 @@ def lb(request: pytest.FixtureRequest, tmp_path: Path, mcpgate_bin: Path, haprox
             admin_socket=tmp_path / "haproxy.sock",
         )
         balancer.wait_for_states({"mcpgate-1": "UP", "mcpgate-2": "UP"})
-        yield balancer
-    finally:
-        if haproxy is not None:
-            haproxy.stop()
-        for r in reversed(replicas):
-            r.stop()
+        return balancer
+
+    yield start
+    for item in reversed(started):  # HAProxy first, then the replicas
+        item.stop()
+
+
+@pytest.fixture
+def lb(start_lb: StartLoadBalancer) -> LoadBalancer:
+    """Two gateways on the shipped default config (demo backend) behind HAProxy, both UP."""
+    return start_lb()

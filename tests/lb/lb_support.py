@@ -10,6 +10,7 @@ import socket
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 import anyio
 import anyio.to_thread
@@ -138,3 +139,7 @@ class LoadBalancer:
 def _matches(states: dict[str, str], want: dict[str, str]) -> bool:
     # Exact states: "UP 1/2" (failing, not yet down) or "DOWN 1/2" (recovering) do not count.
     return all(states.get(k) == v for k, v in want.items())
+
+
+StartLoadBalancer = Callable[..., LoadBalancer]
+"""The type of the `start_lb` fixture."""

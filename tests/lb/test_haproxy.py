@@ -21,7 +21,7 @@ from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
 import support
-from lb_support import LoadBalancer, alive
+from lb_support import LoadBalancer, StartLoadBalancer, alive
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(120)]
 
@@ -36,9 +36,16 @@ class Host:
 
 
 @asynccontextmanager
-async def host_session(url: str) -> AsyncIterator[Host]:
-    """An initialized SDK session; also returns the Mcp-Session-Id the server assigned."""
+async def host_session(url: str, requests: list[httpx2.Request] | None = None) -> AsyncIterator[Host]:
+    """An initialized SDK session; also returns the Mcp-Session-Id the server assigned.
+
+    Every HTTP request the SDK sends is appended to `requests`, if given.
+    """
     ids: list[str] = []
+
+    async def on_request(request: httpx2.Request) -> None:
+        if requests is not None:
+            requests.append(request)
 
     async def on_response(response: httpx2.Response) -> None:
         sid = response.headers.get("mcp-session-id")
@@ -46,7 +53,8 @@ async def host_session(url: str) -> AsyncIterator[Host]:
             ids.append(sid)
 
     timeout = httpx2.Timeout(30, read=300)
-    async with httpx2.AsyncClient(timeout=timeout, event_hooks={"response": [on_response]}) as client:
+    hooks = {"request": [on_request], "response": [on_response]}
+    async with httpx2.AsyncClient(timeout=timeout, event_hooks=hooks) as client:
         async with streamable_http_client(url, http_client=client) as (read, write):
             async with ClientSession(read, write) as session:
                 init = await session.initialize()
@@ -198,3 +206,23 @@ async def test_unready_replica_keeps_its_sessions_but_gets_no_new_ones(lb: LoadB
             async with host_session(lb.url) as fresh:
                 await call_ok(fresh)
                 assert await owners(lb, fresh) == [ready.name]
+
+
+@pytest.mark.parametrize("keep_alive, cut", [("1s", False), ("30s", True)])
+async def test_keep_alives_hold_silent_streams_open(start_lb: StartLoadBalancer, keep_alive: str, cut: bool) -> None:
+    # HAProxy ends an exchange after MCPGATE_LB_TIMEOUT without data. A tool call that
+    # is silent for longer stays on its one SSE response only if the gateway's
+    # keep-alives come more often; otherwise HAProxy cuts the stream and the SDK has to
+    # resume it with a GET carrying Last-Event-ID. The second case shows the test can
+    # tell the difference.
+    config = support.DEFAULT_CONFIG.read_text().replace(
+        "[server]\n", f'[server]\nsse_keep_alive = "{keep_alive}"\n', 1
+    )
+    lb = start_lb(config, {"MCPGATE_LB_TIMEOUT": "3s"})
+    requests: list[httpx2.Request] = []
+    async with host_session(lb.url, requests) as host:
+        with anyio.fail_after(30):
+            result = await host.session.call_tool("demo__countdown", {"steps": 1, "delay_ms": 5000})
+        assert "finished" in support.dump(result)["content"][0]["text"]
+    resumed = [r for r in requests if "last-event-id" in r.headers]
+    assert bool(resumed) == cut, f"keep-alive {keep_alive}: resumptions {[(r.method, dict(r.headers)) for r in resumed]}"
