@@ -36,10 +36,13 @@ class Host:
 
 
 @asynccontextmanager
-async def host_session(url: str, requests: list[httpx2.Request] | None = None) -> AsyncIterator[Host]:
+async def host_session(
+    url: str, requests: list[httpx2.Request] | None = None, answers: list[tuple[str, int]] | None = None
+) -> AsyncIterator[Host]:
     """An initialized SDK session; also returns the Mcp-Session-Id the server assigned.
 
-    Every HTTP request the SDK sends is appended to `requests`, if given.
+    Every HTTP request the SDK sends is appended to `requests`, and the method and
+    status of every answer to `answers`, if given.
     """
     ids: list[str] = []
 
@@ -51,6 +54,8 @@ async def host_session(url: str, requests: list[httpx2.Request] | None = None) -
         sid = response.headers.get("mcp-session-id")
         if sid and not ids:
             ids.append(sid)
+        if answers is not None:
+            answers.append((response.request.method, response.status_code))
 
     timeout = httpx2.Timeout(30, read=300)
     hooks = {"request": [on_request], "response": [on_response]}
@@ -90,7 +95,8 @@ async def call_ok(host: Host, name: str = "demo__test_simple_text", args: dict[s
 
 
 async def test_session_works_end_to_end_through_haproxy(lb: LoadBalancer) -> None:
-    async with host_session(lb.url) as host:
+    answers: list[tuple[str, int]] = []
+    async with host_session(lb.url, answers=answers) as host:
         names = {t.name for t in await support.all_tools(host.session)}
         assert {"demo__test_simple_text", "demo__countdown"} <= names, sorted(names)
         await call_ok(host)
@@ -121,6 +127,10 @@ async def test_session_works_end_to_end_through_haproxy(lb: LoadBalancer) -> Non
         # and HAProxy's stick table maps the session id to it.
         assert len(await owners(lb, host)) == 1
         assert host.session_id in lb.admin("show table mcpgate"), "session id not learned by the stick table"
+
+    # POSTs, the GET stream and the closing DELETE all reached the session's replica.
+    assert {"POST", "GET", "DELETE"} <= {m for m, _ in answers}, answers
+    assert all(status < 400 for _, status in answers), answers
 
 
 async def test_crashed_replica_costs_only_its_own_sessions(lb: LoadBalancer) -> None:
