@@ -20,6 +20,7 @@ ARG DEBIAN_RELEASE=bookworm
 
 # ---------------------------------------------------------------------------- build
 FROM rust:${RUST_VERSION}-slim-${DEBIAN_RELEASE} AS build
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 WORKDIR /src
 
 # Dependency caching with a stub crate rather than cargo-chef: mcpgate is a single
@@ -39,12 +40,13 @@ RUN mkdir src \
 COPY src ./src
 COPY config ./config
 COPY deploy/config/mcpgate.toml ./deploy/config/mcpgate.toml
-# touch: the copied sources can be older than the stub build's outputs, and cargo
-# compares modification times; without it the stub binary could be shipped.
-# check-config runs the real binary on both shipped configs, so a stub or broken binary
-# fails the build here.
+# touch: the copied sources keep their (older) modification times, and cargo would take
+# the stub build's outputs as up to date and ship the stub binary. The checks after the
+# build fail for a stub (it prints no version) and for a binary that rejects the shipped
+# configs.
 RUN touch src/main.rs src/lib.rs \
     && cargo build --release --locked --bin mcpgate \
+    && ./target/release/mcpgate --version | grep '^mcpgate ' \
     && ./target/release/mcpgate check-config --config config/mcpgate.toml \
     && ./target/release/mcpgate check-config --config deploy/config/mcpgate.toml
 
