@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # scripts/test.sh: mcpgate's one test command. Safe to run again and again, from any directory.
 #
-#   1. npm        npm ci --prefix tests, only when tests/node_modules is missing or its
+#   1. npm        npm ci --prefix tests (server-everything, conformance suite, oidc-provider), only when tests/node_modules is missing or its
 #                 stamp does not match tests/package.json + package-lock.json
 #   2. python     tests/.venv (created if missing), pip install -r tests/requirements.txt
 #                 only when the lock changed (stamp)
@@ -9,6 +9,11 @@
 #   4. cargo-test cargo test --locked
 #   5. e2e        tests/.venv/bin/python -m pytest tests/e2e -v  (MCPGATE_BIN exported)
 #   6. conformance scripts/conformance.sh      (official MCP conformance suite)
+#   7. lb          tests/lb/ensure-haproxy.sh (apt-get install haproxy if missing), then
+#                 tests/.venv/bin/python -m pytest tests/lb -v  (two gateways behind the
+#                 shipped deploy/haproxy/haproxy.cfg)
+#   8. lint-deploy scripts/lint-deploy.sh      (hadolint, yamllint, kubernetes-validate,
+#                 shellcheck, haproxy -c, promtool, check-config of the deploy configs)
 #
 # Environment:
 #   CARGO_TARGET_DIR  honoured (default: target/ in the repository)
@@ -76,6 +81,13 @@ step_e2e() {
   "$VENV/bin/python" -m pytest tests/e2e -v ${PYTEST_ARGS:-}
 }
 
+step_lb() {
+  tests/lb/ensure-haproxy.sh || return 1
+  "$VENV/bin/python" -m pytest tests/lb -v
+}
+
+step_lint_deploy() { scripts/lint-deploy.sh; }
+
 step_conformance() {
   # Results of the last run stay in the target dir (outside the clone in CI), not in /tmp.
   export CONFORMANCE_OUT="${CONFORMANCE_OUT:-$CARGO_TARGET_DIR/conformance-results}"
@@ -101,7 +113,7 @@ counts() {
       sed -n 's/.*test result: [a-zA-Z]*\. \([0-9]*\) passed; \([0-9]*\) failed.*/\1 \2/p' "$log" |
         awk '{p += $1; f += $2; n++} END {if (n) print p, f}'
       ;;
-    e2e)
+    e2e | lb)
       grep -E '^=+ .*( passed| failed| error| skipped| no tests ran).* in [0-9.]+s' "$log" | tail -1 |
         awk '{p = 0; f = 0; for (i = 2; i <= NF; i++) { w = $i; sub(/,$/, "", w);
                if (w == "passed") p = $(i-1); if (w == "failed" || w == "errors" || w == "error") f += $(i-1) }
@@ -166,6 +178,8 @@ run build step_build
 run cargo-test step_cargo_test
 run e2e step_e2e npm python build
 run conformance step_conformance npm build
+run lb step_lb python build
+run lint-deploy step_lint_deploy python
 
 printf '\n===== mcpgate test summary =====\n'
 for i in "${!NAMES[@]}"; do

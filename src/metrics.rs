@@ -215,7 +215,7 @@ impl Metrics {
             ),
             list_cache: counter_vec(
                 &r,
-                "mcpgate_list_cache_total",
+                "mcpgate_list_cache_lookups_total",
                 "List requests served from the catalogue (hit) and catalogue fetches (miss).",
                 &["result"],
             ),
