@@ -12,6 +12,7 @@ use tokio::time::Instant;
 
 pub use conn::{Connection, InitInfo, Owner};
 
+use crate::auth::upstream::UpstreamCredentials;
 use crate::config::{BackendConfig, Transport};
 use crate::jsonrpc::{self, ErrorObject, Notification, Request};
 use crate::session::HostCall;
@@ -165,6 +166,8 @@ pub struct BackendSpec {
     /// Per-call timeout.
     pub timeout: Duration,
     http: Option<reqwest::Client>,
+    /// The gateway's own credentials toward an HTTP backend (`auth` table).
+    creds: Option<Arc<UpstreamCredentials>>,
 }
 
 impl BackendSpec {
@@ -178,8 +181,13 @@ impl BackendSpec {
                 .ok(),
             Transport::Stdio { .. } => None,
         };
+        let creds = config
+            .upstream_auth
+            .as_ref()
+            .map(|a| UpstreamCredentials::new(name, a));
         BackendSpec {
             name: name.into(),
+            creds,
             timeout: config.timeout.unwrap_or(default_timeout),
             config,
             http,
@@ -219,9 +227,14 @@ impl BackendSpec {
             )?),
             Transport::Http { url, headers } => {
                 let client = self.http.clone().unwrap_or_default();
-                Link::Http(Box::new(http::HttpLink::new(
-                    &self.name, client, url, headers,
-                )?))
+                let headers = http::with_headers_file(
+                    &self.name,
+                    headers,
+                    self.config.headers_file.as_deref(),
+                )?;
+                let mut link = http::HttpLink::new(&self.name, client, url, &headers)?;
+                link.creds = self.creds.clone();
+                Link::Http(Box::new(link))
             }
         };
         let _ = conn.link.set(link);

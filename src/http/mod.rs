@@ -1,6 +1,7 @@
 //! Server face: the Streamable HTTP endpoint (MCP 2025-11-25 basic/transports),
 //! its guards (Origin/Host, CORS, body limit) and the health route.
 
+mod auth;
 mod error;
 mod headers;
 mod mcp;
@@ -27,6 +28,8 @@ pub struct AppState {
     pub router: Arc<Router>,
     /// Origin and Host rules.
     pub origins: Arc<OriginPolicy>,
+    /// Bearer validation (`None`: the endpoint is open, see `[auth]`).
+    pub auth: Option<Arc<crate::auth::Authenticator>>,
 }
 
 /// Which browser origins and Host headers are accepted (DNS-rebinding guard,
@@ -125,8 +128,14 @@ pub fn app(state: AppState, path: &str, max_body: usize) -> AxumRouter {
             HeaderName::from_static("mcp-protocol-version"),
             header::WWW_AUTHENTICATE,
         ]);
+    let metadata = auth::metadata_routes(state.auth.as_deref());
     AxumRouter::new()
         .route(path, get(mcp::get).post(mcp::post).delete(mcp::delete))
+        .route_layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            auth::require,
+        ))
+        .merge(metadata)
         .route("/healthz", get(|| async { "ok\n" }))
         .layer(DefaultBodyLimit::max(max_body))
         .layer(cors)
