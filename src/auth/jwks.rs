@@ -166,7 +166,12 @@ impl Issuer {
     /// interval ago (an unknown `kid` must not let callers hammer the issuer).
     /// Returns whether new keys were installed.
     pub async fn refresh_rate_limited(&self) -> bool {
+        let before = self.keys();
         let mut last = self.fetching.lock().await;
+        if !Arc::ptr_eq(&before, &self.keys()) {
+            // Another fetch installed keys while this caller waited.
+            return true;
+        }
         if last.is_some_and(|t| t.elapsed() < self.min_refresh) {
             return false;
         }
