@@ -359,8 +359,7 @@ impl Answer {
             .lines()
             .filter_map(|l| l.strip_prefix("data:"))
             .filter_map(|d| serde_json::from_str::<Value>(d.trim()).ok())
-            .filter(|v| v.get("id").is_some())
-            .last()
+            .rfind(|v| v.get("id").is_some())
             .unwrap_or(Value::Null)
     }
 }
