@@ -429,3 +429,76 @@ fn validate_auth(a: &AuthConfig, p: &mut Vec<ConfigProblem>) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::super::Config;
+
+    fn problems(text: &str) -> Vec<String> {
+        match Config::parse(text, Path::new("c.toml"), &|_| None) {
+            Ok(_) => Vec::new(),
+            Err(p) => p.into_iter().map(|p| p.path).collect(),
+        }
+    }
+
+    #[test]
+    fn auth_problems_name_their_fields() {
+        assert_eq!(problems("[auth]\n"), ["auth.issuers"]);
+        assert!(problems("[auth]\nallow_unauthenticated = true\n").is_empty());
+        let p = problems(
+            r#"
+            [auth]
+            issuers = ["http://as.example.com", { issuer = "https://as2.example", jwks_url = "ftp://x", introspection_url = "https://as2.example/i" }]
+            allow_unauthenticated = true
+            algorithms = ["RS256", "HS256", "none"]
+            leeway = "1h"
+            [[policy.rules]]
+            scopes = ["x"]
+            tools = ["[bad"]
+            claims = { groups = { nested = 1 } }
+            "#,
+        );
+        for want in [
+            "auth.resource",
+            "auth.allow_unauthenticated",
+            "auth.issuers[0]",
+            "auth.issuers[1].jwks_url",
+            "auth.issuers[1].client_id",
+            "auth.algorithms[1]",
+            "auth.algorithms[2]",
+            "auth.leeway",
+            "policy.rules[0].tools[0]",
+            "policy.rules[0].claims.groups",
+        ] {
+            assert!(p.iter().any(|x| x == want), "missing {want} in {p:?}");
+        }
+    }
+
+    #[test]
+    fn upstream_auth_problems() {
+        let p = problems(
+            r#"
+            [backends.a]
+            type = "http"
+            url = "https://a.example/mcp"
+            mode = "shared"
+            auth = { type = "token_exchange", token_url = "http://as.example/token", client_id = "", client_secret = "s", client_secret_file = "/f" }
+            [backends.b]
+            type = "stdio"
+            command = "x"
+            auth = { type = "client_credentials", token_url = "https://as.example/token", client_id = "gw" }
+            "#,
+        );
+        for want in [
+            "backends.a.auth.token_url",
+            "backends.a.auth.client_id",
+            "backends.a.auth.client_secret_file",
+            "backends.a.mode",
+            "backends.b.auth",
+        ] {
+            assert!(p.iter().any(|x| x == want), "missing {want} in {p:?}");
+        }
+    }
+}

@@ -423,7 +423,19 @@ impl Host {
         method: &str,
         params: Value,
     ) -> Value {
-        let body = json!({"jsonrpc": "2.0", "id": 7, "method": method, "params": params});
+        self.rpc_id(7, token, session, method, params).await
+    }
+
+    /// A request with its own id (for concurrent requests on one session).
+    pub async fn rpc_id(
+        &self,
+        id: i64,
+        token: Option<&str>,
+        session: &str,
+        method: &str,
+        params: Value,
+    ) -> Value {
+        let body = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
         let a = self.post(token, Some(session), &body).await;
         assert_eq!(a.status, 200, "{method}: {}", a.text);
         a.json()
