@@ -432,3 +432,42 @@ async fn a_public_bind_without_auth_refuses_to_start() {
     let gw = mcpgate::Gateway::start_on(config, listener).await.unwrap();
     gw.shutdown().await;
 }
+
+#[tokio::test]
+async fn opaque_tokens_are_introspected() {
+    let issuer = Issuer::start().await;
+    let backend = Backend::start().await;
+    let toml = format!(
+        r#"
+        [auth]
+        resource = "{RESOURCE}"
+        issuers = [{{ issuer = "{iss}", introspection_url = "{iss}/introspect", client_id = "gw", client_secret = "s" }}]
+        required_scopes = ["mcp:tools"]
+        [backends.rec]
+        type = "http"
+        url = "{url}"
+        "#,
+        iss = issuer.url,
+        url = backend.url
+    );
+    let gw = gateway(&toml).await;
+    let host = Host::new(&gw);
+    let s = host.initialize(Some("opaque-alice")).await;
+    assert_eq!(host.tool_names(Some("opaque-alice"), &s).await.len(), 4);
+    // Bound to the introspected subject.
+    let list = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"});
+    assert_eq!(
+        host.post(Some("opaque-bob"), Some(&s), &list).await.status,
+        404
+    );
+    for bad in ["opaque-inactive", "opaque-elsewhere", "not-opaque"] {
+        assert_challenge(
+            &init_with(&host, Some(&format!("Bearer {bad}"))).await,
+            401,
+            Some("invalid_token"),
+        );
+    }
+    // JWTs from the same issuer still verify against its keys.
+    let t = issuer.mint(&issuer.claims("carol", "mcp:tools", RESOURCE));
+    host.initialize(Some(&t)).await;
+}

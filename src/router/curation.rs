@@ -4,9 +4,28 @@
 //! fixed argument values that the host never sees: they are removed from the
 //! exposed `inputSchema` and set on every `tools/call`.
 
+use std::collections::BTreeMap;
+
 use serde_json::{Map, Value};
 
+use super::view::ToolFilterSet;
 use crate::config::ToolOverride;
+
+impl ToolFilterSet {
+    /// Adds the curation overrides (by original tool name).
+    pub fn with_overrides(mut self, overrides: &BTreeMap<String, ToolOverride>) -> Self {
+        self.overrides = overrides
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        self
+    }
+
+    /// The curation of the tool with this original name, if any.
+    pub fn override_for(&self, original: &str) -> Option<&ToolOverride> {
+        self.overrides.get(original)
+    }
+}
 
 /// Applies title, description and hidden arguments to an exposed tool item.
 pub fn present(item: &mut Value, o: &ToolOverride) {

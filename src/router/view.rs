@@ -78,7 +78,7 @@ pub type ItemFilter = Arc<dyn Fn(usize, ListKind, &str) -> bool + Send + Sync>;
 pub struct ToolFilterSet {
     include: Option<GlobSet>,
     exclude: Option<GlobSet>,
-    overrides: HashMap<String, crate::config::ToolOverride>,
+    pub(super) overrides: HashMap<String, crate::config::ToolOverride>,
 }
 
 impl ToolFilterSet {
@@ -101,23 +101,6 @@ impl ToolFilterSet {
             exclude: set(exclude),
             overrides: HashMap::new(),
         }
-    }
-
-    /// Adds the curation overrides (by original tool name).
-    pub fn with_overrides(
-        mut self,
-        overrides: &std::collections::BTreeMap<String, crate::config::ToolOverride>,
-    ) -> Self {
-        self.overrides = overrides
-            .iter()
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect();
-        self
-    }
-
-    /// The curation of the tool with this original name, if any.
-    pub fn override_for(&self, original: &str) -> Option<&crate::config::ToolOverride> {
-        self.overrides.get(original)
     }
 
     /// Whether the tool with this original name is exposed.

@@ -76,6 +76,7 @@ impl Issuer {
             .route("/.well-known/openid-configuration", get(metadata))
             .route("/jwks", get(jwks))
             .route("/token", post(token))
+            .route("/introspect", post(introspect))
             .with_state(state.clone());
         let addr = serve(app).await;
         let url = format!("http://{addr}");
@@ -190,6 +191,28 @@ async fn token(
         "issued_token_type": "urn:ietf:params:oauth:token-type:access_token"}),
     )
     .into_response()
+}
+
+/// RFC 7662: `opaque-<sub>` tokens are active for https://gw.example.test/mcp,
+/// `opaque-inactive` is not, `opaque-elsewhere` is for another audience.
+async fn introspect(
+    State(s): State<Arc<IssuerState>>,
+    headers: HeaderMap,
+    Form(form): Form<HashMap<String, String>>,
+) -> Response {
+    if headers.get("authorization").is_none() {
+        return StatusCode::UNAUTHORIZED.into_response();
+    }
+    let url = s.url.lock().unwrap().clone();
+    let token = form.get("token").cloned().unwrap_or_default();
+    let answer = match token.strip_prefix("opaque-") {
+        Some("inactive") | None => json!({"active": false}),
+        Some("elsewhere") => json!({"active": true, "sub": "x", "aud": "https://other.example",
+            "scope": "mcp:tools", "exp": now() + 600}),
+        Some(sub) => json!({"active": true, "sub": sub, "iss": url, "scope": "mcp:tools",
+            "aud": "https://gw.example.test/mcp", "exp": now() + 600}),
+    };
+    axum::Json(answer).into_response()
 }
 
 // ------------------------------------------------------------------ recording backend
