@@ -73,10 +73,10 @@ pub async fn verify(
     let kid = header.kid.as_deref();
     let mut candidates = issuer.keys().candidates(kid, header.alg);
     if candidates.is_empty() {
-        // Unknown kid (or no keys yet): the issuer may have rotated its keys.
-        if issuer.refresh_rate_limited().await {
-            candidates = issuer.keys().candidates(kid, header.alg);
-        }
+        // Unknown kid (or no keys yet): the issuer may have rotated its keys. Look
+        // again even when this caller did not fetch: keys may have arrived meanwhile.
+        issuer.refresh_rate_limited().await;
+        candidates = issuer.keys().candidates(kid, header.alg);
     }
     if candidates.is_empty() {
         return Err(AuthError::invalid("no key for kid"));

@@ -129,6 +129,7 @@ def token_for(oidc: str, client_id: str, resource: str, scope: str) -> str:
         f"{oidc}/token",
         data={"grant_type": "client_credentials", "scope": scope, "resource": resource},
         auth=(client_id, SECRETS[client_id]),
+        timeout=30,
     )
     assert r.status_code == 200, r.text
     return r.json()["access_token"]
@@ -179,7 +180,7 @@ async def test_sdk_oauth_client_discovers_and_calls_a_tool(gateway: str, oidc: s
 
 async def test_challenges_without_token_and_without_scope(gateway: str, oidc: str) -> None:
     prm_url = gateway.replace("/mcp", "/.well-known/oauth-protected-resource/mcp")
-    async with httpx2.AsyncClient() as http:
+    async with httpx2.AsyncClient(timeout=30) as http:
         r = await http.post(gateway, json=INIT, headers=MCP_HEADERS)
         assert r.status_code == 401
         challenge = www_authenticate(r)
@@ -222,7 +223,7 @@ async def test_two_principals_see_different_tools_and_not_each_others_sessions(g
     assert host_tools == ["demo__test_simple_text"]
     assert len(admin_tools) > 5 and "demo__test_simple_text" in admin_tools
 
-    async with httpx2.AsyncClient() as http:
+    async with httpx2.AsyncClient(timeout=30) as http:
         r = await http.post(gateway, json=INIT, headers={**MCP_HEADERS, "Authorization": f"Bearer {host}"})
         assert r.status_code == 200
         sid = r.headers["mcp-session-id"]
