@@ -4,6 +4,7 @@
 //! their namespaced names onto [`backend`] connections (stdio children and remote
 //! Streamable HTTP servers). [`Gateway::start`] wires everything for `main` and tests.
 
+pub mod auth;
 pub mod backend;
 pub mod config;
 pub mod demo;
@@ -22,6 +23,7 @@ use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+use crate::auth::Authenticator;
 use crate::config::Config;
 use crate::http::{AppState, OriginPolicy};
 use crate::router::Router;
@@ -42,6 +44,14 @@ pub struct Gateway {
 /// Why the gateway could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
+    /// A non-loopback address without `[auth]` (DESIGN decision 10).
+    #[error(
+        "refusing to serve {addr} without authentication: configure [auth] issuers, or set [auth] allow_unauthenticated = true"
+    )]
+    Unauthenticated {
+        /// The address.
+        addr: SocketAddr,
+    },
     /// The listen address could not be bound.
     #[error("cannot listen on {addr}: {cause}")]
     Bind {
@@ -70,6 +80,17 @@ impl Gateway {
             addr: config.server.listen,
             cause,
         })?;
+        if !local_addr.ip().is_loopback() && config.auth.is_none() {
+            return Err(StartError::Unauthenticated { addr: local_addr });
+        }
+        let stop = CancellationToken::new();
+        let auth = config
+            .auth
+            .as_ref()
+            .and_then(|a| Authenticator::new(a, &config.policy, &config.server.path));
+        if let Some(a) = &auth {
+            a.start(&stop);
+        }
         let sessions = Arc::new(MemoryStore::new(config.server.max_sessions));
         let router = Router::new(&config, sessions);
         router.start();
@@ -86,9 +107,9 @@ impl Gateway {
                 &config.server.allowed_origins,
                 &config.server.allowed_hosts,
             )),
+            auth,
         };
         let app = http::app(state, &config.server.path, config.server.max_body_bytes);
-        let stop = CancellationToken::new();
         let shutdown = stop.clone();
         let server = tokio::spawn(async move {
             let app = app.into_make_service_with_connect_info::<SocketAddr>();

@@ -7,7 +7,8 @@
 //! negotiated with THIS backend are sent on every later request. A 404 on a request
 //! that carried the session id means the backend ended the session: the connection
 //! re-initializes once and retries. Configured extra headers never replace protocol
-//! headers.
+//! headers. With an `auth` table, every request carries the gateway's own token
+//! (`auth/upstream.rs`); the host's token never reaches a backend.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, RwLock, Weak};
@@ -16,11 +17,12 @@ use std::time::Duration;
 use bytes::Bytes;
 use eventsource_stream::Eventsource;
 use futures_util::StreamExt;
-use reqwest::header::{ACCEPT, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
+use reqwest::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
 use reqwest::{Response, StatusCode};
 
 use super::BackendError;
 use super::conn::{Connection, dispatch_text};
+use crate::auth::upstream::UpstreamCredentials;
 
 const SESSION_HEADER: &str = "mcp-session-id";
 const VERSION_HEADER: &str = "mcp-protocol-version";
@@ -47,6 +49,8 @@ pub(crate) struct HttpLink {
     session: RwLock<Option<HeaderValue>>,
     reinit: tokio::sync::Mutex<()>,
     listener: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// The gateway's credentials toward this backend, if configured.
+    pub(crate) creds: Option<Arc<UpstreamCredentials>>,
 }
 
 impl HttpLink {
@@ -82,7 +86,38 @@ impl HttpLink {
             session: RwLock::new(None),
             reinit: tokio::sync::Mutex::new(()),
             listener: Mutex::new(None),
+            creds: None,
         })
+    }
+
+    /// Sets `Authorization` to the gateway's token for this backend (a token
+    /// exchanged for the owning session's principal, or the gateway's own).
+    async fn authorize(&self, conn: &Connection, h: &mut HeaderMap) -> Result<(), BackendError> {
+        let Some(creds) = &self.creds else {
+            return Ok(());
+        };
+        let subject = conn.owner_session().and_then(|s| s.subject_token());
+        match creds.authorization(subject.as_deref()).await {
+            Ok(v) => {
+                h.insert(AUTHORIZATION, v);
+                Ok(())
+            }
+            Err(e) => {
+                tracing::warn!(backend = %self.backend, cause = %e, "cannot obtain credentials for the backend");
+                Err(BackendError::closed(
+                    &self.backend,
+                    "the gateway could not obtain credentials for it",
+                ))
+            }
+        }
+    }
+
+    /// Forgets a token the backend refused, so the next request gets a new one.
+    fn refused(&self, conn: &Connection) {
+        if let Some(creds) = &self.creds {
+            let subject = conn.owner_session().and_then(|s| s.subject_token());
+            creds.invalidate(subject.as_deref());
+        }
     }
 
     fn session(&self) -> Option<HeaderValue> {
@@ -113,9 +148,11 @@ impl HttpLink {
     }
 
     async fn post(&self, conn: &Connection, body: Bytes) -> Result<Response, BackendError> {
+        let mut h = self.headers(conn, BOTH);
+        self.authorize(conn, &mut h).await?;
         self.client
             .post(self.url.clone())
-            .headers(self.headers(conn, BOTH))
+            .headers(h)
             .body(body)
             .send()
             .await
@@ -148,6 +185,9 @@ impl HttpLink {
                 continue;
             }
             if !status.is_success() {
+                if status == StatusCode::UNAUTHORIZED {
+                    self.refused(conn);
+                }
                 return Err(BackendError::HttpStatus {
                     backend: self.backend.to_string(),
                     status: status.as_u16(),
@@ -194,6 +234,7 @@ impl HttpLink {
             if let Ok(v) = HeaderValue::try_from(event_id.as_str()) {
                 h.insert("last-event-id", v);
             }
+            self.authorize(conn, &mut h).await?;
             let resp = self
                 .client
                 .get(self.url.clone())
@@ -230,13 +271,18 @@ impl HttpLink {
 
     /// POSTs a notification or response; the backend answers 202.
     pub(crate) fn send_detached(&self, conn: &Arc<Connection>, bytes: Vec<u8>) {
-        let req = self
-            .client
-            .post(self.url.clone())
-            .headers(self.headers(conn, BOTH))
-            .body(bytes);
+        let mut h = self.headers(conn, BOTH);
         let backend = self.backend.clone();
+        let conn = conn.clone();
         tokio::spawn(async move {
+            let Some(super::Link::Http(link)) = conn.link.get() else {
+                return;
+            };
+            if link.authorize(&conn, &mut h).await.is_err() {
+                return;
+            }
+            let req = link.client.post(link.url.clone()).headers(h).body(bytes);
+            drop(conn);
             match req.send().await {
                 Ok(r) if r.status().is_success() => {}
                 Ok(r) => {
@@ -300,6 +346,7 @@ impl HttpLink {
         }
         let mut h = self.headers(conn, BOTH);
         h.remove(CONTENT_TYPE);
+        let _ = self.authorize(conn, &mut h).await;
         let req = self.client.delete(self.url.clone()).headers(h);
         match tokio::time::timeout(Duration::from_secs(3), req.send()).await {
             Ok(Ok(_)) => {}
@@ -326,6 +373,12 @@ async fn listen(conn: Weak<Connection>, client: reqwest::Client, url: reqwest::U
             return;
         };
         let mut h = link.get_headers(&c);
+        if link.authorize(&c, &mut h).await.is_err() {
+            drop(c);
+            tokio::time::sleep(delay).await;
+            delay = (delay * 2).min(Duration::from_secs(30));
+            continue;
+        }
         if let Some(v) = last_event
             .as_deref()
             .and_then(|v| HeaderValue::try_from(v).ok())
@@ -390,6 +443,40 @@ fn is_event_stream(h: &HeaderMap) -> bool {
     h.get(CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.trim_start().starts_with("text/event-stream"))
+}
+
+/// `headers` with the lines of `file` (`Name: value`, `#` comments) merged
+/// over them: secrets mounted as files, read at each connect so they can rotate.
+///
+/// Errors: [`BackendError::Unavailable`] when the file is unreadable or malformed.
+pub(crate) fn with_headers_file(
+    backend: &str,
+    headers: &BTreeMap<String, String>,
+    file: Option<&std::path::Path>,
+) -> Result<BTreeMap<String, String>, BackendError> {
+    let mut out = headers.clone();
+    let Some(path) = file else { return Ok(out) };
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        BackendError::closed(backend, format!("headers_file {}: {e}", path.display()))
+    })?;
+    for (n, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let Some((k, v)) = line.split_once(':') else {
+            return Err(BackendError::closed(
+                backend,
+                format!(
+                    "headers_file {} line {}: expected `Name: value`",
+                    path.display(),
+                    n + 1
+                ),
+            ));
+        };
+        out.insert(k.trim().to_owned(), v.trim().to_owned());
+    }
+    Ok(out)
 }
 
 /// A transport error without URL secrets (query strings may hold keys).

@@ -13,6 +13,7 @@ use tokio::time::Instant;
 
 pub use conn::{Connection, InitInfo, Owner};
 
+use crate::auth::upstream::UpstreamCredentials;
 use crate::config::{BackendConfig, Transport};
 use crate::jsonrpc::{self, ErrorObject, Notification, Request};
 use crate::session::HostCall;
@@ -174,6 +175,8 @@ pub struct BackendSpec {
     /// Set once an `http` backend turned out to speak only the legacy transport,
     /// so later connections skip the failing Streamable HTTP attempt.
     legacy_detected: std::sync::atomic::AtomicBool,
+    /// The gateway's own credentials toward an HTTP backend (`auth` table).
+    creds: Option<Arc<UpstreamCredentials>>,
 }
 
 impl BackendSpec {
@@ -187,8 +190,13 @@ impl BackendSpec {
                 .ok(),
             Transport::Stdio { .. } => None,
         };
+        let creds = config
+            .upstream_auth
+            .as_ref()
+            .map(|a| UpstreamCredentials::new(name, a));
         BackendSpec {
             name: name.into(),
+            creds,
             timeout: config.timeout.unwrap_or(default_timeout),
             config,
             http,
@@ -278,15 +286,26 @@ impl BackendSpec {
                 env,
                 cwd.as_deref(),
             )?),
-            Transport::Http { url, headers } => Link::Http(Box::new(http::HttpLink::new(
-                &self.name,
-                client(),
-                url,
-                headers,
-            )?)),
-            Transport::Sse { url, headers } => Link::Sse(Box::new(
-                sse::SseLink::open(&conn, client(), url, headers).await?,
-            )),
+            Transport::Http { url, headers } => {
+                let headers = http::with_headers_file(
+                    &self.name,
+                    headers,
+                    self.config.headers_file.as_deref(),
+                )?;
+                let mut link = http::HttpLink::new(&self.name, client(), url, &headers)?;
+                link.creds = self.creds.clone();
+                Link::Http(Box::new(link))
+            }
+            Transport::Sse { url, headers } => {
+                let headers = http::with_headers_file(
+                    &self.name,
+                    headers,
+                    self.config.headers_file.as_deref(),
+                )?;
+                Link::Sse(Box::new(
+                    sse::SseLink::open(&conn, client(), url, &headers).await?,
+                ))
+            }
         };
         let _ = conn.link.set(link);
         match conn.handshake().await {

@@ -1,6 +1,7 @@
 //! Configuration: TOML file (or an `mcpServers` JSON file), `${VAR}` interpolation,
 //! `MCPGATE_*` overrides and validation that reports every problem with its field path.
 
+mod auth;
 mod interpolate;
 mod mcp_servers;
 mod validate;
@@ -12,6 +13,10 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+pub use auth::{
+    AuthConfig, Effect, IssuerConfig, IssuerEntry, PolicyConfig, RuleConfig, TokenEndpointConfig,
+    UpstreamAuthConfig, is_fetchable_url, is_loopback_host,
+};
 pub use validate::{ConfigProblem, is_valid_prefix, uri_prefix};
 
 /// Errors from loading a configuration file.
@@ -50,6 +55,10 @@ pub struct Config {
     pub server: ServerConfig,
     /// Backends by name (see [`validate::is_valid_prefix`] for the name rules).
     pub backends: BTreeMap<String, BackendConfig>,
+    /// `[auth]`: bearer tokens on the MCP endpoint; `None` = no auth (loopback only).
+    pub auth: Option<AuthConfig>,
+    /// `[policy]`: who sees which backends and items.
+    pub policy: PolicyConfig,
 }
 
 #[derive(Deserialize)]
@@ -59,6 +68,9 @@ struct RawConfig {
     server: ServerConfig,
     #[serde(default)]
     backends: BTreeMap<String, RawBackend>,
+    auth: Option<AuthConfig>,
+    #[serde(default)]
+    policy: PolicyConfig,
 }
 
 /// `[server]`: the Streamable HTTP endpoint offered to hosts.
@@ -203,6 +215,11 @@ pub struct BackendConfig {
     pub max_concurrency: Option<usize>,
     /// How long a call may wait for a free slot before failing ("busy"). Default 5 s.
     pub queue_timeout: Duration,
+    /// http: a file of `Name: value` header lines (mounted secrets), read at
+    /// each connect and merged over `headers`.
+    pub headers_file: Option<PathBuf>,
+    /// http: how the gateway authenticates to the backend (its own credentials).
+    pub upstream_auth: Option<UpstreamAuthConfig>,
 }
 
 /// Backend transport settings, chosen by `type`.
@@ -289,6 +306,10 @@ pub struct RawBackend {
     /// See [`BackendConfig::queue_timeout`].
     #[serde(default, with = "humantime_serde")]
     pub queue_timeout: Option<Duration>,
+    /// See [`BackendConfig::headers_file`].
+    pub headers_file: Option<PathBuf>,
+    /// See [`BackendConfig::upstream_auth`].
+    pub auth: Option<UpstreamAuthConfig>,
 }
 
 /// `tools.include` / `tools.exclude` glob lists (matched against original names).
@@ -301,6 +322,25 @@ pub struct ToolFilter {
     /// Tools matching one of these globs are hidden.
     #[serde(default)]
     pub exclude: Vec<String>,
+    /// Curation by original tool name: rename, title/description, hidden arguments.
+    #[serde(default)]
+    pub overrides: BTreeMap<String, ToolOverride>,
+}
+
+/// `tools.overrides.NAME`: how one backend tool is presented to hosts.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ToolOverride {
+    /// Exposed name instead of the original (still prefixed; name rules apply).
+    pub name: Option<String>,
+    /// `title` shown to hosts.
+    pub title: Option<String>,
+    /// `description` shown to hosts.
+    pub description: Option<String>,
+    /// Fixed argument values, set on every `tools/call` (host values replaced)
+    /// and removed from the exposed `inputSchema`.
+    #[serde(default)]
+    pub arguments: serde_json::Map<String, serde_json::Value>,
 }
 
 impl BackendConfig {

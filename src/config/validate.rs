@@ -64,7 +64,12 @@ pub(super) fn build(raw: RawConfig, p: &mut Vec<ConfigProblem>) -> Config {
         let at = |f: &str| format!("backends.{name}.{f}");
         let transport = match b.kind {
             BackendKind::Stdio => {
-                for (f, set) in [("url", b.url.is_some()), ("headers", !b.headers.is_empty())] {
+                for (f, set) in [
+                    ("url", b.url.is_some()),
+                    ("headers", !b.headers.is_empty()),
+                    ("headers_file", b.headers_file.is_some()),
+                    ("auth", b.auth.is_some()),
+                ] {
                     if set {
                         p.push(ConfigProblem::new(at(f), "not allowed for type \"stdio\""));
                     }
@@ -124,12 +129,16 @@ pub(super) fn build(raw: RawConfig, p: &mut Vec<ConfigProblem>) -> Config {
             required: b.required,
             max_concurrency: b.max_concurrency,
             queue_timeout: b.queue_timeout.unwrap_or(std::time::Duration::from_secs(5)),
+            headers_file: b.headers_file,
+            upstream_auth: b.auth,
         };
         backends.insert(name, backend);
     }
     Config {
         server: raw.server,
         backends,
+        auth: raw.auth,
+        policy: raw.policy,
     }
 }
 
@@ -284,6 +293,8 @@ pub fn validate(c: &Config) -> Vec<ConfigProblem> {
             }
         }
     }
+    super::auth::validate(c, &mut p);
+    validate_overrides(c, &mut p);
     if unprefixed > 0 && c.backends.len() > 1 {
         tracing::debug!(
             unprefixed,
@@ -291,6 +302,39 @@ pub fn validate(c: &Config) -> Vec<ConfigProblem> {
         );
     }
     p
+}
+
+/// Curated names obey the exposed-name rules (MCP 2025-11-25 server/tools) and
+/// stay distinct within their backend.
+fn validate_overrides(c: &Config, p: &mut Vec<ConfigProblem>) {
+    let max = c.server.max_name_len;
+    for (name, b) in &c.backends {
+        let prefix = b.prefix(name);
+        let mut seen: BTreeMap<&str, &str> = BTreeMap::new();
+        for (original, o) in &b.tools.overrides {
+            let Some(new) = o.name.as_deref() else {
+                continue;
+            };
+            let at = format!("backends.{name}.tools.overrides.{original}.name");
+            let full = if prefix.is_empty() {
+                new.to_owned()
+            } else {
+                format!("{prefix}__{new}")
+            };
+            if !crate::router::names::is_valid_name(&full, max) {
+                p.push(ConfigProblem::new(
+                    &at,
+                    format!("{full:?} is not a valid tool name: 1-{max} characters from A-Z a-z 0-9 _ - ."),
+                ));
+            }
+            if let Some(other) = seen.insert(new, original) {
+                p.push(ConfigProblem::new(
+                    &at,
+                    format!("{new:?} is also the new name of {other:?}"),
+                ));
+            }
+        }
+    }
 }
 
 fn is_origin(s: &str) -> bool {

@@ -14,14 +14,10 @@ use governor::clock::{Clock, DefaultClock};
 use governor::{DefaultKeyedRateLimiter, Quota};
 
 use super::HttpError;
+use crate::auth::Principal;
 use crate::config::RateLimit;
 use crate::jsonrpc;
 use crate::metrics::Metrics;
-
-/// The key a request is counted under, placed in request extensions by the
-/// authentication layer when the caller is authenticated.
-#[derive(Debug, Clone)]
-pub struct RateKey(pub String);
 
 /// The limiter shared by all requests.
 pub struct Limiter {
@@ -52,10 +48,10 @@ impl Limiter {
 /// Middleware: 429 with `Retry-After` once a client exceeds its rate.
 pub async fn limit(State(l): State<Arc<Limiter>>, req: Request, next: Next) -> Response {
     let key = match (
-        req.extensions().get::<RateKey>(),
+        req.extensions().get::<Arc<Principal>>(),
         req.extensions().get::<ConnectInfo<SocketAddr>>(),
     ) {
-        (Some(k), _) => k.0.clone(),
+        (Some(p), _) => format!("{}\u{0}{}", p.issuer, p.subject),
         (None, Some(ConnectInfo(addr))) => addr.ip().to_string(),
         (None, None) => "unknown".to_owned(),
     };

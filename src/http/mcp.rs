@@ -4,8 +4,8 @@
 use std::sync::Arc;
 
 use axum::body::Bytes;
-use axum::extract::State;
 use axum::extract::rejection::BytesRejection;
+use axum::extract::{Extension, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::value::RawValue;
@@ -14,14 +14,19 @@ use serde_json::{Value, json};
 use super::headers::{self, SESSION};
 use super::sse::{json_response, sse_response, stream_reply};
 use super::{AppState, HttpError};
+use crate::auth::Principal;
 use crate::jsonrpc::{self, EnvelopeError, ErrorObject, Message, Request};
 use crate::protocol::{META_PROTOCOL_VERSION, MODERN_VERSION, ProtocolVersion};
 use crate::router::Reply;
 use crate::session::{ResumeError, Session};
 
+/// The principal the auth middleware put in the request (`None`: open endpoint).
+type Caller = Option<Extension<Arc<Principal>>>;
+
 /// `POST /mcp`: one JSON-RPC message (or, for 2025-03-26 sessions, a batch).
 pub async fn post(
     State(st): State<AppState>,
+    caller: Caller,
     h: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
@@ -34,18 +39,24 @@ pub async fn post(
         }
     };
     st.router.metrics.bytes_in.inc_by(body.len() as u64);
-    match post_inner(&st, &h, &body).await {
+    let principal = caller.map(|Extension(p)| p);
+    match post_inner(&st, &h, &body, principal.as_ref()).await {
         Ok(r) => r,
         Err(e) => reject(&st, e),
     }
 }
 
-async fn post_inner(st: &AppState, h: &HeaderMap, body: &[u8]) -> Result<Response, HttpError> {
+async fn post_inner(
+    st: &AppState,
+    h: &HeaderMap,
+    body: &[u8],
+    principal: Option<&Arc<Principal>>,
+) -> Result<Response, HttpError> {
     headers::check_origin(h, &st.origins)?;
     headers::check_content_type(h)?;
     headers::check_post_accept(h)?;
     if body.trim_ascii_start().first() == Some(&b'[') {
-        return batch(st, h, body).await;
+        return batch(st, h, body, principal).await;
     }
     let msg = jsonrpc::parse_message(body).map_err(|e| HttpError::envelope(&e))?;
     if let Message::Request(req) = &msg {
@@ -53,13 +64,13 @@ async fn post_inner(st: &AppState, h: &HeaderMap, body: &[u8]) -> Result<Respons
             return Err(unsupported_modern(&requested));
         }
         if req.method == "initialize" {
-            return initialize(st, req).await;
+            return initialize(st, req, principal).await;
         }
         if req.method == "server/discover" && headers::session_id(h).is_none() {
             return Err(unsupported_modern(MODERN_VERSION));
         }
     }
-    let session = lookup(st, h)?;
+    let session = lookup(st, h, principal)?;
     headers::protocol_version(h)?;
     session.touch();
     Ok(match msg {
@@ -131,13 +142,21 @@ fn accepted() -> Response {
 }
 
 /// The session named by `Mcp-Session-Id`: 400 without the header, 404 when
-/// unknown, expired or ended (the host then re-initializes).
-fn lookup(st: &AppState, h: &HeaderMap) -> Result<Arc<Session>, HttpError> {
+/// unknown, expired or ended (the host then re-initializes), or when it belongs
+/// to another principal.
+fn lookup(
+    st: &AppState,
+    h: &HeaderMap,
+    principal: Option<&Arc<Principal>>,
+) -> Result<Arc<Session>, HttpError> {
     let id = headers::session_id(h).ok_or_else(HttpError::missing_session)?;
-    st.router
+    let session = st
+        .router
         .sessions
         .get(id)
-        .ok_or_else(HttpError::unknown_session)
+        .ok_or_else(HttpError::unknown_session)?;
+    super::auth::bind(st, &session, principal)?;
+    Ok(session)
 }
 
 async fn answer(st: &AppState, session: &Arc<Session>, req: Request) -> Response {
@@ -192,7 +211,11 @@ fn unsupported_modern(requested: &str) -> HttpError {
 
 /// `initialize`: negotiates the revision, opens a session and answers with the
 /// aggregated capabilities (MCP 2025-11-25 basic/lifecycle).
-async fn initialize(st: &AppState, req: &Request) -> Result<Response, HttpError> {
+async fn initialize(
+    st: &AppState,
+    req: &Request,
+    principal: Option<&Arc<Principal>>,
+) -> Result<Response, HttpError> {
     let params = req.params.as_ref();
     let requested = params
         .and_then(|p| p.get("protocolVersion"))
@@ -221,7 +244,11 @@ async fn initialize(st: &AppState, req: &Request) -> Result<Response, HttpError>
     st.router
         .wait_loaded(std::time::Duration::from_secs(10))
         .await;
-    let session = Arc::new(Session::new(version, capabilities, client_info));
+    let key = st.router.view_key(principal.map(|p| &**p));
+    let session = Arc::new(
+        Session::new(version, capabilities, client_info)
+            .with_principal(principal.map(|p| &**p), key.clone()),
+    );
     if let Err(full) = st.router.sessions.insert(session.clone()) {
         tracing::warn!(
             limit = full.limit,
@@ -233,7 +260,7 @@ async fn initialize(st: &AppState, req: &Request) -> Result<Response, HttpError>
             "Service Unavailable: too many sessions",
         ));
     }
-    let view = st.router.view();
+    let view = st.router.view_for_key(&key);
     let mut capabilities = view.capabilities.clone();
     if version < ProtocolVersion::V2025_11_25 {
         if let Some(c) = capabilities.as_object_mut() {
@@ -259,14 +286,19 @@ async fn initialize(st: &AppState, req: &Request) -> Result<Response, HttpError>
 /// A JSON-RPC batch: only for sessions that negotiated 2025-03-26, where the spec
 /// required receivers to accept them. Each element is handled like a single
 /// message; `initialize` may not be part of one.
-async fn batch(st: &AppState, h: &HeaderMap, body: &[u8]) -> Result<Response, HttpError> {
+async fn batch(
+    st: &AppState,
+    h: &HeaderMap,
+    body: &[u8],
+    principal: Option<&Arc<Principal>>,
+) -> Result<Response, HttpError> {
     let items: Vec<&RawValue> = serde_json::from_slice(body)
         .map_err(|e| HttpError::envelope(&EnvelopeError::Parse(e.to_string())))?;
     let invalid = |reason| HttpError::envelope(&EnvelopeError::Invalid { id: None, reason });
     if items.is_empty() {
         return Err(invalid("an empty batch is not a request"));
     }
-    let session = lookup(st, h)?;
+    let session = lookup(st, h, principal)?;
     headers::protocol_version(h)?;
     if !session.version.allows_batches() {
         return Err(invalid(
@@ -324,11 +356,12 @@ async fn batch(st: &AppState, h: &HeaderMap, body: &[u8]) -> Result<Response, Ht
 /// `GET /mcp`: the standalone SSE stream for messages unrelated to any request,
 /// or, with `Last-Event-ID`, the resumption of an interrupted stream (its events
 /// after that id, on that stream only).
-pub async fn get(State(st): State<AppState>, h: HeaderMap) -> Response {
+pub async fn get(State(st): State<AppState>, caller: Caller, h: HeaderMap) -> Response {
+    let principal = caller.map(|Extension(p)| p);
     let result = (|| {
         headers::check_origin(&h, &st.origins)?;
         headers::check_get_accept(&h)?;
-        let session = lookup(&st, &h)?;
+        let session = lookup(&st, &h, principal.as_ref())?;
         headers::protocol_version(&h)?;
         Ok::<_, HttpError>(session)
     })();
@@ -370,10 +403,11 @@ pub async fn get(State(st): State<AppState>, h: HeaderMap) -> Response {
 
 /// `DELETE /mcp`: ends the session and its backend state (HTTP backends get a
 /// `DELETE` of their own session, per-session stdio children are stopped).
-pub async fn delete(State(st): State<AppState>, h: HeaderMap) -> Response {
+pub async fn delete(State(st): State<AppState>, caller: Caller, h: HeaderMap) -> Response {
+    let principal = caller.map(|Extension(p)| p);
     let result = (|| {
         headers::check_origin(&h, &st.origins)?;
-        let session = lookup(&st, &h)?;
+        let session = lookup(&st, &h, principal.as_ref())?;
         headers::protocol_version(&h)?;
         Ok::<_, HttpError>(session)
     })();

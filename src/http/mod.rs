@@ -1,6 +1,7 @@
 //! Server face: the Streamable HTTP endpoint (MCP 2025-11-25 basic/transports),
 //! its guards (Origin/Host, CORS, body limit) and the health route.
 
+mod auth;
 mod error;
 mod headers;
 pub mod limit;
@@ -30,6 +31,8 @@ pub struct AppState {
     pub origins: Arc<OriginPolicy>,
     /// Per-client rate limit, when configured.
     pub limiter: Option<Arc<limit::Limiter>>,
+    /// Bearer validation (`None`: the endpoint is open, see `[auth]`).
+    pub auth: Option<Arc<crate::auth::Authenticator>>,
 }
 
 /// Which browser origins and Host headers are accepted (DNS-rebinding guard,
@@ -136,8 +139,14 @@ pub fn app(state: AppState, path: &str, max_body: usize) -> AxumRouter {
         mcp_route =
             mcp_route.route_layer(axum::middleware::from_fn_with_state(limiter, limit::limit));
     }
+    let metadata = auth::metadata_routes(state.auth.as_deref());
     AxumRouter::new()
         .route(path, mcp_route)
+        .route_layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            auth::require,
+        ))
+        .merge(metadata)
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
         .layer(DefaultBodyLimit::max(max_body))

@@ -63,7 +63,7 @@ impl Router {
         let Request { id, method, params } = req;
         let params = params.unwrap_or_else(|| json!({}));
         if let Some(kind) = ListKind::from_method(&method) {
-            return self.list(&id, kind, &params, session.version);
+            return self.list(session, &id, kind, &params);
         }
         match method.as_str() {
             "ping" => ok(&id, &json!({})),
@@ -91,13 +91,14 @@ impl Router {
         }
     }
 
-    fn list(&self, id: &Id, kind: ListKind, params: &Value, host: ProtocolVersion) -> Reply {
+    fn list(&self, session: &Session, id: &Id, kind: ListKind, params: &Value) -> Reply {
+        let host: ProtocolVersion = session.version;
         let cursor = match params.get("cursor") {
             None | Some(Value::Null) => None,
             Some(Value::String(c)) => Some(c.as_str()),
             Some(_) => return err(id, jsonrpc::INVALID_PARAMS, "cursor must be a string"),
         };
-        let view = self.view();
+        let view = self.view_for(session);
         match view.page(kind, cursor, host) {
             Some(page) => Reply::Now(jsonrpc::result_bytes(id, page).into()),
             None => err(id, jsonrpc::INVALID_PARAMS, "Invalid or expired cursor"),
@@ -115,7 +116,7 @@ impl Router {
         let Some(name) = str_param(&params, "name") else {
             return err(&id, jsonrpc::INVALID_PARAMS, "params.name must be a string");
         };
-        let view = self.view();
+        let view = self.view_for(session);
         let (table, what, kind) = if method == "tools/call" {
             (&view.tools, "tool", ResultKind::ToolCall)
         } else {
@@ -130,6 +131,11 @@ impl Router {
         };
         let backend = route.backend;
         params["name"] = route.original.clone().into();
+        if kind == ResultKind::ToolCall {
+            if let Some(o) = self.backends[backend].tools.override_for(&route.original) {
+                super::curation::inject(&mut params, o);
+            }
+        }
         self.forward(session, id, backend, method, params, kind)
     }
 
@@ -144,7 +150,7 @@ impl Router {
         let Some(uri) = str_param(&params, "uri") else {
             return err(&id, jsonrpc::INVALID_PARAMS, "params.uri must be a string");
         };
-        let Some((backend, original)) = self.view().route_uri(uri) else {
+        let Some((backend, original)) = self.view_for(session).route_uri(uri) else {
             let e = ErrorObject::new(jsonrpc::RESOURCE_NOT_FOUND, "Resource not found")
                 .with_data(json!({ "uri": uri }));
             return Reply::Now(jsonrpc::error_bytes(Some(&id), &e).into());
@@ -160,7 +166,7 @@ impl Router {
 
     /// `completion/complete`: `ref/prompt` by name, `ref/resource` by template URI.
     fn complete(self: &Arc<Self>, session: &Arc<Session>, id: Id, mut params: Value) -> Reply {
-        let view = self.view();
+        let view = self.view_for(session);
         let target = match params.pointer("/ref/type").and_then(Value::as_str) {
             Some("ref/prompt") => params
                 .pointer("/ref/name")

@@ -1,7 +1,9 @@
 //! Router: everything between the two faces, and the only place that knows names
 //! are namespaced. Owns the backends, their catalogues and the aggregated view.
 
+pub mod access;
 pub mod catalog;
+pub mod curation;
 pub mod cursor;
 mod dispatch;
 pub mod names;
@@ -100,6 +102,8 @@ pub struct Router {
     pub metrics: Arc<crate::metrics::Metrics>,
     stopping: AtomicBool,
     me: Weak<Router>,
+    /// The authorization policy and its per-view catalogues.
+    access: access::Access,
 }
 
 /// Forwards backend events to the router without keeping it alive.
@@ -152,7 +156,8 @@ impl Router {
                     uri_prefix: uri_prefix(&prefix),
                     prefix,
                     mode: b.mode(),
-                    tools: ToolFilterSet::new(&b.tools.include, &b.tools.exclude),
+                    tools: ToolFilterSet::new(&b.tools.include, &b.tools.exclude)
+                        .with_overrides(&b.tools.overrides),
                     spec: BackendSpec::new(name, b.clone(), config.server.request_timeout),
                     shared: Slot::default(),
                     catalog: Mutex::new(None),
@@ -184,6 +189,7 @@ impl Router {
             metrics: Arc::new(crate::metrics::Metrics::new()),
             stopping: AtomicBool::new(false),
             me: me.clone(),
+            access: access::Access::new(&config.policy),
         })
     }
 
@@ -351,6 +357,7 @@ impl Router {
             self.server.max_name_len,
             self.key.clone(),
         );
+        self.access.record(epoch, catalogs.clone());
         if let Ok(mut v) = self.view.write() {
             *v = Arc::new(view);
         }

@@ -99,7 +99,7 @@ impl Router {
             let e = ErrorObject::new(jsonrpc::INVALID_PARAMS, "params.uri must be a string");
             return now(jsonrpc::error_bytes(Some(id), &e));
         };
-        let Some((backend, original)) = self.view().route_uri(uri) else {
+        let Some((backend, original)) = self.view_for(session).route_uri(uri) else {
             let e = ErrorObject::new(jsonrpc::RESOURCE_NOT_FOUND, "Resource not found")
                 .with_data(json!({ "uri": uri }));
             return now(jsonrpc::error_bytes(Some(id), &e));

@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 use globset::{Glob, GlobSet, GlobSetBuilder};
 use serde_json::value::RawValue;
@@ -68,11 +68,17 @@ pub struct Route {
     pub original: String,
 }
 
-/// `tools.include` / `tools.exclude` globs of a backend, compiled.
+/// Which items a view shows, by (backend index, list, the backend's own name or
+/// URI); see `router/access.rs`.
+pub type ItemFilter = Arc<dyn Fn(usize, ListKind, &str) -> bool + Send + Sync>;
+
+/// `tools.include` / `tools.exclude` globs of a backend, compiled, and its
+/// curation overrides (`router/curation.rs`).
 #[derive(Debug, Clone, Default)]
 pub struct ToolFilterSet {
     include: Option<GlobSet>,
     exclude: Option<GlobSet>,
+    pub(super) overrides: HashMap<String, crate::config::ToolOverride>,
 }
 
 impl ToolFilterSet {
@@ -93,6 +99,7 @@ impl ToolFilterSet {
         ToolFilterSet {
             include: set(include),
             exclude: set(exclude),
+            overrides: HashMap::new(),
         }
     }
 
@@ -137,6 +144,9 @@ pub struct View {
     key: CursorKey,
     /// Pages for hosts on 2025-06-18 and 2025-03-26, derived on first use.
     older: [OnceLock<[Vec<Box<RawValue>>; 4]>; 2],
+    /// The authorization filter of this view (`None`: everything visible);
+    /// resource reads are checked against it.
+    filter: Option<ItemFilter>,
 }
 
 impl View {
@@ -148,6 +158,23 @@ impl View {
         max_name_len: usize,
         key: CursorKey,
     ) -> View {
+        View::build_filtered(inputs, epoch, page_size, max_name_len, key, None)
+    }
+
+    /// Builds the view showing only what `filter` allows. Exposed names are
+    /// claimed over every item first, so an item has the same name in every view.
+    pub fn build_filtered(
+        inputs: &[ViewInput<'_>],
+        epoch: u64,
+        page_size: usize,
+        max_name_len: usize,
+        key: CursorKey,
+        filter: Option<ItemFilter>,
+    ) -> View {
+        let visible = |idx: usize, kind: ListKind, name: &str| {
+            filter.as_ref().is_none_or(|f| f(idx, kind, name))
+        };
+        let mut hidden: Vec<(ListKind, String)> = Vec::new();
         let mut lists: [Vec<Value>; 4] = Default::default();
         let mut tools = HashMap::new();
         let mut prompts = HashMap::new();
@@ -164,6 +191,8 @@ impl View {
                 uri_prefixes.insert(input.uri_prefix.to_ascii_lowercase(), idx);
             }
             let Some(cat) = input.catalog else { continue };
+            // A backend the caller sees nothing of does not lend its instructions.
+            let shown = filter.is_none() || super::access::any_visible(cat, idx, &visible);
             let caps = &cat.init.capabilities;
             subscribe |= caps.pointer("/resources/subscribe") == Some(&Value::Bool(true));
             completions |= cat.init.has("completions");
@@ -173,7 +202,7 @@ impl View {
                 .init
                 .instructions
                 .as_deref()
-                .filter(|t| !t.trim().is_empty())
+                .filter(|t| shown && !t.trim().is_empty())
             {
                 instructions.push(format!("## {}\n{}", input.name, text.trim()));
             }
@@ -184,8 +213,17 @@ impl View {
                 if !input.tools.allows(original) {
                     continue;
                 }
-                let exposed = claim(&mut tools, input, idx, original, max_name_len);
-                let mut item = expose_item(tool, input, original, &exposed);
+                let curated = input.tools.override_for(original);
+                let public = curated.and_then(|o| o.name.as_deref()).unwrap_or(original);
+                let exposed = claim(&mut tools, input, idx, original, public, max_name_len);
+                if !visible(idx, ListKind::Tools, original) {
+                    hidden.push((ListKind::Tools, exposed));
+                    continue;
+                }
+                let mut item = expose_item(tool, input, public, &exposed);
+                if let Some(o) = curated {
+                    super::curation::present(&mut item, o);
+                }
                 if !backend_tasks {
                     // The capability is per server; after aggregation the per-tool
                     // field is the only switch (MCP 2025-11-25 checklist §8.5).
@@ -199,7 +237,11 @@ impl View {
                 let Some(original) = prompt.get("name").and_then(Value::as_str) else {
                     continue;
                 };
-                let exposed = claim(&mut prompts, input, idx, original, max_name_len);
+                let exposed = claim(&mut prompts, input, idx, original, original, max_name_len);
+                if !visible(idx, ListKind::Prompts, original) {
+                    hidden.push((ListKind::Prompts, exposed));
+                    continue;
+                }
                 lists[1].push(expose_item(prompt, input, original, &exposed));
             }
             if input.uri_prefix.is_empty() && cat.init.has("resources") {
@@ -209,6 +251,9 @@ impl View {
                 let Some(uri) = res.get("uri").and_then(Value::as_str) else {
                     continue;
                 };
+                if !visible(idx, ListKind::Resources, uri) {
+                    continue;
+                }
                 if input.uri_prefix.is_empty() {
                     if let Some(&other) = unprefixed_uris.get(uri) {
                         tracing::warn!(
@@ -229,6 +274,9 @@ impl View {
                 let Some(t) = tpl.get("uriTemplate").and_then(Value::as_str) else {
                     continue;
                 };
+                if !visible(idx, ListKind::Templates, t) {
+                    continue;
+                }
                 if input.uri_prefix.is_empty() {
                     let literal = t.split('{').next().unwrap_or_default().to_owned();
                     unprefixed_templates.push((literal, idx));
@@ -237,6 +285,12 @@ impl View {
                 item["uriTemplate"] = names::expose_uri(input.uri_prefix, t).into();
                 lists[3].push(item);
             }
+        }
+        for (kind, name) in hidden {
+            match kind {
+                ListKind::Tools => tools.remove(&name),
+                _ => prompts.remove(&name),
+            };
         }
         // Longest literal prefix first, so the most specific template wins.
         unprefixed_templates.sort_by_key(|t| std::cmp::Reverse(t.0.len()));
@@ -266,6 +320,7 @@ impl View {
             instructions: (!instructions.is_empty()).then(|| instructions.join("\n\n")),
             key,
             older: Default::default(),
+            filter,
         };
         for (i, items) in lists.into_iter().enumerate() {
             let kind = [
@@ -356,6 +411,14 @@ impl View {
 
     /// Routes an exposed resource URI (or URI template) to `(backend, original)`.
     pub fn route_uri(&self, uri: &str) -> Option<(usize, String)> {
+        let routed = self.route_uri_unfiltered(uri)?;
+        match &self.filter {
+            Some(f) if !f(routed.0, ListKind::Resources, &routed.1) => None,
+            _ => Some(routed),
+        }
+    }
+
+    fn route_uri_unfiltered(&self, uri: &str) -> Option<(usize, String)> {
         if let Some((prefix, rest)) = names::split_uri(uri) {
             if let Some(&b) = self.uri_prefixes.get(&prefix.to_ascii_lowercase()) {
                 return Some((b, rest.to_owned()));
@@ -390,13 +453,14 @@ fn claim(
     input: &ViewInput<'_>,
     idx: usize,
     original: &str,
+    public: &str,
     max_len: usize,
 ) -> String {
     let route = Route {
         backend: idx,
         original: original.to_owned(),
     };
-    let plain = names::expose(input.prefix, original, max_len);
+    let plain = names::expose(input.prefix, public, max_len);
     if !table.contains_key(&plain) {
         table.insert(plain.clone(), route);
         return plain;

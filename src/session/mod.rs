@@ -18,6 +18,8 @@ use tokio_util::sync::CancellationToken;
 pub use events::{Attached, EventLog, Frame, ResumeError};
 pub use store::{MemoryStore, SessionStore, StoreFull};
 
+use crate::auth::policy::ViewKey;
+use crate::auth::{Principal, PrincipalId};
 use crate::backend::{Connection, Slot};
 use crate::jsonrpc::Id;
 use crate::protocol::ProtocolVersion;
@@ -101,6 +103,14 @@ pub struct Session {
     log_level: Mutex<Option<usize>>,
     /// Cancelled when the session ends (DELETE, expiry, shutdown).
     pub closed: CancellationToken,
+    /// The principal (issuer + subject) that created the session; only it may
+    /// use the session (`None` when the endpoint is open).
+    pub principal: Option<PrincipalId>,
+    /// The authorization view the session sees (re-derived on every request).
+    view_key: Mutex<ViewKey>,
+    /// The token of the latest request, kept only for RFC 8693 token exchange
+    /// toward backends configured for it; never forwarded as is.
+    subject_token: Mutex<Option<Arc<str>>>,
 }
 
 impl Session {
@@ -121,6 +131,45 @@ impl Session {
             open_streams: std::sync::atomic::AtomicUsize::new(0),
             log_level: Mutex::new(None),
             closed: CancellationToken::new(),
+            principal: None,
+            view_key: Mutex::new(ViewKey::default()),
+            subject_token: Mutex::new(None),
+        }
+    }
+
+    /// Binds the session to `principal` with its view `key` (at `initialize`).
+    pub fn with_principal(mut self, principal: Option<&Principal>, key: ViewKey) -> Self {
+        self.principal = principal.map(Principal::id);
+        self.view_key = Mutex::new(key);
+        self.subject_token = Mutex::new(principal.map(|p| p.token().clone()));
+        self
+    }
+
+    /// The session's authorization view.
+    pub fn view_key(&self) -> ViewKey {
+        self.view_key.lock().map(|k| k.clone()).unwrap_or_default()
+    }
+
+    /// Sets the view key; returns whether it changed.
+    pub fn set_view_key(&self, key: ViewKey) -> bool {
+        match self.view_key.lock() {
+            Ok(mut k) if *k != key => {
+                *k = key;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// The host's latest access token (for token exchange only).
+    pub fn subject_token(&self) -> Option<Arc<str>> {
+        self.subject_token.lock().ok()?.clone()
+    }
+
+    /// Records the host's latest access token.
+    pub fn set_subject_token(&self, token: Option<Arc<str>>) {
+        if let Ok(mut t) = self.subject_token.lock() {
+            *t = token;
         }
     }
 

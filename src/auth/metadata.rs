@@ -1,0 +1,194 @@
+//! RFC 9728 OAuth 2.0 Protected Resource Metadata for the MCP endpoint (MCP
+//! 2025-11-25 basic/authorization, "Protected Resource Metadata Discovery
+//! Requirements") and the `WWW-Authenticate` challenges pointing at it.
+//!
+//! The document for resource `https://gw.example/mcp` is served at the
+//! path-inserted URL `/.well-known/oauth-protected-resource/mcp` (RFC 9728
+//! §3.1), and — unless `root_metadata = false` — a document for the origin
+//! resource `https://gw.example` at `/.well-known/oauth-protected-resource`.
+//! Each document's `resource` is exactly the URL its location was derived from
+//! (RFC 9728 §3.3); every advertised URL uses the configured external origin.
+
+use std::collections::BTreeSet;
+
+use serde_json::{Value, json};
+
+use super::AuthError;
+use crate::config::{AuthConfig, PolicyConfig};
+
+/// The well-known suffix (RFC 9728 §3).
+pub const WELL_KNOWN: &str = "/.well-known/oauth-protected-resource";
+
+/// The metadata documents and where they are served.
+pub struct ResourceMetadata {
+    resource: String,
+    metadata_url: String,
+    root: Option<String>,
+    /// Local paths serving the endpoint's document.
+    pub paths: Vec<String>,
+    /// The endpoint's document.
+    pub document: Value,
+    /// The root document (origin as resource), if served.
+    pub root_document: Option<Value>,
+    scope_hint: Option<String>,
+}
+
+impl ResourceMetadata {
+    /// Derives the documents from `[auth]`, the policy (for `scopes_supported`)
+    /// and `server.path`.
+    pub fn new(config: &AuthConfig, policy: &PolicyConfig, endpoint_path: &str) -> Self {
+        let resource = config.resource.clone().unwrap_or_default();
+        let (origin, path) = match url::Url::parse(&resource) {
+            Ok(u) => (
+                u.origin().ascii_serialization(),
+                u.path().trim_end_matches('/').to_owned(),
+            ),
+            Err(_) => (String::new(), String::new()),
+        };
+        let metadata_url = format!("{origin}{WELL_KNOWN}{path}");
+        let mut paths = vec![format!(
+            "{WELL_KNOWN}{}",
+            endpoint_path.trim_end_matches('/')
+        )];
+        let advertised = format!("{WELL_KNOWN}{path}");
+        if !paths.contains(&advertised) {
+            paths.push(advertised);
+        }
+        paths.retain(|p| p != WELL_KNOWN);
+        let mut scopes: BTreeSet<&str> =
+            config.scopes_supported.iter().map(String::as_str).collect();
+        if scopes.is_empty() {
+            scopes.extend(config.required_scopes.iter().map(String::as_str));
+            for r in &policy.rules {
+                scopes.extend(r.scopes.iter().map(String::as_str));
+            }
+        }
+        let issuers: Vec<String> = config.issuers.iter().map(|i| i.config().issuer).collect();
+        let doc = |resource: &str| {
+            let mut d = json!({
+                "resource": resource,
+                "authorization_servers": issuers,
+                "scopes_supported": scopes,
+                "bearer_methods_supported": ["header"],
+            });
+            if let Some(name) = &config.resource_name {
+                d["resource_name"] = name.clone().into();
+            }
+            d
+        };
+        let root = (config.root_metadata && !path.is_empty()).then(|| origin.clone());
+        ResourceMetadata {
+            document: doc(&resource),
+            root_document: if path.is_empty() {
+                Some(doc(&resource))
+            } else {
+                root.as_deref().map(doc)
+            },
+            scope_hint: (!config.required_scopes.is_empty())
+                .then(|| config.required_scopes.join(" ")),
+            resource,
+            metadata_url,
+            root,
+            paths,
+        }
+    }
+
+    /// The canonical resource.
+    pub fn resource(&self) -> &str {
+        &self.resource
+    }
+
+    /// The origin resource of the root document, when it is served.
+    pub fn root_resource(&self) -> Option<&str> {
+        self.root.as_deref()
+    }
+
+    /// The absolute metadata URL advertised in challenges.
+    pub fn metadata_url(&self) -> &str {
+        &self.metadata_url
+    }
+
+    /// The `WWW-Authenticate` value for an authentication failure (RFC 6750
+    /// §3, RFC 9728 §5.1): always `resource_metadata`, the `scope` hint, and the
+    /// error code when a token was presented. Never a description of why.
+    pub fn challenge(&self, e: &AuthError) -> String {
+        let mut out = format!("Bearer resource_metadata=\"{}\"", self.metadata_url);
+        let (code, scope) = match e {
+            AuthError::Missing => (None, self.scope_hint.clone()),
+            AuthError::Invalid(_) => (Some("invalid_token"), self.scope_hint.clone()),
+            AuthError::QueryToken => (Some("invalid_request"), self.scope_hint.clone()),
+            AuthError::InsufficientScope(s) => (Some("insufficient_scope"), Some(s.join(" "))),
+        };
+        if let Some(scope) = scope.filter(|s| !s.is_empty()) {
+            out.push_str(&format!(", scope=\"{scope}\""));
+        }
+        if let Some(code) = code {
+            out.push_str(&format!(", error=\"{code}\""));
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::IssuerEntry;
+
+    fn config(resource: &str) -> AuthConfig {
+        let text = format!(
+            "resource = \"{resource}\"\nissuers = [\"https://as.example\"]\nrequired_scopes = [\"mcp\"]\n"
+        );
+        let mut c: AuthConfig = toml::from_str(&text).unwrap();
+        c.issuers = vec![IssuerEntry::Url("https://as.example".into())];
+        c
+    }
+
+    #[test]
+    fn path_inserted_and_root() {
+        let m = ResourceMetadata::new(
+            &config("https://gw.example/t/acme/mcp"),
+            &PolicyConfig::default(),
+            "/mcp",
+        );
+        assert_eq!(
+            m.metadata_url(),
+            "https://gw.example/.well-known/oauth-protected-resource/t/acme/mcp"
+        );
+        assert_eq!(
+            m.paths,
+            [
+                "/.well-known/oauth-protected-resource/mcp",
+                "/.well-known/oauth-protected-resource/t/acme/mcp"
+            ]
+        );
+        assert_eq!(m.document["resource"], "https://gw.example/t/acme/mcp");
+        assert_eq!(
+            m.root_document.as_ref().unwrap()["resource"],
+            "https://gw.example"
+        );
+        assert_eq!(m.document["scopes_supported"], json!(["mcp"]));
+        assert_eq!(m.document["bearer_methods_supported"], json!(["header"]));
+    }
+
+    #[test]
+    fn challenges() {
+        let m = ResourceMetadata::new(
+            &config("https://gw.example/mcp"),
+            &PolicyConfig::default(),
+            "/mcp",
+        );
+        let url = "https://gw.example/.well-known/oauth-protected-resource/mcp";
+        assert_eq!(
+            m.challenge(&AuthError::Missing),
+            format!("Bearer resource_metadata=\"{url}\", scope=\"mcp\"")
+        );
+        assert_eq!(
+            m.challenge(&AuthError::invalid("expired")),
+            format!("Bearer resource_metadata=\"{url}\", scope=\"mcp\", error=\"invalid_token\"")
+        );
+        assert!(
+            m.challenge(&AuthError::InsufficientScope(vec!["a".into(), "b".into()]))
+                .ends_with("scope=\"a b\", error=\"insufficient_scope\"")
+        );
+    }
+}

@@ -1,0 +1,272 @@
+//! The gateway as an OAuth 2.1 protected resource (MCP 2025-11-25
+//! basic/authorization; DESIGN decision 7): bearer validation ([`jwt`], keys from
+//! [`jwks`], opaque tokens through [`introspect`]), Protected Resource Metadata
+//! ([`metadata`]), the authorization policy ([`policy`]) and the gateway's own
+//! credentials toward backends ([`upstream`]). The HTTP plane answers for it in
+//! `http/auth.rs`.
+
+pub mod fetch;
+pub mod introspect;
+pub mod jwks;
+pub mod jwt;
+pub mod metadata;
+pub mod policy;
+pub mod upstream;
+
+use std::collections::BTreeSet;
+use std::fmt;
+use std::sync::Arc;
+
+use jsonwebtoken::Algorithm;
+use serde_json::{Map, Value};
+use tokio_util::sync::CancellationToken;
+
+use crate::config::{AuthConfig, PolicyConfig};
+use jwks::Issuer;
+use metadata::ResourceMetadata;
+
+/// Why a request was not authenticated. Only the RFC 6750 code reaches the
+/// host; the reason is logged at debug level.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum AuthError {
+    /// No `Authorization: Bearer` credentials (RFC 6750 §3.1: no error code).
+    #[error("no bearer token")]
+    Missing,
+    /// A token was presented and is not acceptable (`invalid_token`).
+    #[error("invalid token: {0}")]
+    Invalid(String),
+    /// A token in the URI query (MCP authorization: MUST NOT), or several
+    /// methods at once (`invalid_request`, RFC 6750 §3.1).
+    #[error("access token in the query string")]
+    QueryToken,
+    /// Valid token without the scopes every request needs (`insufficient_scope`).
+    #[error("token lacks scopes {0:?}")]
+    InsufficientScope(Vec<String>),
+}
+
+impl AuthError {
+    pub(crate) fn invalid(reason: impl Into<String>) -> Self {
+        AuthError::Invalid(reason.into())
+    }
+}
+
+/// Who is calling: the verified token's issuer and subject, its scopes and claims.
+#[derive(Clone)]
+pub struct Principal {
+    /// `iss`.
+    pub issuer: Arc<str>,
+    /// `sub`.
+    pub subject: Arc<str>,
+    /// Granted scopes.
+    pub scopes: BTreeSet<String>,
+    /// Every verified claim (policy rules match on them).
+    pub claims: Map<String, Value>,
+    /// The presented token: only ever used as the RFC 8693 `subject_token`;
+    /// never logged, never forwarded.
+    token: Arc<str>,
+}
+
+impl Principal {
+    /// A principal (tests and embedders that authenticate by other means).
+    pub fn new(issuer: &str, subject: &str, scopes: &[&str], token: &str) -> Self {
+        Principal {
+            issuer: issuer.into(),
+            subject: subject.into(),
+            scopes: scopes.iter().map(|s| s.to_string()).collect(),
+            claims: Map::new(),
+            token: token.into(),
+        }
+    }
+
+    /// Issuer + subject: what a session is bound to (MCP 2025-11-25
+    /// basic/security_best_practices, session hijacking).
+    pub fn id(&self) -> PrincipalId {
+        PrincipalId {
+            issuer: self.issuer.clone(),
+            subject: self.subject.clone(),
+        }
+    }
+
+    /// The presented access token, for token exchange only.
+    pub fn token(&self) -> &Arc<str> {
+        &self.token
+    }
+}
+
+impl fmt::Debug for Principal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Principal")
+            .field("issuer", &self.issuer)
+            .field("subject", &self.subject)
+            .field("scopes", &self.scopes)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The identity a session is bound to.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct PrincipalId {
+    /// `iss`.
+    pub issuer: Arc<str>,
+    /// `sub`.
+    pub subject: Arc<str>,
+}
+
+/// Validates bearer tokens for the MCP endpoint.
+pub struct Authenticator {
+    issuers: Vec<Arc<Issuer>>,
+    rules: jwt::Rules,
+    required_scopes: Vec<String>,
+    introspection: introspect::Introspector,
+    /// The metadata document and the URLs it is served at.
+    pub metadata: ResourceMetadata,
+}
+
+impl Authenticator {
+    /// Builds the authenticator when `[auth]` configures issuers (`None` for an
+    /// open endpoint). `endpoint_path` is `server.path`.
+    pub fn new(
+        config: &AuthConfig,
+        policy: &PolicyConfig,
+        endpoint_path: &str,
+    ) -> Option<Arc<Authenticator>> {
+        if !config.enabled() {
+            return None;
+        }
+        let resource = config.resource.clone().unwrap_or_default();
+        let client = fetch::client(config.fetch_timeout);
+        let issuers: Vec<Arc<Issuer>> = config
+            .issuers
+            .iter()
+            .map(|e| {
+                Arc::new(Issuer::new(
+                    e.config(),
+                    client.clone(),
+                    config.jwks_refresh_interval,
+                    config.jwks_min_refresh_interval,
+                ))
+            })
+            .collect();
+        let metadata = ResourceMetadata::new(config, policy, endpoint_path);
+        let mut audiences = vec![resource];
+        if let Some(root) = metadata.root_resource() {
+            audiences.push(root.to_owned());
+        }
+        let algorithms = config
+            .algorithms
+            .iter()
+            .filter_map(|a| a.parse::<Algorithm>().ok())
+            .filter(|a| !matches!(a, Algorithm::HS256 | Algorithm::HS384 | Algorithm::HS512))
+            .collect();
+        Some(Arc::new(Authenticator {
+            introspection: introspect::Introspector::new(&issuers, client, &audiences),
+            rules: jwt::Rules {
+                audiences,
+                algorithms,
+                leeway: config.leeway.as_secs(),
+            },
+            issuers,
+            required_scopes: config.required_scopes.clone(),
+            metadata,
+        }))
+    }
+
+    /// Loads every issuer's keys in the background and keeps them fresh.
+    pub fn start(&self, stop: &CancellationToken) {
+        for i in &self.issuers {
+            if i.config.jwks_url.is_some() || i.config.introspection_url.is_none() {
+                tokio::spawn(i.clone().keep_fresh(stop.clone()));
+            }
+        }
+    }
+
+    /// Authenticates one request from its `Authorization` header value and its
+    /// URI query.
+    ///
+    /// Errors: see [`AuthError`]; each maps to one RFC 6750 answer.
+    pub async fn authenticate(
+        &self,
+        authorization: Option<&[u8]>,
+        query: Option<&str>,
+    ) -> Result<Principal, AuthError> {
+        if query.is_some_and(has_query_token) {
+            return Err(AuthError::QueryToken);
+        }
+        let token = bearer(authorization)?;
+        if token.len() > jwt::MAX_TOKEN_LEN {
+            return Err(AuthError::invalid("token too large"));
+        }
+        let principal = if jwt::looks_like_jwt(token) {
+            jwt::verify(token, &self.issuers, &self.rules).await?
+        } else {
+            self.introspection.check(token).await?
+        };
+        let missing: Vec<String> = self
+            .required_scopes
+            .iter()
+            .filter(|s| !principal.scopes.contains(*s))
+            .cloned()
+            .collect();
+        if !missing.is_empty() {
+            return Err(AuthError::InsufficientScope(self.required_scopes.clone()));
+        }
+        Ok(principal)
+    }
+
+    /// The scopes a token needs (the `scope` hint of a 401 challenge).
+    pub fn required_scopes(&self) -> &[String] {
+        &self.required_scopes
+    }
+}
+
+/// The token of an `Authorization: Bearer` header (RFC 6750 §2.1; the scheme
+/// is case-insensitive).
+fn bearer(value: Option<&[u8]>) -> Result<&str, AuthError> {
+    let Some(raw) = value else {
+        return Err(AuthError::Missing);
+    };
+    let text = std::str::from_utf8(raw).map_err(|_| AuthError::invalid("not UTF-8"))?;
+    let (scheme, rest) = text.split_once(' ').unwrap_or((text, ""));
+    if !scheme.eq_ignore_ascii_case("bearer") {
+        return Err(AuthError::Missing);
+    }
+    let token = rest.trim();
+    if token.is_empty() || token.contains(' ') {
+        return Err(AuthError::invalid("empty or malformed bearer"));
+    }
+    Ok(token)
+}
+
+fn has_query_token(query: &str) -> bool {
+    url::form_urlencoded::parse(query.as_bytes()).any(|(k, _)| k == "access_token")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bearer_forms() {
+        assert!(matches!(bearer(None), Err(AuthError::Missing)));
+        assert!(matches!(
+            bearer(Some(b"Basic dTpw")),
+            Err(AuthError::Missing)
+        ));
+        assert!(matches!(
+            bearer(Some(b"Bearer")),
+            Err(AuthError::Invalid(_))
+        ));
+        assert!(matches!(
+            bearer(Some(b"Bearer   ")),
+            Err(AuthError::Invalid(_))
+        ));
+        assert_eq!(bearer(Some(b"bearer abc")).unwrap(), "abc");
+        assert_eq!(bearer(Some(b"Bearer  abc ")).unwrap(), "abc");
+    }
+
+    #[test]
+    fn query_tokens() {
+        assert!(has_query_token("a=1&access_token=x"));
+        assert!(!has_query_token("a=1"));
+    }
+}

@@ -1,0 +1,157 @@
+//! Per-authorization-view catalogues (issue 4 item 4): the policy maps a
+//! principal to a [`ViewKey`]; the router builds one filtered [`View`] per key
+//! from the same catalogue snapshot as the aggregated view, caches it until the
+//! catalogue changes, and serves lists and name lookups from it. Hidden items
+//! are absent from lists and name tables, so calling one answers exactly as a
+//! non-existent item ("Unknown tool", -32002 "Resource not found").
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, RwLock};
+
+use super::Router;
+use super::catalog::BackendCatalog;
+use super::view::{ItemFilter, ListKind, View, ViewInput};
+use crate::auth::Principal;
+use crate::auth::policy::{ItemKind, Policy, ViewKey};
+use crate::config::PolicyConfig;
+use crate::session::Session;
+
+/// Distinct views cached at most (one per combination of applicable rules).
+const MAX_VIEWS: usize = 1024;
+
+#[derive(Default)]
+struct Snapshot {
+    epoch: u64,
+    catalogs: Vec<Option<Arc<BackendCatalog>>>,
+}
+
+/// The policy and the views derived from it.
+pub struct Access {
+    policy: Arc<Policy>,
+    snapshot: RwLock<Arc<Snapshot>>,
+    cache: Mutex<(u64, HashMap<ViewKey, Arc<View>>)>,
+}
+
+impl Access {
+    /// Compiles the policy.
+    pub fn new(config: &PolicyConfig) -> Self {
+        Access {
+            policy: Arc::new(Policy::new(config)),
+            snapshot: RwLock::default(),
+            cache: Mutex::default(),
+        }
+    }
+
+    /// Records the catalogues the aggregated view of `epoch` was built from;
+    /// cached per-key views of older epochs are dropped.
+    pub(super) fn record(&self, epoch: u64, catalogs: Vec<Option<Arc<BackendCatalog>>>) {
+        if let Ok(mut s) = self.snapshot.write() {
+            if epoch >= s.epoch {
+                *s = Arc::new(Snapshot { epoch, catalogs });
+            }
+        }
+    }
+
+    fn snapshot(&self) -> Arc<Snapshot> {
+        self.snapshot
+            .read()
+            .map(|s| s.clone())
+            .unwrap_or_else(|e| e.into_inner().clone())
+    }
+}
+
+fn item_kind(kind: ListKind) -> ItemKind {
+    match kind {
+        ListKind::Tools => ItemKind::Tool,
+        ListKind::Prompts => ItemKind::Prompt,
+        ListKind::Resources | ListKind::Templates => ItemKind::Resource,
+    }
+}
+
+impl Router {
+    /// The view key of a principal (`None`: unauthenticated).
+    pub fn view_key(&self, principal: Option<&Principal>) -> ViewKey {
+        self.access.policy.key(principal)
+    }
+
+    /// The catalogue `session` may see.
+    pub fn view_for(&self, session: &Session) -> Arc<View> {
+        self.view_for_key(&session.view_key())
+    }
+
+    /// The catalogue for a view key: the aggregated view when the policy is
+    /// open, else the cached filtered view (built on first use).
+    pub fn view_for_key(&self, key: &ViewKey) -> Arc<View> {
+        if self.access.policy.is_open() {
+            return self.view();
+        }
+        let snap = self.access.snapshot();
+        if let Ok(mut c) = self.access.cache.lock() {
+            if c.0 != snap.epoch {
+                *c = (snap.epoch, HashMap::new());
+            }
+            if let Some(v) = c.1.get(key) {
+                return v.clone();
+            }
+        }
+        let view = Arc::new(self.build_filtered(&snap, key));
+        if let Ok(mut c) = self.access.cache.lock() {
+            if c.0 == snap.epoch {
+                if c.1.len() >= MAX_VIEWS {
+                    c.1.clear();
+                }
+                c.1.insert(key.clone(), view.clone());
+            }
+        }
+        view
+    }
+
+    fn build_filtered(&self, snap: &Snapshot, key: &ViewKey) -> View {
+        let names: Arc<[Arc<str>]> = self.backends.iter().map(|b| b.spec.name.clone()).collect();
+        let policy = self.access.policy.clone();
+        let key = key.clone();
+        let filter: ItemFilter = Arc::new(move |idx, kind, name| {
+            names
+                .get(idx)
+                .is_some_and(|b| policy.allows(&key, b, item_kind(kind), name))
+        });
+        let inputs: Vec<ViewInput<'_>> = self
+            .backends
+            .iter()
+            .map(|b| ViewInput {
+                name: &b.spec.name,
+                prefix: &b.prefix,
+                uri_prefix: &b.uri_prefix,
+                tools: &b.tools,
+                catalog: snap.catalogs.get(b.index).and_then(|c| c.as_deref()),
+            })
+            .collect();
+        View::build_filtered(
+            &inputs,
+            snap.epoch,
+            self.server.page_size,
+            self.server.max_name_len,
+            self.key.clone(),
+            Some(filter),
+        )
+    }
+}
+
+/// Whether `visible` lets anything of backend `idx`'s catalogue through.
+pub(super) fn any_visible(
+    cat: &BackendCatalog,
+    idx: usize,
+    visible: &dyn Fn(usize, ListKind, &str) -> bool,
+) -> bool {
+    let named = |items: &[serde_json::Value], kind: ListKind, field: &str| {
+        items.iter().any(|i| {
+            i.get(field)
+                .and_then(serde_json::Value::as_str)
+                .is_some_and(|n| visible(idx, kind, n))
+        })
+    };
+    named(&cat.tools, ListKind::Tools, "name")
+        || named(&cat.prompts, ListKind::Prompts, "name")
+        || named(&cat.resources, ListKind::Resources, "uri")
+        || named(&cat.templates, ListKind::Templates, "uriTemplate")
+}
