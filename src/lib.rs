@@ -134,6 +134,12 @@ impl Gateway {
         })
     }
 
+    /// Applies the backends of a new configuration (hot reload); see
+    /// [`router::reload`].
+    pub async fn reload(&self, config: &Config) -> router::reload::ReloadReport {
+        self.router.reload(config).await
+    }
+
     /// Graceful shutdown: stop accepting connections (`/readyz` turns 503), let
     /// host requests in flight finish within `server.shutdown_grace`, then end
     /// every session (its SSE streams close) and stop every backend (stdio

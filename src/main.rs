@@ -3,6 +3,7 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
@@ -100,13 +101,59 @@ async fn serve(path: &std::path::Path, listen: Option<SocketAddr>) -> anyhow::Re
     if let Some(addr) = listen {
         config.server.listen = addr;
     }
-    let gateway = mcpgate::Gateway::start(config)
-        .await
-        .context("starting the gateway")?;
+    let gateway = Arc::new(
+        mcpgate::Gateway::start(config)
+            .await
+            .context("starting the gateway")?,
+    );
+    let watcher = tokio::spawn(watch_config(gateway.clone(), path.to_owned()));
     shutdown_signal().await;
+    watcher.abort();
+    let _ = watcher.await;
+    let Ok(gateway) = Arc::try_unwrap(gateway) else {
+        anyhow::bail!("gateway still in use at shutdown");
+    };
     tracing::info!("shutting down");
     gateway.shutdown().await;
     Ok(())
+}
+
+/// Reloads the configuration on SIGHUP and when the file's content changes
+/// (polled every 2 s, by content, so a Kubernetes ConfigMap's symlink swap is
+/// seen). An invalid new file is logged and the running configuration kept.
+async fn watch_config(gateway: Arc<mcpgate::Gateway>, path: PathBuf) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let fingerprint = |p: &std::path::Path| std::fs::read(p).ok().map(|b| sha_of(&b));
+    let mut last = fingerprint(&path);
+    let mut hup = signal(SignalKind::hangup()).ok();
+    let mut tick = tokio::time::interval(std::time::Duration::from_secs(2));
+    loop {
+        let why = tokio::select! {
+            Some(()) = async { match hup.as_mut() { Some(h) => h.recv().await, None => std::future::pending().await } } => "SIGHUP",
+            _ = tick.tick() => {
+                let now = fingerprint(&path);
+                if now == last || now.is_none() {
+                    continue;
+                }
+                last = now;
+                "file change"
+            }
+        };
+        match Config::load(&path) {
+            Ok(config) => {
+                tracing::info!(trigger = why, path = %path.display(), "reloading configuration");
+                gateway.reload(&config).await;
+            }
+            Err(e) => {
+                tracing::error!(trigger = why, cause = %e, "new configuration refused; the running one stays")
+            }
+        }
+    }
+}
+
+fn sha_of(bytes: &[u8]) -> [u8; 32] {
+    use sha2::Digest;
+    sha2::Sha256::digest(bytes).into()
 }
 
 async fn shutdown_signal() {

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex, RwLock};
 
 use super::Router;
 use super::catalog::BackendCatalog;
-use super::view::{ItemFilter, ListKind, View, ViewInput};
+use super::view::{ItemFilter, ListKind, View};
 use crate::auth::Principal;
 use crate::auth::policy::{ItemKind, Policy, ViewKey};
 use crate::config::PolicyConfig;
@@ -107,7 +107,8 @@ impl Router {
     }
 
     fn build_filtered(&self, snap: &Snapshot, key: &ViewKey) -> View {
-        let names: Arc<[Arc<str>]> = self.backends.iter().map(|b| b.spec.name.clone()).collect();
+        let backends = self.backends.snapshot();
+        let names: Arc<[Arc<str>]> = backends.iter().map(|b| b.spec.name.clone()).collect();
         let policy = self.access.policy.clone();
         let key = key.clone();
         let filter: ItemFilter = Arc::new(move |idx, kind, name| {
@@ -115,17 +116,7 @@ impl Router {
                 .get(idx)
                 .is_some_and(|b| policy.allows(&key, b, item_kind(kind), name))
         });
-        let inputs: Vec<ViewInput<'_>> = self
-            .backends
-            .iter()
-            .map(|b| ViewInput {
-                name: &b.spec.name,
-                prefix: &b.prefix,
-                uri_prefix: &b.uri_prefix,
-                tools: &b.tools,
-                catalog: snap.catalogs.get(b.index).and_then(|c| c.as_deref()),
-            })
-            .collect();
+        let inputs = super::backends::view_inputs(&backends, &snap.catalogs);
         View::build_filtered(
             &inputs,
             snap.epoch,

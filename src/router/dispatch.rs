@@ -132,7 +132,12 @@ impl Router {
         let backend = route.backend;
         params["name"] = route.original.clone().into();
         if kind == ResultKind::ToolCall {
-            if let Some(o) = self.backends[backend].tools.override_for(&route.original) {
+            if let Some(o) = self
+                .backends
+                .at(backend)
+                .tools
+                .override_for(&route.original)
+            {
                 super::curation::inject(&mut params, o);
             }
         }
@@ -189,7 +194,9 @@ impl Router {
         let Some((backend, field, original)) = target else {
             return err(&id, jsonrpc::INVALID_PARAMS, "Unknown reference");
         };
-        let has_completions = self.backends[backend]
+        let has_completions = self
+            .backends
+            .at(backend)
             .catalog()
             .is_some_and(|c| c.init.has("completions"));
         if !has_completions {
@@ -295,11 +302,11 @@ impl Router {
         let method = method.to_owned();
         let started = tokio::time::Instant::now();
         tokio::spawn(async move {
-            let name = router.backends[backend].spec.name.clone();
+            let name = router.backends.at(backend).spec.name.clone();
             let inflight = router.metrics.upstream_inflight.with_label_values(&[&name]);
             inflight.inc();
             let upstream_started = tokio::time::Instant::now();
-            let permit = router.backends[backend].acquire().await;
+            let permit = router.backends.at(backend).acquire().await;
             if permit.is_err() {
                 router
                     .metrics
@@ -340,7 +347,7 @@ impl Router {
             let bytes = match outcome {
                 Err(BackendError::Cancelled) => return,
                 Ok(raw) => {
-                    let prefix = &router.backends[backend].uri_prefix;
+                    let prefix = &router.backends.at(backend).uri_prefix;
                     let raw = match &task {
                         Some(exposed) => {
                             Router::expose_task_result(raw, kind, prefix, &session, exposed)
@@ -355,7 +362,7 @@ impl Router {
                     jsonrpc::result_bytes(&id, &raw)
                 }
                 Err(e) => {
-                    let name = &router.backends[backend].spec.name;
+                    let name = &router.backends.at(backend).spec.name;
                     tracing::debug!(backend = %name, method, cause = %e, "backend call failed");
                     let mut error = e.to_error_object();
                     namespace_elicitation_ids(&mut error, name);

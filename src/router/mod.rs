@@ -2,19 +2,21 @@
 //! are namespaced. Owns the backends, their catalogues and the aggregated view.
 
 pub mod access;
+pub mod backends;
 pub mod catalog;
 pub mod curation;
 pub mod cursor;
 mod dispatch;
 pub mod names;
 mod relay;
+pub mod reload;
 pub mod rewrite;
 mod subscriptions;
 pub mod tasks;
 pub mod view;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, RwLock, Weak};
+use std::sync::{Arc, RwLock, Weak};
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -22,81 +24,29 @@ use tokio::sync::watch;
 
 pub use dispatch::Reply;
 
-use crate::backend::{BackendError, BackendSpec, Connection, Owner, Slot, UpstreamHandler};
-use crate::config::{Config, ConnectionMode, ServerConfig, uri_prefix};
+use crate::backend::{BackendError, Connection, Owner, UpstreamHandler};
+use crate::config::{Config, ConnectionMode, ServerConfig};
 use crate::jsonrpc;
 use crate::session::{Session, SessionStore};
+pub use backends::{BackendState, Backends};
 use catalog::BackendCatalog;
 use cursor::CursorKey;
-use view::{ToolFilterSet, View, ViewInput};
-
-/// Runtime state of one configured backend.
-pub struct BackendState {
-    /// Position in the backend list (name order).
-    pub index: usize,
-    /// How to reach it.
-    pub spec: BackendSpec,
-    /// Tool/prompt name prefix (`""` = unprefixed).
-    pub prefix: String,
-    /// Resource URI prefix (`""` = unprefixed).
-    pub uri_prefix: String,
-    /// Connection mode.
-    pub mode: ConnectionMode,
-    tools: ToolFilterSet,
-    /// The shared connection (shared mode) or the catalogue connection.
-    shared: Slot,
-    catalog: Mutex<Option<Arc<BackendCatalog>>>,
-    refreshing: tokio::sync::Mutex<()>,
-    refresh_scheduled: AtomicBool,
-    /// Concurrency limit (`max_concurrency`), if configured.
-    permits: Option<Arc<tokio::sync::Semaphore>>,
-}
-
-impl BackendState {
-    /// Waits for a free call slot when `max_concurrency` is set; fails with
-    /// "busy" after `queue_timeout`.
-    pub async fn acquire(&self) -> Result<Option<tokio::sync::OwnedSemaphorePermit>, BackendError> {
-        let Some(sem) = &self.permits else {
-            return Ok(None);
-        };
-        match tokio::time::timeout(self.spec.config.queue_timeout, sem.clone().acquire_owned())
-            .await
-        {
-            Ok(Ok(p)) => Ok(Some(p)),
-            _ => Err(BackendError::Unavailable {
-                backend: self.spec.name.to_string(),
-                reason: format!(
-                    "busy: {} calls in flight, none finished within {:?}",
-                    self.spec.config.max_concurrency.unwrap_or_default(),
-                    self.spec.config.queue_timeout
-                ),
-            }),
-        }
-    }
-
-    /// Whether the shared (or catalogue) connection is up.
-    pub fn is_up(&self) -> bool {
-        self.shared.current().is_some()
-    }
-
-    /// The backend's catalogue, if fetched.
-    pub fn catalog(&self) -> Option<Arc<BackendCatalog>> {
-        self.catalog.lock().ok()?.clone()
-    }
-}
+use view::View;
 
 /// The router.
 pub struct Router {
     /// `[server]` settings.
     pub server: ServerConfig,
-    /// Backends in name order.
-    pub backends: Vec<Arc<BackendState>>,
+    /// Backends by stable index.
+    pub backends: Backends,
     /// Host sessions.
     pub sessions: Arc<dyn SessionStore>,
     view: RwLock<Arc<View>>,
     epoch: AtomicU64,
     key: CursorKey,
     loaded: watch::Sender<usize>,
+    /// Backends whose first connection attempt `loaded` waits for.
+    expected: std::sync::atomic::AtomicUsize,
     subs: subscriptions::Subscriptions,
     /// Metrics.
     pub metrics: Arc<crate::metrics::Metrics>,
@@ -145,30 +95,10 @@ impl UpstreamHandler for Handler {
 impl Router {
     /// Builds the router for `config`; call [`Router::start`] to connect backends.
     pub fn new(config: &Config, sessions: Arc<dyn SessionStore>) -> Arc<Router> {
-        let backends = config
-            .backends
-            .iter()
-            .enumerate()
-            .map(|(index, (name, b))| {
-                let prefix = b.prefix(name).to_owned();
-                Arc::new(BackendState {
-                    index,
-                    uri_prefix: uri_prefix(&prefix),
-                    prefix,
-                    mode: b.mode(),
-                    tools: ToolFilterSet::new(&b.tools.include, &b.tools.exclude)
-                        .with_overrides(&b.tools.overrides),
-                    spec: BackendSpec::new(name, b.clone(), config.server.request_timeout),
-                    shared: Slot::default(),
-                    catalog: Mutex::new(None),
-                    refreshing: tokio::sync::Mutex::new(()),
-                    refresh_scheduled: AtomicBool::new(false),
-                    permits: b
-                        .max_concurrency
-                        .map(|n| Arc::new(tokio::sync::Semaphore::new(n))),
-                })
-            })
-            .collect();
+        let backends = Backends::default();
+        for (name, b) in &config.backends {
+            backends.push(|index| BackendState::new(index, name, b, config.server.request_timeout));
+        }
         let key = CursorKey::random();
         let view = View::build(
             &[],
@@ -185,6 +115,7 @@ impl Router {
             epoch: AtomicU64::new(0),
             key,
             loaded: watch::channel(0).0,
+            expected: std::sync::atomic::AtomicUsize::new(0),
             subs: subscriptions::Subscriptions::default(),
             metrics: Arc::new(crate::metrics::Metrics::new()),
             stopping: AtomicBool::new(false),
@@ -200,15 +131,15 @@ impl Router {
     /// Connects every backend in the background and keeps the shared ones alive
     /// (reconnecting with backoff after a crash).
     pub fn start(self: &Arc<Self>) {
-        for b in &self.backends {
-            tokio::spawn(self.clone().supervise(b.index));
+        for b in self.backends.active().iter() {
+            self.launch(b);
         }
     }
 
     /// Waits until every backend's first connection attempt finished, at most
     /// `limit`. Hosts that initialize right after start see complete lists.
     pub async fn wait_loaded(&self, limit: Duration) {
-        let want = self.backends.len();
+        let want = self.expected.load(Ordering::Acquire);
         let mut rx = self.loaded.subscribe();
         let _ = tokio::time::timeout(limit, rx.wait_for(|n| *n >= want)).await;
     }
@@ -218,11 +149,11 @@ impl Router {
     /// jitter when it fails. A connection that dies within seconds counts as a
     /// failure, so a crash-looping child is backed off and reported down.
     async fn supervise(self: Arc<Self>, idx: usize) {
-        let name = self.backends[idx].spec.name.clone();
+        let name = self.backends.at(idx).spec.name.clone();
         let up = self.metrics.backend_up.with_label_values(&[&name]);
         let mut first = true;
         let mut failures = 0u32;
-        while !self.stopping.load(Ordering::Relaxed) {
+        while !self.stopping.load(Ordering::Relaxed) && !self.backends.at(idx).is_removed() {
             let outcome = self.refresh(idx).await;
             if first {
                 self.loaded.send_modify(|n| *n += 1);
@@ -288,14 +219,30 @@ impl Router {
     /// Re-fetches a backend's catalogue and, if it changed, rebuilds the view and
     /// tells every session which lists changed.
     pub(crate) async fn refresh(&self, idx: usize) -> Result<Arc<Connection>, BackendError> {
-        let b = &self.backends[idx];
+        let b = &self.backends.at(idx);
         let _one_at_a_time = b.refreshing.lock().await;
+        if b.is_removed() {
+            return Err(BackendError::closed(
+                &b.spec.name,
+                "removed by a configuration reload",
+            ));
+        }
         let conn = b
             .shared
             .get(&b.spec, Owner::Shared, self.handler(), json!({}))
             .await?;
         self.metrics.list_cache.with_label_values(&["miss"]).inc();
         let fresh = catalog::fetch(&conn).await?;
+        if b.is_removed() {
+            // Removed while connecting: this connection belongs to no one.
+            if let Some(c) = b.shared.take() {
+                c.close().await;
+            }
+            return Err(BackendError::closed(
+                &b.spec.name,
+                "removed by a configuration reload",
+            ));
+        }
         let old = b.catalog();
         let changed = [
             old.as_ref().is_none_or(|o| o.tools != fresh.tools),
@@ -308,7 +255,7 @@ impl Router {
         }
         if changed.iter().any(|c| *c) {
             self.rebuild_view();
-            if old.is_some() {
+            if old.is_some() || b.late.load(Ordering::Acquire) {
                 self.announce_changes(changed);
             }
         }
@@ -318,37 +265,28 @@ impl Router {
     /// Schedules a catalogue refresh of backend `idx` shortly, coalescing bursts
     /// of `list_changed` into one refresh and one announcement.
     pub(crate) fn schedule_refresh(&self, idx: usize) {
-        let b = &self.backends[idx];
+        let b = &self.backends.at(idx);
         if b.refresh_scheduled.swap(true, Ordering::AcqRel) {
             return;
         }
         let Some(me) = self.me.upgrade() else { return };
         tokio::spawn(async move {
             tokio::time::sleep(Duration::from_millis(50)).await;
-            me.backends[idx]
+            me.backends
+                .at(idx)
                 .refresh_scheduled
                 .store(false, Ordering::Release);
             if let Err(e) = me.refresh(idx).await {
-                tracing::warn!(backend = %me.backends[idx].spec.name, cause = %e, "catalogue refresh after list_changed failed");
+                tracing::warn!(backend = %me.backends.at(idx).spec.name, cause = %e, "catalogue refresh after list_changed failed");
             }
         });
     }
 
     fn rebuild_view(&self) {
+        let backends = self.backends.snapshot();
         let catalogs: Vec<Option<Arc<BackendCatalog>>> =
-            self.backends.iter().map(|b| b.catalog()).collect();
-        let inputs: Vec<ViewInput<'_>> = self
-            .backends
-            .iter()
-            .zip(&catalogs)
-            .map(|(b, cat)| ViewInput {
-                name: &b.spec.name,
-                prefix: &b.prefix,
-                uri_prefix: &b.uri_prefix,
-                tools: &b.tools,
-                catalog: cat.as_deref(),
-            })
-            .collect();
+            backends.iter().map(|b| b.catalog()).collect();
+        let inputs = backends::view_inputs(&backends, &catalogs);
         let epoch = self.epoch.fetch_add(1, Ordering::Relaxed) + 1;
         let view = View::build(
             &inputs,
@@ -392,7 +330,13 @@ impl Router {
         idx: usize,
         session: &Arc<Session>,
     ) -> Result<Arc<Connection>, BackendError> {
-        let b = &self.backends[idx];
+        let b = &self.backends.at(idx);
+        if b.is_removed() {
+            return Err(BackendError::closed(
+                &b.spec.name,
+                "removed by a configuration reload",
+            ));
+        }
         match b.mode {
             ConnectionMode::Shared => {
                 b.shared
@@ -461,7 +405,7 @@ impl Router {
 
     /// Whether every backend's first connection attempt has finished.
     pub fn is_loaded(&self) -> bool {
-        *self.loaded.borrow() >= self.backends.len()
+        *self.loaded.borrow() >= self.expected.load(Ordering::Acquire)
     }
 
     /// Host requests in flight across all sessions.
@@ -478,7 +422,7 @@ impl Router {
     pub fn readiness(&self) -> (bool, Value) {
         let mut backends = serde_json::Map::new();
         let mut ready = self.is_loaded() && !self.is_stopping();
-        for b in &self.backends {
+        for b in self.backends.active().iter() {
             let up = b.is_up();
             let required = b.spec.config.required;
             ready &= up || !required;
@@ -514,7 +458,7 @@ impl Router {
         for s in self.sessions.all() {
             self.end_session(&s).await;
         }
-        for b in &self.backends {
+        for b in self.backends.active().iter() {
             if let Some(conn) = b.shared.take() {
                 conn.close().await;
             }

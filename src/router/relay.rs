@@ -14,9 +14,7 @@ use crate::session::{ClientRequest, HostCall, Session};
 
 impl Router {
     fn backend_index(&self, conn: &Connection) -> Option<usize> {
-        self.backends
-            .iter()
-            .position(|b| b.spec.name == conn.backend)
+        self.backends.by_name(&conn.backend).map(|b| b.index)
     }
 
     /// A notification from a backend.

@@ -65,6 +65,13 @@ impl Subscriptions {
             .unwrap_or_default()
     }
 
+    /// Forgets every subscription to backend `backend` (it was removed).
+    pub fn drop_backend(&self, backend: usize) {
+        if let Ok(mut m) = self.map.lock() {
+            m.retain(|(b, _), _| *b != backend);
+        }
+    }
+
     /// Drops every subscription of `session`; returns the (backend, URI) pairs that
     /// lost their last subscriber.
     pub fn drop_session(&self, session: &str) -> Vec<(usize, String)> {
@@ -104,7 +111,7 @@ impl Router {
                 .with_data(json!({ "uri": uri }));
             return now(jsonrpc::error_bytes(Some(id), &e));
         };
-        let b = &self.backends[backend];
+        let b = &self.backends.at(backend);
         let supported = b.catalog().is_some_and(|c| {
             c.init.capabilities.pointer("/resources/subscribe") == Some(&Value::Bool(true))
         });
@@ -150,7 +157,7 @@ impl Router {
     /// nobody else watches.
     pub(super) fn drop_subscriptions(&self, session: &Session) {
         for (backend, uri) in self.subs.drop_session(&session.id) {
-            let b = &self.backends[backend];
+            let b = &self.backends.at(backend);
             if b.mode != ConnectionMode::Shared {
                 continue;
             }
@@ -180,7 +187,8 @@ impl Router {
         let Some(uri) = params.get("uri").and_then(Value::as_str).map(str::to_owned) else {
             return;
         };
-        params["uri"] = super::names::expose_uri(&self.backends[backend].uri_prefix, &uri).into();
+        params["uri"] =
+            super::names::expose_uri(&self.backends.at(backend).uri_prefix, &uri).into();
         let bytes = jsonrpc::notification_bytes("notifications/resources/updated", Some(&params));
         let owner = conn.owner_session();
         for sid in self.subs.subscribers(backend, &uri) {

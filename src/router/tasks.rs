@@ -50,7 +50,7 @@ impl Router {
         let Some(Value::String(id)) = v.pointer_mut("/task/taskId") else {
             return raw;
         };
-        let exposed = expose_task_id(&self.backends[backend].spec.name, id);
+        let exposed = expose_task_id(&self.backends.at(backend).spec.name, id);
         if let Ok(mut t) = session.tasks.lock() {
             t.insert(
                 exposed.clone(),
@@ -133,7 +133,7 @@ impl Router {
                     }
                 }
                 Err(e) => {
-                    tracing::warn!(backend = %self.backends[backend].spec.name, cause = %e, "tasks/list failed");
+                    tracing::warn!(backend = %self.backends.at(backend).spec.name, cause = %e, "tasks/list failed");
                 }
             }
         }
@@ -198,7 +198,7 @@ impl Router {
         original: &str,
         hint: Option<Arc<Session>>,
     ) -> Option<(Arc<Session>, String)> {
-        let exposed = expose_task_id(&self.backends[backend].spec.name, original);
+        let exposed = expose_task_id(&self.backends.at(backend).spec.name, original);
         let owns = |s: &Session| s.tasks.lock().is_ok_and(|t| t.contains_key(&exposed));
         if let Some(s) = hint {
             return owns(&s).then_some((s, exposed));
