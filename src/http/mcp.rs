@@ -160,6 +160,20 @@ fn lookup(
 }
 
 async fn answer(st: &AppState, session: &Arc<Session>, req: Request) -> Response {
+    use tracing::Instrument;
+    // One span per host request (issue 5): routing fills in backend and tool.
+    let span = tracing::info_span!(
+        "request",
+        id = %req.id,
+        session = %session.log_id,
+        method = %req.method,
+        backend = tracing::field::Empty,
+        tool = tracing::field::Empty,
+    );
+    answer_inner(st, session, req).instrument(span).await
+}
+
+async fn answer_inner(st: &AppState, session: &Arc<Session>, req: Request) -> Response {
     let server = &st.router.server;
     match st.router.handle_request(session, req).await {
         Reply::Now(bytes) => {

@@ -122,6 +122,7 @@ impl Router {
         } else {
             (&view.prompts, "prompt", ResultKind::Prompt)
         };
+        tracing::Span::current().record("tool", name);
         let Some(route) = table.get(name) else {
             return err(
                 &id,
@@ -301,7 +302,9 @@ impl Router {
         let session = session.clone();
         let method = method.to_owned();
         let started = tokio::time::Instant::now();
-        tokio::spawn(async move {
+        let span = tracing::Span::current();
+        span.record("backend", &*self.backends.at(backend).spec.name);
+        let task = async move {
             let name = router.backends.at(backend).spec.name.clone();
             let inflight = router.metrics.upstream_inflight.with_label_values(&[&name]);
             inflight.inc();
@@ -369,10 +372,16 @@ impl Router {
                     jsonrpc::error_bytes(Some(&id), &error)
                 }
             };
+            tracing::debug!(
+                outcome = class.as_str(),
+                ms = started.elapsed().as_millis() as u64,
+                "request finished"
+            );
             if ours {
                 call.finish(bytes.into()).await;
             }
-        });
+        };
+        tokio::spawn(tracing::Instrument::instrument(task, span));
         Reply::Stream(rx)
     }
 }

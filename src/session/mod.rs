@@ -80,6 +80,8 @@ pub struct ClientRequest {
 pub struct Session {
     /// The `Mcp-Session-Id`.
     pub id: Arc<str>,
+    /// A short hash of the id, for logs (the id itself is a bearer secret).
+    pub log_id: String,
     /// The revision negotiated with the host.
     pub version: ProtocolVersion,
     /// The host's `initialize` capabilities.
@@ -116,8 +118,10 @@ pub struct Session {
 impl Session {
     /// A new session for a host that sent `initialize`.
     pub fn new(version: ProtocolVersion, client_capabilities: Value, client_info: Value) -> Self {
+        let id = new_session_id();
         Session {
-            id: new_session_id(),
+            log_id: log_id(&id),
+            id,
             version,
             client_capabilities,
             client_info,
