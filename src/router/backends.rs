@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 use super::catalog::BackendCatalog;
-use super::view::ToolFilterSet;
+use super::curation::ToolFilterSet;
 use crate::backend::{BackendError, BackendSpec, Slot};
 use crate::config::{BackendConfig, ConnectionMode, uri_prefix};
 

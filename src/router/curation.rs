@@ -4,12 +4,50 @@
 //! fixed argument values that the host never sees: they are removed from the
 //! exposed `inputSchema` and set on every `tools/call`.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
+use globset::{Glob, GlobSet, GlobSetBuilder};
 use serde_json::{Map, Value};
 
-use super::view::ToolFilterSet;
 use crate::config::ToolOverride;
+
+/// `tools.include` / `tools.exclude` globs of a backend, compiled, and its
+/// curation overrides (`router/curation.rs`).
+#[derive(Debug, Clone, Default)]
+pub struct ToolFilterSet {
+    include: Option<GlobSet>,
+    exclude: Option<GlobSet>,
+    overrides: HashMap<String, ToolOverride>,
+}
+
+impl ToolFilterSet {
+    /// Compiles the glob lists (invalid globs were rejected by config validation).
+    pub fn new(include: &[String], exclude: &[String]) -> Self {
+        fn set(patterns: &[String]) -> Option<GlobSet> {
+            if patterns.is_empty() {
+                return None;
+            }
+            let mut b = GlobSetBuilder::new();
+            for p in patterns {
+                if let Ok(g) = Glob::new(p) {
+                    b.add(g);
+                }
+            }
+            b.build().ok()
+        }
+        ToolFilterSet {
+            include: set(include),
+            exclude: set(exclude),
+            overrides: HashMap::new(),
+        }
+    }
+
+    /// Whether the tool with this original name is exposed.
+    pub fn allows(&self, name: &str) -> bool {
+        self.include.as_ref().is_none_or(|g| g.is_match(name))
+            && !self.exclude.as_ref().is_some_and(|g| g.is_match(name))
+    }
+}
 
 impl ToolFilterSet {
     /// Adds the curation overrides (by original tool name).
@@ -69,6 +107,16 @@ pub fn inject(params: &mut Value, o: &ToolOverride) {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn tool_filters() {
+        let f = ToolFilterSet::new(&["get_*".into(), "echo".into()], &["get_secret".into()]);
+        assert!(f.allows("get_time"));
+        assert!(f.allows("echo"));
+        assert!(!f.allows("get_secret"));
+        assert!(!f.allows("delete_all"));
+        assert!(ToolFilterSet::default().allows("anything"));
+    }
+
     use super::*;
     use serde_json::json;
 

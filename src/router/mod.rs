@@ -8,6 +8,7 @@ pub mod curation;
 pub mod cursor;
 mod dispatch;
 pub mod names;
+mod pages;
 mod relay;
 pub mod reload;
 pub mod rewrite;

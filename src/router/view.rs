@@ -5,15 +5,13 @@ use std::collections::HashMap;
 
 use std::sync::{Arc, OnceLock};
 
-use globset::{Glob, GlobSet, GlobSetBuilder};
 use serde_json::value::RawValue;
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 
 use super::catalog::BackendCatalog;
+use super::curation::ToolFilterSet;
 use super::cursor::CursorKey;
 use super::names;
-use super::rewrite::downgrade_item;
-use crate::protocol::ProtocolVersion;
 
 /// The four paginated lists of MCP 2025-11-25 (server/utilities/pagination).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -72,44 +70,6 @@ pub struct Route {
 /// URI); see `router/access.rs`.
 pub type ItemFilter = Arc<dyn Fn(usize, ListKind, &str) -> bool + Send + Sync>;
 
-/// `tools.include` / `tools.exclude` globs of a backend, compiled, and its
-/// curation overrides (`router/curation.rs`).
-#[derive(Debug, Clone, Default)]
-pub struct ToolFilterSet {
-    include: Option<GlobSet>,
-    exclude: Option<GlobSet>,
-    pub(super) overrides: HashMap<String, crate::config::ToolOverride>,
-}
-
-impl ToolFilterSet {
-    /// Compiles the glob lists (invalid globs were rejected by config validation).
-    pub fn new(include: &[String], exclude: &[String]) -> Self {
-        fn set(patterns: &[String]) -> Option<GlobSet> {
-            if patterns.is_empty() {
-                return None;
-            }
-            let mut b = GlobSetBuilder::new();
-            for p in patterns {
-                if let Ok(g) = Glob::new(p) {
-                    b.add(g);
-                }
-            }
-            b.build().ok()
-        }
-        ToolFilterSet {
-            include: set(include),
-            exclude: set(exclude),
-            overrides: HashMap::new(),
-        }
-    }
-
-    /// Whether the tool with this original name is exposed.
-    pub fn allows(&self, name: &str) -> bool {
-        self.include.as_ref().is_none_or(|g| g.is_match(name))
-            && !self.exclude.as_ref().is_some_and(|g| g.is_match(name))
-    }
-}
-
 /// What the view needs to know about one backend.
 pub struct ViewInput<'a> {
     /// Backend name.
@@ -128,7 +88,7 @@ pub struct ViewInput<'a> {
 pub struct View {
     /// Changes whenever the catalogue changes; stale cursors are refused.
     pub epoch: u64,
-    pages: [Vec<Box<RawValue>>; 4],
+    pub(super) pages: [Vec<Box<RawValue>>; 4],
     /// Exposed tool name → backend tool.
     pub tools: HashMap<String, Route>,
     /// Exposed prompt name → backend prompt.
@@ -141,9 +101,9 @@ pub struct View {
     pub capabilities: Value,
     /// Backend instructions, merged.
     pub instructions: Option<String>,
-    key: CursorKey,
+    pub(super) key: CursorKey,
     /// Pages for hosts on 2025-06-18 and 2025-03-26, derived on first use.
-    older: [OnceLock<[Vec<Box<RawValue>>; 4]>; 2],
+    pub(super) older: [OnceLock<[Vec<Box<RawValue>>; 4]>; 2],
     /// The authorization filter of this view (`None`: everything visible);
     /// resource reads are checked against it.
     filter: Option<ItemFilter>,
@@ -334,81 +294,6 @@ impl View {
         view
     }
 
-    fn paginate(&self, kind: ListKind, items: &[Value], page_size: usize) -> Vec<Box<RawValue>> {
-        let chunks: Vec<&[Value]> = if items.is_empty() {
-            vec![&[]]
-        } else {
-            items.chunks(page_size).collect()
-        };
-        let count = chunks.len();
-        chunks
-            .into_iter()
-            .enumerate()
-            .map(|(i, chunk)| {
-                let mut page = Map::new();
-                page.insert(kind.key().into(), Value::Array(chunk.to_vec()));
-                if i + 1 < count {
-                    page.insert("nextCursor".into(), self.cursor(kind, i + 1).into());
-                }
-                serde_json::value::to_raw_value(&page).unwrap_or_else(|_| empty_page())
-            })
-            .collect()
-    }
-
-    /// The page a host asked for: the first without a cursor, else the one its
-    /// cursor names. `None` for a cursor that is malformed, forged, of another
-    /// list, or from an older epoch (→ `-32602`, MCP server/utilities/pagination).
-    pub fn page(
-        &self,
-        kind: ListKind,
-        cursor: Option<&str>,
-        host: ProtocolVersion,
-    ) -> Option<&RawValue> {
-        let pages = match host {
-            ProtocolVersion::V2025_11_25 => &self.pages[kind as usize],
-            ProtocolVersion::V2025_06_18 => &self.older_pages(0, host)[kind as usize],
-            _ => &self.older_pages(1, host)[kind as usize],
-        };
-        let index = match cursor {
-            None => 0,
-            Some(c) => self.open_cursor(kind, c)?,
-        };
-        pages.get(index).map(|p| &**p)
-    }
-
-    /// The pages with fields the host's revision does not know removed.
-    fn older_pages(&self, slot: usize, host: ProtocolVersion) -> &[Vec<Box<RawValue>>; 4] {
-        self.older[slot].get_or_init(|| {
-            let mut out: [Vec<Box<RawValue>>; 4] = Default::default();
-            for (i, kind) in ListKind::ALL.into_iter().enumerate() {
-                out[i] = self.pages[i]
-                    .iter()
-                    .map(|p| {
-                        let Ok(mut v) = serde_json::from_str::<Value>(p.get()) else {
-                            return p.clone();
-                        };
-                        if let Some(items) = v.get_mut(kind.key()).and_then(Value::as_array_mut) {
-                            for item in items {
-                                downgrade_item(item, host);
-                            }
-                        }
-                        serde_json::value::to_raw_value(&v).unwrap_or_else(|_| p.clone())
-                    })
-                    .collect();
-            }
-            out
-        })
-    }
-
-    fn cursor(&self, kind: ListKind, page: usize) -> String {
-        self.key.seal(self.epoch, kind as u8, page as u32)
-    }
-
-    fn open_cursor(&self, kind: ListKind, cursor: &str) -> Option<usize> {
-        let (epoch, list, page) = self.key.open(cursor)?;
-        (epoch == self.epoch && list == kind as u8).then_some(page as usize)
-    }
-
     /// Routes an exposed resource URI (or URI template) to `(backend, original)`.
     pub fn route_uri(&self, uri: &str) -> Option<(usize, String)> {
         let routed = self.route_uri_unfiltered(uri)?;
@@ -439,10 +324,6 @@ impl View {
             _ => None,
         }
     }
-}
-
-fn empty_page() -> Box<RawValue> {
-    RawValue::from_string("{}".into()).unwrap_or_else(|_| Box::<RawValue>::default())
 }
 
 /// Picks the exposed name for `original`, resolving collisions deterministically:
@@ -534,16 +415,6 @@ mod tests {
 
     static ALL: std::sync::LazyLock<ToolFilterSet> =
         std::sync::LazyLock::new(ToolFilterSet::default);
-
-    #[test]
-    fn tool_filters() {
-        let f = ToolFilterSet::new(&["get_*".into(), "echo".into()], &["get_secret".into()]);
-        assert!(f.allows("get_time"));
-        assert!(f.allows("echo"));
-        assert!(!f.allows("get_secret"));
-        assert!(!f.allows("delete_all"));
-        assert!(ToolFilterSet::default().allows("anything"));
-    }
 
     fn input<'a>(name: &'a str, prefix: &'a str, cat: &'a BackendCatalog) -> ViewInput<'a> {
         ViewInput {
