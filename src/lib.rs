@@ -173,8 +173,13 @@ async fn reap_idle(
     limiter: Option<Arc<http::limit::Limiter>>,
     stop: CancellationToken,
 ) {
-    let period = (router.server.session_idle_timeout / 4)
-        .clamp(Duration::from_millis(100), Duration::from_secs(30));
+    let shortest = router
+        .backends
+        .active()
+        .iter()
+        .map(|b| b.spec.config.idle_timeout)
+        .fold(router.server.session_idle_timeout, Duration::min);
+    let period = (shortest / 4).clamp(Duration::from_millis(100), Duration::from_secs(30));
     let mut tick = tokio::time::interval(period);
     loop {
         tokio::select! {

@@ -73,6 +73,8 @@ pub struct Connection {
     pub closed: CancellationToken,
     /// Set when the gateway itself is closing the connection.
     closing: std::sync::atomic::AtomicBool,
+    /// When the last request was sent (idle reaping of per-session connections).
+    last_used: Mutex<tokio::time::Instant>,
 }
 
 impl Connection {
@@ -96,6 +98,7 @@ impl Connection {
             info: OnceLock::new(),
             closed: CancellationToken::new(),
             closing: std::sync::atomic::AtomicBool::new(false),
+            last_used: Mutex::new(tokio::time::Instant::now()),
         }
     }
 
@@ -110,6 +113,14 @@ impl Connection {
             Owner::Shared => None,
             Owner::Session(s) => s.upgrade(),
         }
+    }
+
+    /// How long since the last request was sent on this connection.
+    pub fn idle_for(&self) -> Duration {
+        self.last_used
+            .lock()
+            .map(|t| t.elapsed())
+            .unwrap_or_default()
     }
 
     /// Whether the gateway is closing this connection on purpose.
@@ -156,6 +167,9 @@ impl Connection {
             return Err(BackendError::closed(&self.backend, "connection closed"));
         }
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        if let Ok(mut t) = self.last_used.lock() {
+            *t = tokio::time::Instant::now();
+        }
         if call.as_ref().is_some_and(|c| c.progress_token.is_some()) {
             set_progress_token(&mut params, id);
         }

@@ -215,6 +215,12 @@ pub struct BackendConfig {
     pub max_concurrency: Option<usize>,
     /// How long a call may wait for a free slot before failing ("busy"). Default 5 s.
     pub queue_timeout: Duration,
+    /// per_session mode: most connections (child processes, backend sessions) open
+    /// at once; sessions beyond it get a "busy" error. Default 256.
+    pub max_connections: usize,
+    /// per_session mode: a connection unused this long is closed (it is reopened
+    /// on the next call). Default 10 minutes.
+    pub idle_timeout: Duration,
     /// http: a file of `Name: value` header lines (mounted secrets), read at
     /// each connect and merged over `headers`.
     pub headers_file: Option<PathBuf>,
@@ -306,6 +312,11 @@ pub struct RawBackend {
     /// See [`BackendConfig::queue_timeout`].
     #[serde(default, with = "humantime_serde")]
     pub queue_timeout: Option<Duration>,
+    /// See [`BackendConfig::max_connections`].
+    pub max_connections: Option<usize>,
+    /// See [`BackendConfig::idle_timeout`].
+    #[serde(default, with = "humantime_serde")]
+    pub idle_timeout: Option<Duration>,
     /// See [`BackendConfig::headers_file`].
     pub headers_file: Option<PathBuf>,
     /// See [`BackendConfig::upstream_auth`].

@@ -129,6 +129,10 @@ pub(super) fn build(raw: RawConfig, p: &mut Vec<ConfigProblem>) -> Config {
             required: b.required,
             max_concurrency: b.max_concurrency,
             queue_timeout: b.queue_timeout.unwrap_or(std::time::Duration::from_secs(5)),
+            max_connections: b.max_connections.unwrap_or(256),
+            idle_timeout: b
+                .idle_timeout
+                .unwrap_or(std::time::Duration::from_secs(600)),
             headers_file: b.headers_file,
             upstream_auth: b.auth,
         };
@@ -226,6 +230,18 @@ pub fn validate(c: &Config) -> Vec<ConfigProblem> {
             p.push(ConfigProblem::new(
                 at("prefix"),
                 format!("prefix {prefix:?} is also used by backend {other:?}"),
+            ));
+        }
+        if b.max_connections == 0 {
+            p.push(ConfigProblem::new(
+                at("max_connections"),
+                "must be at least 1",
+            ));
+        }
+        if b.idle_timeout.is_zero() {
+            p.push(ConfigProblem::new(
+                at("idle_timeout"),
+                "must be greater than zero",
             ));
         }
         if b.max_concurrency == Some(0) {

@@ -36,6 +36,8 @@ pub struct BackendState {
     /// Set for backends added by a reload: their first catalogue is news to the
     /// sessions already running, so it is announced with `list_changed`.
     pub(super) late: AtomicBool,
+    /// Open per-session connections (bounded by `max_connections`).
+    pub(super) per_session_open: std::sync::atomic::AtomicUsize,
 }
 
 impl BackendState {
@@ -64,6 +66,7 @@ impl BackendState {
                 .map(|n| Arc::new(tokio::sync::Semaphore::new(n))),
             removed: AtomicBool::new(false),
             late: AtomicBool::new(false),
+            per_session_open: std::sync::atomic::AtomicUsize::new(0),
         }
     }
 

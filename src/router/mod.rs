@@ -351,6 +351,20 @@ impl Router {
                     })?;
                     u.entry(idx).or_default().clone()
                 };
+                if let Some(conn) = slot.current() {
+                    return Ok(conn);
+                }
+                let limit = b.spec.config.max_connections;
+                if b.per_session_open.load(Ordering::Acquire) >= limit {
+                    self.metrics
+                        .rejections
+                        .with_label_values(&["backend_busy"])
+                        .inc();
+                    return Err(BackendError::closed(
+                        &b.spec.name,
+                        format!("busy: {limit} per-session connections are open (max_connections)"),
+                    ));
+                }
                 let caps = client_capabilities_for_backend(&session.client_capabilities);
                 let conn = slot
                     .get(
@@ -360,6 +374,7 @@ impl Router {
                         caps,
                     )
                     .await?;
+                count_open(b, &conn);
                 if session.closed.is_cancelled() {
                     conn.close().await;
                     return Err(BackendError::closed(&b.spec.name, "session ended"));
@@ -466,8 +481,33 @@ impl Router {
         }
     }
 
+    /// Closes per-session backend connections unused for longer than their
+    /// backend's `idle_timeout` (they reopen on the next call).
+    async fn close_idle_connections(&self) {
+        let mut idle = Vec::new();
+        for s in self.sessions.all() {
+            let Ok(u) = s.upstreams.lock() else { continue };
+            for (idx, slot) in u.iter() {
+                let limit = self.backends.at(*idx).spec.config.idle_timeout;
+                if let Some(c) = slot.current() {
+                    if c.in_flight() == 0 && c.idle_for() > limit {
+                        idle.push((slot.clone(), c));
+                    }
+                }
+            }
+        }
+        for (slot, conn) in idle {
+            if slot.current().is_some_and(|c| Arc::ptr_eq(&c, &conn)) {
+                slot.take();
+                tracing::debug!(backend = %conn.backend, "closing an idle per-session connection");
+                conn.close().await;
+            }
+        }
+    }
+
     /// Ends sessions idle longer than the configured timeout.
     pub async fn expire_idle(&self) {
+        self.close_idle_connections().await;
         let expired = self.sessions.take_expired(
             tokio::time::Instant::now(),
             self.server.session_idle_timeout,
@@ -477,6 +517,17 @@ impl Router {
             self.end_session(&s).await;
         }
     }
+}
+
+/// Counts a new per-session connection until it closes.
+fn count_open(b: &Arc<BackendState>, conn: &Arc<Connection>) {
+    b.per_session_open.fetch_add(1, Ordering::AcqRel);
+    let b = b.clone();
+    let closed = conn.closed.clone();
+    tokio::spawn(async move {
+        closed.cancelled().await;
+        b.per_session_open.fetch_sub(1, Ordering::AcqRel);
+    });
 }
 
 /// Reconnect delay after `failures` consecutive failures: 0.5 s doubling to 30 s,
