@@ -154,6 +154,7 @@ async fn run(cmd: Cmd) -> anyhow::Result<ExitCode> {
             http,
             sse,
             extra_tools,
+            ..
         } => {
             let addr = http.context("--http")?;
             backend::run_http(Arc::new(backend::Server::new(extra_tools, sse)), addr).await?;

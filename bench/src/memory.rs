@@ -147,6 +147,7 @@ pub async fn sse_streams(env: &Env) -> anyhow::Result<Value> {
                 }
             };
             let _ = ready.send(Ok(())).await;
+            drop(ready);
             let mut body = resp.into_body();
             let mut bytes = 0u64;
             while let Some(Ok(frame)) = body.frame().await {
@@ -158,7 +159,8 @@ pub async fn sse_streams(env: &Env) -> anyhow::Result<Value> {
     drop(ready_tx);
     let mut open = 0;
     let mut first_error = None;
-    while let Some(r) = ready_rx.recv().await {
+    for _ in 0..n {
+        let Some(r) = ready_rx.recv().await else { break };
         match r {
             Ok(()) => open += 1,
             Err(e) => {
