@@ -99,8 +99,18 @@ pub async fn idle_sessions(env: &Env) -> anyhow::Result<Value> {
     if first != StatusCode::NOT_FOUND || last != StatusCode::NOT_FOUND {
         bail!("sessions did not expire: ping answered {first} / {last}");
     }
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let expired = gw.proc.rss_kib();
+    // Allocators hand freed pages back to the OS over a short decay period, not
+    // at once: sample RSS each second (up to `idle_settle`) and stop once it is
+    // back within 10% of the baseline.
+    let expired_at = Instant::now();
+    let mut expired = gw.proc.rss_kib();
+    let mut samples = vec![expired];
+    while expired as f64 > baseline as f64 * 1.10 && expired_at.elapsed() < env.sizes.idle_settle {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        expired = gw.proc.rss_kib();
+        samples.push(expired);
+    }
+    let settle_s = expired_at.elapsed().as_secs_f64();
     let per_session = (opened.saturating_sub(baseline)) as f64 / n as f64;
     let back_pct = (expired as f64 - baseline as f64) / baseline.max(1) as f64 * 100.0;
     let e = json!({
@@ -111,6 +121,8 @@ pub async fn idle_sessions(env: &Env) -> anyhow::Result<Value> {
         "expired_rss_kib": expired,
         "idle_session_kib": round3(per_session),
         "after_expiry_vs_baseline_pct": round1(back_pct),
+        "after_expiry_rss_samples_kib": samples,
+        "after_expiry_wait_s": round1(settle_s),
         "memory_returned": back_pct <= 10.0,
     });
     eprintln!("idle_sessions: {e}");

@@ -28,6 +28,8 @@ pub struct Sizes {
     pub idle_sessions: usize,
     /// Session idle timeout configured for the idle scenario.
     pub idle_timeout: Duration,
+    /// Longest wait for memory to come back after the sessions expired.
+    pub idle_settle: Duration,
     /// Concurrent GET streams.
     pub sse_streams: usize,
     /// How long they are held.
@@ -44,6 +46,7 @@ impl Sizes {
             cold_starts: 3,
             idle_sessions: 10_000,
             idle_timeout: Duration::from_secs(5),
+            idle_settle: Duration::from_secs(15),
             sse_streams: 2_000,
             sse_hold: Duration::from_secs(30),
         }
@@ -58,6 +61,7 @@ impl Sizes {
             cold_starts: 1,
             idle_sessions: 200,
             idle_timeout: Duration::from_secs(1),
+            idle_settle: Duration::from_secs(1),
             sse_streams: 20,
             sse_hold: Duration::from_secs(1),
         }
