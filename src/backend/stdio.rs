@@ -166,15 +166,24 @@ fn kill_with_parent(cmd: &mut Command) {
 }
 
 async fn write_loop(mut stdin: ChildStdin, mut rx: mpsc::Receiver<Vec<u8>>) {
+    // Everything already queued goes out in one write: one syscall and one
+    // wake-up of the child per batch, instead of two writes per message (the
+    // message, then its newline).
+    let mut batch = Vec::with_capacity(16 * 1024);
     while let Some(first) = rx.recv().await {
-        let mut batch = Some(first);
-        while let Some(bytes) = batch.take().or_else(|| rx.try_recv().ok()) {
-            if stdin.write_all(&bytes).await.is_err() || stdin.write_all(b"\n").await.is_err() {
-                return;
-            }
+        batch.clear();
+        batch.extend_from_slice(&first);
+        batch.push(b'\n');
+        while batch.len() < 1024 * 1024 {
+            let Ok(bytes) = rx.try_recv() else { break };
+            batch.extend_from_slice(&bytes);
+            batch.push(b'\n');
         }
-        if stdin.flush().await.is_err() {
+        if stdin.write_all(&batch).await.is_err() || stdin.flush().await.is_err() {
             return;
+        }
+        if batch.capacity() > 1024 * 1024 {
+            batch = Vec::with_capacity(16 * 1024);
         }
     }
 }

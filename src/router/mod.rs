@@ -284,6 +284,10 @@ impl Router {
     }
 
     fn rebuild_view(&self) {
+        // Held from reading the catalogues to publishing the view: concurrent
+        // rebuilds (backends loading at start) must not let an older build, which
+        // missed a catalogue set meanwhile, overwrite a newer one.
+        let mut current = self.view.write().unwrap_or_else(|e| e.into_inner());
         let backends = self.backends.snapshot();
         let catalogs: Vec<Option<Arc<BackendCatalog>>> =
             backends.iter().map(|b| b.catalog()).collect();
@@ -297,9 +301,7 @@ impl Router {
             self.key.clone(),
         );
         self.access.record(epoch, catalogs.clone());
-        if let Ok(mut v) = self.view.write() {
-            *v = Arc::new(view);
-        }
+        *current = Arc::new(view);
     }
 
     fn announce_changes(&self, changed: [bool; 3]) {
