@@ -12,6 +12,8 @@
 #   7. lb          tests/lb/ensure-haproxy.sh (apt-get install haproxy if missing), then
 #                 tests/.venv/bin/python -m pytest tests/lb -v  (two gateways behind the
 #                 shipped deploy/haproxy/haproxy.cfg)
+#   9. bench-smoke scripts/bench.sh --smoke   (every benchmark scenario with tiny durations;
+#                 checks that every result key is produced, asserts nothing about speed)
 #   8. lint-deploy scripts/lint-deploy.sh      (hadolint, yamllint, kubernetes-validate,
 #                 shellcheck, haproxy -c, promtool, check-config of the deploy configs)
 #
@@ -87,6 +89,8 @@ step_lb() {
 }
 
 step_lint_deploy() { scripts/lint-deploy.sh; }
+
+step_bench_smoke() { scripts/bench.sh --smoke; }
 
 step_conformance() {
   # Results of the last run stay in the target dir (outside the clone in CI), not in /tmp.
@@ -180,6 +184,7 @@ run e2e step_e2e npm python build
 run conformance step_conformance npm build
 run lb step_lb python build
 run lint-deploy step_lint_deploy python
+run bench-smoke step_bench_smoke build
 
 printf '\n===== mcpgate test summary =====\n'
 for i in "${!NAMES[@]}"; do
