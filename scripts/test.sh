@@ -12,10 +12,10 @@
 #   7. lb          tests/lb/ensure-haproxy.sh (apt-get install haproxy if missing), then
 #                 tests/.venv/bin/python -m pytest tests/lb -v  (two gateways behind the
 #                 shipped deploy/haproxy/haproxy.cfg)
-#   9. bench-smoke scripts/bench.sh --smoke   (every benchmark scenario with tiny durations;
-#                 checks that every result key is produced, asserts nothing about speed)
 #   8. lint-deploy scripts/lint-deploy.sh      (hadolint, yamllint, kubernetes-validate,
 #                 shellcheck, haproxy -c, promtool, check-config of the deploy configs)
+#   9. bench-smoke scripts/bench.sh --smoke   (every benchmark scenario with tiny durations;
+#                 checks that every result key is produced, asserts nothing about speed)
 #
 # Environment:
 #   CARGO_TARGET_DIR  honoured (default: target/ in the repository)
