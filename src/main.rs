@@ -27,14 +27,11 @@ struct Cli {
 enum Command {
     /// Run the gateway.
     Serve {
-        /// Config file: TOML, or a JSON file in the `mcpServers` format.
-        #[arg(
-            long,
-            short,
-            default_value = "config/mcpgate.toml",
-            env = "MCPGATE_CONFIG"
-        )]
-        config: PathBuf,
+        /// Config file: TOML, or a JSON file in the `mcpServers` format. Default
+        /// `config/mcpgate.toml`, or the same file compiled into the binary when the
+        /// working directory has none.
+        #[arg(long, short, env = "MCPGATE_CONFIG")]
+        config: Option<PathBuf>,
         /// Override `server.listen` (e.g. 127.0.0.1:8080).
         #[arg(long, env = "MCPGATE_LISTEN")]
         listen: Option<SocketAddr>,
@@ -74,7 +71,7 @@ fn main() -> ExitCode {
         }
         Command::Serve { config, listen } => {
             init_logging();
-            runtime.block_on(serve(&config, listen))
+            runtime.block_on(serve(config, listen))
         }
         Command::CheckConfig { config } => return check_config(&config),
     };
@@ -102,8 +99,18 @@ fn init_logging() {
     }
 }
 
-async fn serve(path: &std::path::Path, listen: Option<SocketAddr>) -> anyhow::Result<()> {
-    let mut config = Config::load(path)?;
+async fn serve(path: Option<PathBuf>, listen: Option<SocketAddr>) -> anyhow::Result<()> {
+    let default = PathBuf::from("config/mcpgate.toml");
+    let (path, mut config) = match path {
+        Some(p) => (Some(p.clone()), Config::load(&p)?),
+        None if default.exists() => (Some(default.clone()), Config::load(&default)?),
+        None => {
+            tracing::info!(
+                "no config/mcpgate.toml here; serving the embedded default configuration"
+            );
+            (None, Config::embedded_default()?)
+        }
+    };
     if let Some(addr) = listen {
         config.server.listen = addr;
     }
@@ -112,7 +119,10 @@ async fn serve(path: &std::path::Path, listen: Option<SocketAddr>) -> anyhow::Re
             .await
             .context("starting the gateway")?,
     );
-    let watcher = tokio::spawn(watch_config(gateway.clone(), path.to_owned()));
+    let watcher = match path {
+        Some(path) => tokio::spawn(watch_config(gateway.clone(), path)),
+        None => tokio::spawn(std::future::pending()),
+    };
     shutdown_signal().await;
     watcher.abort();
     let _ = watcher.await;

@@ -19,6 +19,9 @@ pub use auth::{
 };
 pub use validate::{ConfigProblem, is_valid_prefix, uri_prefix};
 
+/// The shipped default configuration, compiled in.
+pub const EMBEDDED_DEFAULT: &str = include_str!("../../config/mcpgate.toml");
+
 /// Errors from loading a configuration file.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -380,13 +383,27 @@ impl Config {
             path: path.to_owned(),
             cause,
         })?;
+        Config::from_text(&text, path)
+    }
+
+    /// The default configuration compiled into the binary (`config/mcpgate.toml`:
+    /// the built-in demo backend), used by `serve` when no file is given and
+    /// `config/mcpgate.toml` does not exist in the working directory.
+    pub fn embedded_default() -> Result<Config, ConfigError> {
+        Config::from_text(
+            EMBEDDED_DEFAULT,
+            Path::new("<embedded config/mcpgate.toml>"),
+        )
+    }
+
+    fn from_text(text: &str, path: &Path) -> Result<Config, ConfigError> {
         let env = |name: &str| match name {
             "MCPGATE_EXE" => std::env::current_exe()
                 .ok()
                 .map(|p| p.to_string_lossy().into_owned()),
             _ => std::env::var(name).ok(),
         };
-        Config::parse(&text, path, &env).map_err(|problems| ConfigError::Invalid {
+        Config::parse(text, path, &env).map_err(|problems| ConfigError::Invalid {
             path: path.to_owned(),
             problems,
         })
