@@ -188,7 +188,7 @@ pub async fn call_tool<P: Peer>(
             }
             Ok(text(format!("progressed {n}")))
         }
-        "sleep" | "slow_task" => {
+        "sleep" | "slow_task" | "task_sleep" => {
             let s = arg_f64(&args, "s", 1.0);
             tokio::time::sleep(Duration::from_secs_f64(s)).await;
             Ok(text("slept"))
