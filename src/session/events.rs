@@ -11,7 +11,8 @@
 //! queues grow.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, OnceLock};
 
 use bytes::Bytes;
 use tokio::sync::mpsc;
@@ -22,6 +23,20 @@ const MAX_EVENTS: usize = 256;
 const MAX_BYTES: usize = 1024 * 1024;
 /// Frames queued toward one attached HTTP response before it is cut off.
 const LIVE_CAPACITY: usize = 256;
+
+/// A stream number never used before in this process, by any session: an event
+/// id of one session never names a stream of another (it is refused with 410,
+/// not answered with that session's own events). The counter starts at a random
+/// point so ids from an earlier process are not reused either.
+fn next_stream_id() -> u64 {
+    static NEXT: OnceLock<AtomicU64> = OnceLock::new();
+    NEXT.get_or_init(|| {
+        let mut b = [0u8; 4];
+        let _ = getrandom::fill(&mut b);
+        AtomicU64::new(u64::from(u32::from_le_bytes(b)) << 16)
+    })
+    .fetch_add(1, Ordering::Relaxed)
+}
 
 /// One SSE event ready to write.
 #[derive(Debug, Clone)]
@@ -78,7 +93,6 @@ struct Inner {
     streams: HashMap<u64, Stream>,
     events: VecDeque<Frame>,
     bytes: usize,
-    next_stream: u64,
     standalone: Option<u64>,
 }
 
@@ -96,8 +110,7 @@ impl EventLog {
         let Ok(mut g) = self.inner.lock() else {
             return (0, rx);
         };
-        let id = g.next_stream;
-        g.next_stream += 1;
+        let id = next_stream_id();
         g.streams.insert(id, Stream::new(Some(tx)));
         (id, rx)
     }
@@ -159,8 +172,7 @@ impl EventLog {
             match g.standalone {
                 Some(s) => s,
                 None => {
-                    let id = g.next_stream;
-                    g.next_stream += 1;
+                    let id = next_stream_id();
                     g.streams.insert(id, Stream::new(None));
                     g.standalone = Some(id);
                     id
@@ -180,8 +192,7 @@ impl EventLog {
             match g.standalone {
                 Some(s) if g.streams.contains_key(&s) => s,
                 _ => {
-                    let id = g.next_stream;
-                    g.next_stream += 1;
+                    let id = next_stream_id();
                     g.streams.insert(id, Stream::new(None));
                     g.standalone = Some(id);
                     id
