@@ -7,6 +7,8 @@
 pub mod client;
 #[path = "../support/fake_http.rs"]
 pub mod fake_http;
+#[path = "../support/fake_sse.rs"]
+pub mod fake_sse;
 #[path = "../support/tools.rs"]
 pub mod tools;
 
@@ -26,6 +28,8 @@ use tokio::time::Instant;
 pub use client::{McpClient, Raw, Rpc, SseStream};
 #[allow(unused_imports)]
 pub use fake_http::{FakeHttp, FakeHttpOptions};
+#[allow(unused_imports)]
+pub use fake_sse::FakeSse;
 
 /// Path of the fake stdio backend binary.
 pub const FAKE_STDIO: &str = env!("CARGO_BIN_EXE_mcpgate-fake-stdio");
