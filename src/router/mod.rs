@@ -200,6 +200,9 @@ impl Router {
     /// Connects every backend in the background and keeps the shared ones alive
     /// (reconnecting with backoff after a crash).
     pub fn start(self: &Arc<Self>) {
+        // Every backend's URI prefix routes from the start, so a backend that is
+        // down answers with an error naming it, not "Resource not found".
+        self.rebuild_view();
         for b in &self.backends {
             tokio::spawn(self.clone().supervise(b.index));
         }
