@@ -216,6 +216,13 @@ async fn initialize(
     req: &Request,
     principal: Option<&Arc<Principal>>,
 ) -> Result<Response, HttpError> {
+    let started = std::time::Instant::now();
+    let count = |outcome| {
+        let secs = started.elapsed().as_secs_f64();
+        st.router
+            .metrics
+            .observe_request("initialize", "none", outcome, secs);
+    };
     let params = req.params.as_ref();
     let requested = params
         .and_then(|p| p.get("protocolVersion"))
@@ -225,6 +232,7 @@ async fn initialize(
             jsonrpc::INVALID_PARAMS,
             "initialize: params.protocolVersion must be a string",
         );
+        count(crate::metrics::Outcome::Error);
         return Ok(json_response(
             jsonrpc::error_bytes(Some(&req.id), &e).into(),
         ));
@@ -276,6 +284,7 @@ async fn initialize(
         result["instructions"] = text.clone().into();
     }
     tracing::info!(session = %crate::session::log_id(&session.id), version = %version, "session started");
+    count(crate::metrics::Outcome::Ok);
     let mut resp = json_response(jsonrpc::result_value_bytes(&req.id, &result).into());
     if let Ok(v) = HeaderValue::from_str(&session.id) {
         resp.headers_mut().insert(SESSION, v);
