@@ -36,8 +36,10 @@ import support  # noqa: E402
 
 
 async def answer_with_defaults(_context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
-    schema = getattr(params, "requested_schema", None)
-    props = support.dump(schema).get("properties", {}) if schema is not None else {}
+    schema: Any = getattr(params, "requested_schema", None) or {}
+    if not isinstance(schema, dict):
+        schema = support.dump(schema)
+    props = schema.get("properties", {})
     content = {name: prop["default"] for name, prop in props.items() if "default" in prop}
     return types.ElicitResult(action="accept", content=content)
 
