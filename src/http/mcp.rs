@@ -216,7 +216,7 @@ async fn initialize(
     req: &Request,
     principal: Option<&Arc<Principal>>,
 ) -> Result<Response, HttpError> {
-    let started = std::time::Instant::now();
+    let started = tokio::time::Instant::now();
     let count = |outcome| {
         let secs = started.elapsed().as_secs_f64();
         st.router

@@ -250,9 +250,8 @@ pub async fn scrape(gw: &TestGateway) -> String {
 pub fn metric(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
     let mut found = None;
     for line in text.lines().filter(|l| !l.starts_with('#')) {
-        let (series, value) = match line.rsplit_once(' ') {
-            Some(x) => x,
-            None => continue,
+        let Some((series, value)) = line.rsplit_once(' ') else {
+            continue;
         };
         let (n, l) = match series.split_once('{') {
             Some((n, l)) => (n, l.trim_end_matches('}')),

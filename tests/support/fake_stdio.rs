@@ -295,7 +295,7 @@ impl Server {
             return;
         }
         if self.knobs.tasks && params.get("task").is_some() {
-            return self.create_task(id, params);
+            return self.create_task(&id, params);
         }
         if tool == "touch" && self.knobs.subscribe {
             let uri = params
@@ -376,7 +376,7 @@ impl Server {
 
     /// A task-augmented `tools/call`: answers `CreateTaskResult` at once and runs
     /// the tool in the background.
-    fn create_task(self: &Arc<Self>, id: Value, mut params: Value) {
+    fn create_task(self: &Arc<Self>, id: &Value, mut params: Value) {
         let task_id = format!(
             "task-{}",
             self.next_task.fetch_add(1, Ordering::Relaxed) + 1
@@ -416,7 +416,7 @@ impl Server {
         }
         self.log
             .write(json!({"event": "task created", "taskId": task_id}));
-        self.answer(&id, Ok(json!({ "task": created })));
+        self.answer(id, Ok(json!({ "task": created })));
     }
 
     fn task_request(self: &Arc<Self>, method: &str, id: Value, params: &Value) {
