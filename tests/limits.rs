@@ -57,6 +57,12 @@ async fn a_full_backend_answers_busy_after_its_queue_timeout() {
     );
     assert_eq!(e["data"]["backend"], "one", "{e}");
     assert_eq!(rejections(&gw, "backend_busy").await, 1.0);
+    let text = scrape(&gw).await;
+    assert_eq!(
+        metric(&text, "mcpgate_upstream_errors_total", &[("backend", "one")]),
+        None,
+        "a busy refusal is not a backend failure: {text}"
+    );
     assert_eq!(text_of(&slow.await.unwrap().response), "slept");
     let r = s.call_tool("one__echo", json!({"text": "free"})).await;
     assert_eq!(text_of(&r.response), "free");
