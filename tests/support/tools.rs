@@ -184,7 +184,11 @@ pub async fn call_tool<P: Peer>(
                         json!({"progressToken": t, "progress": i, "total": n}),
                     );
                 }
-                tokio::time::sleep(Duration::from_millis(every)).await;
+                if every > 0 {
+                    tokio::time::sleep(Duration::from_millis(every)).await;
+                } else {
+                    tokio::task::yield_now().await; // a flood, but others get answers
+                }
             }
             Ok(text(format!("progressed {n}")))
         }
