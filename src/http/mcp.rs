@@ -257,6 +257,12 @@ async fn initialize(
         Session::new(version, capabilities, client_info)
             .with_principal(principal.map(|p| &**p), key.clone()),
     );
+    session.events.count_drops_in(
+        st.router
+            .metrics
+            .dropped_messages
+            .with_label_values(&["slow_host"]),
+    );
     if let Err(full) = st.router.sessions.insert(session.clone()) {
         tracing::warn!(
             limit = full.limit,

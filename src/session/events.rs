@@ -100,9 +100,24 @@ struct Inner {
 #[derive(Default)]
 pub struct EventLog {
     inner: Mutex<Inner>,
+    /// Counts messages toward the host that were dropped or whose stream was cut
+    /// (`mcpgate_dropped_messages_total{reason="slow_host"}`), once set.
+    dropped: OnceLock<prometheus::IntCounter>,
 }
 
 impl EventLog {
+    /// Sets the counter of drops toward a slow host.
+    pub fn count_drops_in(&self, counter: prometheus::IntCounter) {
+        let _ = self.dropped.set(counter);
+    }
+
+    /// Counts one message toward the host dropped (or a stream cut) for slowness.
+    pub fn count_drop(&self) {
+        if let Some(c) = self.dropped.get() {
+            c.inc();
+        }
+    }
+
     /// Opens a new stream with an attached response. The first data event gets
     /// seq 1 (seq 0 is reserved for the priming event).
     pub fn open(&self) -> (u64, mpsc::Receiver<Frame>) {
@@ -141,6 +156,9 @@ impl EventLog {
                 Err(mpsc::error::TrySendError::Full(_)) => {
                     tracing::warn!(stream, "host reads too slowly; stream cut, it can resume");
                     s.live = None;
+                    if let Some(c) = self.dropped.get() {
+                        c.inc();
+                    }
                 }
                 Err(mpsc::error::TrySendError::Closed(_)) => s.live = None,
             }
