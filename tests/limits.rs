@@ -59,7 +59,11 @@ async fn a_full_backend_answers_busy_after_its_queue_timeout() {
     assert_eq!(rejections(&gw, "backend_busy").await, 1.0);
     let text = scrape(&gw).await;
     assert_eq!(
-        metric(&text, "mcpgate_upstream_errors_total", &[("backend", "one")]),
+        metric(
+            &text,
+            "mcpgate_upstream_errors_total",
+            &[("backend", "one")]
+        ),
         None,
         "a busy refusal is not a backend failure: {text}"
     );

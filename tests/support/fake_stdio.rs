@@ -20,7 +20,8 @@
 //! A tool named `log_later` (declare it with `--tools-json`) answers at once and
 //! sends a `notifications/message` `{delay_ms}` later, unrelated to any request.
 //! A tool named `structured` (declare it with `--tools-json`) answers with
-//! `structuredContent` and a `resource_link` block.
+//! `structuredContent` and a `resource_link` block; `bogus_progress` sends progress
+//! for tokens it was never given, then one for its own token.
 
 mod tools;
 
@@ -307,6 +308,24 @@ impl Server {
                 "params": {"uri": uri}}),
             );
             let text = json!({"content": [{"type": "text", "text": "touched"}]});
+            return self.answer(&id, Ok(text));
+        }
+        if tool == "bogus_progress" {
+            // Progress for tokens this server was never given, then its own.
+            let own = params.pointer("/_meta/progressToken").cloned();
+            for token in [json!(987_654_321), json!("never-given"), json!(null)] {
+                self.send(
+                    &json!({"jsonrpc": "2.0", "method": "notifications/progress",
+                    "params": {"progressToken": token, "progress": 1}}),
+                );
+            }
+            if let Some(t) = own {
+                self.send(
+                    &json!({"jsonrpc": "2.0", "method": "notifications/progress",
+                    "params": {"progressToken": t, "progress": 1}}),
+                );
+            }
+            let text = json!({"content": [{"type": "text", "text": "bogus sent"}]});
             return self.answer(&id, Ok(text));
         }
         if tool == "structured" {
