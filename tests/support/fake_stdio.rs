@@ -435,6 +435,9 @@ impl Server {
         }
         self.log
             .write(json!({"event": "task created", "taskId": task_id}));
+        // Like real servers, announce the new task's status before (or while) the
+        // CreateTaskResult travels.
+        self.task_status(&task_id);
         self.answer(id, Ok(json!({ "task": created })));
     }
 
