@@ -98,6 +98,8 @@ pub struct Router {
     key: CursorKey,
     loaded: watch::Sender<usize>,
     subs: subscriptions::Subscriptions,
+    /// Task statuses that arrived before their task was registered.
+    early_status: tasks::EarlyStatuses,
     /// Metrics.
     pub metrics: Arc<crate::metrics::Metrics>,
     stopping: AtomicBool,
@@ -186,6 +188,7 @@ impl Router {
             key,
             loaded: watch::channel(0).0,
             subs: subscriptions::Subscriptions::default(),
+            early_status: tasks::EarlyStatuses::default(),
             metrics: Arc::new(crate::metrics::Metrics::new()),
             stopping: AtomicBool::new(false),
             me: me.clone(),
