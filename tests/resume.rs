@@ -229,3 +229,22 @@ async fn unrelated_messages_wait_for_the_get_stream() {
     assert_eq!(log["params"]["data"], "while away");
     assert_eq!(log["params"]["logger"], "mine/bg");
 }
+
+#[tokio::test]
+async fn resuming_after_the_end_of_a_finished_stream_is_410_not_an_empty_200() {
+    let gw = TestGateway::start(FX).await;
+    let s = gw.session().await;
+    let mut st = s.open(&slow_progress(1, 3, 60, "done")).await;
+    until_response(&mut st, 1).await;
+    let last = st.event_ids.last().unwrap().clone();
+    // Resuming before the end replays the rest...
+    let mut r = s.resume(&st.event_ids[1]).await;
+    assert_eq!(r.status, 200);
+    assert!(r.next(Duration::from_secs(2)).await.is_some());
+    // ...but after the final response there is nothing left to deliver, ever.
+    let r = s.resume(&last).await;
+    assert_eq!(
+        r.status, 410,
+        "after {last}, the last event of a finished stream"
+    );
+}
