@@ -240,6 +240,11 @@ impl EventLog {
             .filter(|f| f.stream == stream && f.seq > after)
             .cloned()
             .collect();
+        if s.finished && replay.is_empty() {
+            // Nothing was left and nothing will come: an empty 200 would only make
+            // the client reconnect again.
+            return Err(ResumeError::Gone);
+        }
         let live = if s.finished {
             None
         } else {
