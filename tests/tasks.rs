@@ -200,3 +200,73 @@ async fn hosts_before_2025_11_25_see_no_tasks() {
         );
     }
 }
+
+#[tokio::test]
+async fn equal_task_ids_of_two_backends_stay_apart() {
+    let gw = TestGateway::start(
+        r#"
+        [server]
+        metrics_listen = "off"
+        [backends.one]
+        type = "stdio"
+        command = "${FAKE_STDIO}"
+        args = ["--tasks", "--log", "${TEST_DIR}/one.log"]
+        [backends.two]
+        type = "stdio"
+        command = "${FAKE_STDIO}"
+        args = ["--tasks", "--log", "${TEST_DIR}/two.log"]
+        mode = "per_session"
+        "#,
+    )
+    .await;
+    let s = gw.session().await;
+    let mut ids = Vec::new();
+    for (backend, seconds) in [("one", 0.2), ("two", 5.0)] {
+        let r = s
+            .request(
+                "tools/call",
+                json!({"name": format!("{backend}__task_sleep"), "arguments": {"s": seconds},
+                       "task": {"ttl": 60000}}),
+            )
+            .await;
+        ids.push(r.result()["task"]["taskId"].as_str().unwrap().to_owned());
+    }
+    assert_eq!(
+        ids,
+        ["one:task-1", "two:task-1"],
+        "same backend ids, distinct exposed ids"
+    );
+    // Cancelling two's task reaches two only; one's task completes.
+    let r = s
+        .request("tasks/cancel", json!({"taskId": "two:task-1"}))
+        .await;
+    assert_eq!(r.result()["status"], "cancelled", "{}", r.response);
+    let r = s
+        .request("tasks/result", json!({"taskId": "one:task-1"}))
+        .await;
+    assert_eq!(r.result()["content"][0]["text"], "slept", "{}", r.response);
+    assert_eq!(logged(&gw.dir.path("two.log"), "tasks/cancel").len(), 1);
+    assert!(logged(&gw.dir.path("one.log"), "tasks/cancel").is_empty());
+    assert_eq!(logged(&gw.dir.path("one.log"), "tasks/result").len(), 1);
+    assert!(logged(&gw.dir.path("two.log"), "tasks/result").is_empty());
+    let list = s.request("tasks/list", json!({})).await;
+    let mut listed: Vec<(String, String)> = list.result()["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| {
+            (
+                t["taskId"].as_str().unwrap().to_owned(),
+                t["status"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    listed.sort();
+    assert_eq!(
+        listed,
+        [
+            ("one:task-1".to_owned(), "completed".to_owned()),
+            ("two:task-1".to_owned(), "cancelled".to_owned())
+        ]
+    );
+}
