@@ -228,3 +228,57 @@ async fn answers_to_unknown_or_already_answered_requests_are_ignored() {
     assert_eq!(answers, 1, "the backend got exactly one answer");
     assert_eq!(s.request("ping", json!({})).await.result(), &json!({}));
 }
+
+#[tokio::test]
+async fn roots_list_changed_reaches_only_the_sessions_own_backends() {
+    let gw = TestGateway::start(
+        r#"
+        [server]
+        metrics_listen = "off"
+        [backends.mine]
+        type = "stdio"
+        command = "${FAKE_STDIO}"
+        args = ["--log", "${TEST_DIR}/mine.log"]
+        mode = "per_session"
+        [backends.shared]
+        type = "stdio"
+        command = "${FAKE_STDIO}"
+        args = ["--log", "${TEST_DIR}/shared.log"]
+        "#,
+    )
+    .await;
+    let caps = json!({"roots": {"listChanged": true}});
+    let (a, b) = (
+        gw.session_with(caps.clone()).await,
+        gw.session_with(caps).await,
+    );
+    let mut pids = Vec::new();
+    for s in [&a, &b] {
+        let r = s.call_tool("mine__whoami", json!({})).await;
+        assert!(r.response.get("result").is_some());
+        let r = s.call_tool("shared__whoami", json!({})).await;
+        assert!(r.response.get("result").is_some());
+        let calls = common::logged_calls(&gw.dir.path("mine.log"), "whoami");
+        pids.push(calls.last().unwrap()["pid"].clone());
+    }
+    assert_ne!(pids[0], pids[1], "one child per session");
+    let r = a.notify("notifications/roots/list_changed", None).await;
+    assert_eq!(r.status, 202);
+    let got = || common::logged(&gw.dir.path("mine.log"), "notifications/roots/list_changed");
+    assert!(
+        common::wait_for(Duration::from_secs(3), || !got().is_empty()).await,
+        "a's own backend hears it"
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let got = got();
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert_eq!(got[0]["pid"], pids[0], "only a's child");
+    assert!(
+        common::logged(
+            &gw.dir.path("shared.log"),
+            "notifications/roots/list_changed"
+        )
+        .is_empty(),
+        "a shared connection declared no roots and is not told"
+    );
+}
