@@ -6,9 +6,12 @@ and another session can neither see nor use the task.
 
 from __future__ import annotations
 
+from typing import Any
+
 import anyio
 import pytest
-from mcp import types
+from mcp import ClientSession, types
+from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
 import support
@@ -74,3 +77,36 @@ async def test_a_real_task_runs_through_the_gateway(gateway: Gateway) -> None:
         assert "Research Report: gateways" in text, text
         related = (payload.meta or {}).get("io.modelcontextprotocol/related-task")
         assert related == {"taskId": task_id}, payload.meta
+
+
+async def test_input_required_elicitation_travels_on_the_task_result_stream(
+    start_gateway: StartGateway, everything: StdioCommand
+) -> None:
+    """An ambiguous query moves the task to input_required; the backend's elicitation/create
+    (tied to the task) reaches the host while it waits on tasks/result, with the namespaced
+    task id, and the host's answer completes the task."""
+    gateway = start_gateway({"everything": everything.backend(mode="per_session")})
+    asked: list[types.ElicitRequestParams] = []
+
+    async def elicit(_ctx: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+        asked.append(params)
+        return types.ElicitResult(action="accept", content={"interpretation": "technical"})
+
+    async with streamable_http_client(gateway.url) as (read, write):
+        async with ClientSession(read, write, elicitation_callback=elicit) as host:
+            await host.initialize()
+            params = types.CallToolRequestParams(
+                name=TOOL, arguments={"topic": "python", "ambiguous": True}, task=types.TaskMetadata(ttl=60000))
+            raw = await host._dispatcher.send_raw_request(  # noqa: SLF001 - see above
+                "tools/call", params.model_dump(by_alias=True, mode="json", exclude_none=True), {})
+            task_id = types.CreateTaskResult.model_validate(raw, by_name=False).task.task_id
+            with anyio.fail_after(30):
+                payload = await host.send_request(
+                    types.GetTaskPayloadRequest(params=types.GetTaskPayloadRequestParams(task_id=task_id)),
+                    types.CallToolResult,
+                )
+    assert len(asked) == 1, asked
+    related = (asked[0].meta or {}).get("io.modelcontextprotocol/related-task")
+    assert related == {"taskId": task_id}, asked[0].meta
+    text = payload.content[0].text
+    assert "technical" in text, text
