@@ -38,8 +38,11 @@ fn upstream(gw: &TestGateway, method: &str) -> Vec<String> {
         .collect()
 }
 
+/// Makes the backend announce an update of `uri` (even if unsubscribed there).
 async fn touch(s: &McpClient, uri: &str) {
-    let r = s.call_tool("sub__touch", json!({ "uri": uri })).await;
+    let r = s
+        .call_tool("sub__touch", json!({ "uri": uri, "force": true }))
+        .await;
     assert_eq!(
         r.result()["content"][0]["text"],
         "touched",
@@ -234,5 +237,48 @@ async fn per_session_backends_are_subscribed_per_session_and_updates_stay_there(
         updates(&mut lb, Duration::from_millis(300))
             .await
             .is_empty()
+    );
+}
+
+#[tokio::test]
+async fn a_restarted_shared_backend_is_subscribed_again() {
+    let gw = TestGateway::start(CONFIG).await;
+    let (a, c) = (gw.session().await, gw.session().await);
+    let mut la = a.get_stream().await;
+    let r = sub(&a, "resources/subscribe", "sub+fx://static").await;
+    assert_eq!(r["result"], json!({}), "{r}");
+    let log = gw.dir.path("sub.log");
+    let first = *common::logged_pids(&log).iter().next().unwrap();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(first as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    assert!(
+        wait_for(Duration::from_secs(5), || common::logged_pids(&log).len()
+            == 2)
+        .await,
+        "restarted"
+    );
+    // The new process is told about the subscription it never saw...
+    assert!(
+        wait_for(Duration::from_secs(3), || upstream(
+            &gw,
+            "resources/subscribe"
+        )
+        .len()
+            == 2)
+        .await,
+        "resubscribed after the restart: {:?}",
+        upstream(&gw, "resources/subscribe")
+    );
+    // ...so its updates (it announces subscribed URIs only) reach the subscriber.
+    let r = c
+        .call_tool("sub__touch", json!({ "uri": "fx://static" }))
+        .await;
+    assert_eq!(r.result()["content"][0]["text"], "touched");
+    assert_eq!(
+        updates(&mut la, Duration::from_millis(700)).await,
+        ["sub+fx://static"]
     );
 }

@@ -12,8 +12,8 @@
 //! `--start-delay-ms N` (a slow start: stdin is read only after N ms),
 //! `--hang-after N` (answers N `ping`s, then nothing at all: a hung server),
 //! `--subscribe` (declares `resources.subscribe`, accepts `resources/subscribe` and
-//! `unsubscribe`, and offers a tool `touch {uri}` that sends
-//! `notifications/resources/updated` for `uri`), `--tasks` (declares the tasks
+//! `unsubscribe`, and offers a tool `touch {uri, force?}` that sends
+//! `notifications/resources/updated` for `uri` if it is subscribed, or `force`), `--tasks` (declares the tasks
 //! capability and serves task-augmented `tools/call`, `tasks/get|result|cancel|list`,
 //! sending `notifications/tasks/status` on every status change).
 //!
@@ -116,6 +116,7 @@ struct Server {
     initialized: AtomicBool,
     calls: AtomicUsize,
     pings: AtomicUsize,
+    subscribed: Mutex<std::collections::HashSet<String>>,
     tasks: Mutex<HashMap<String, FakeTask>>,
     next_task: AtomicUsize,
 }
@@ -256,6 +257,17 @@ impl Server {
             }
             "ping" => Ok(json!({})),
             "resources/subscribe" | "resources/unsubscribe" if self.knobs.subscribe => {
+                let uri = params
+                    .get("uri")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default();
+                if let Ok(mut subs) = self.subscribed.lock() {
+                    if method == "resources/subscribe" {
+                        subs.insert(uri.to_owned());
+                    } else {
+                        subs.remove(uri);
+                    }
+                }
                 Ok(json!({}))
             }
             "tasks/get" | "tasks/result" | "tasks/cancel" | "tasks/list" if self.knobs.tasks => {
@@ -299,14 +311,21 @@ impl Server {
             return self.create_task(&id, params);
         }
         if tool == "touch" && self.knobs.subscribe {
+            // Like a real server: only subscribed URIs are announced (`force`
+            // announces anyway, to test the gateway's own filtering).
             let uri = params
                 .pointer("/arguments/uri")
-                .cloned()
-                .unwrap_or_default();
-            self.send(
-                &json!({"jsonrpc": "2.0", "method": "notifications/resources/updated",
-                "params": {"uri": uri}}),
-            );
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned();
+            let force = params.pointer("/arguments/force") == Some(&Value::Bool(true));
+            let subscribed = self.subscribed.lock().is_ok_and(|s| s.contains(&uri));
+            if subscribed || force {
+                self.send(
+                    &json!({"jsonrpc": "2.0", "method": "notifications/resources/updated",
+                    "params": {"uri": uri}}),
+                );
+            }
             let text = json!({"content": [{"type": "text", "text": "touched"}]});
             return self.answer(&id, Ok(text));
         }
@@ -602,6 +621,7 @@ async fn main() {
         initialized: AtomicBool::new(false),
         calls: AtomicUsize::new(0),
         pings: AtomicUsize::new(0),
+        subscribed: Mutex::new(std::collections::HashSet::new()),
         tasks: Mutex::new(HashMap::new()),
         next_task: AtomicUsize::new(0),
     });
