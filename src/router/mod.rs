@@ -238,10 +238,14 @@ impl Router {
                     .with_label_values(&[&name])
                     .inc();
             }
+            let restarted = !first;
             first = false;
             match outcome {
                 Ok(conn) => {
                     up.set(1);
+                    if restarted {
+                        self.resubscribe(idx, &conn);
+                    }
                     let started = tokio::time::Instant::now();
                     self.watch(&conn).await;
                     up.set(0);
