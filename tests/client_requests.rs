@@ -173,3 +173,112 @@ async fn an_unanswered_client_request_fails_upstream_and_is_cancelled_downstream
         .await;
     assert_eq!(late.status, 202, "a late answer is accepted and ignored");
 }
+
+#[tokio::test]
+async fn answers_to_unknown_or_already_answered_requests_are_ignored() {
+    let gw = TestGateway::start(
+        r#"
+        [server]
+        metrics_listen = "off"
+        [backends.ask]
+        type = "stdio"
+        command = "${FAKE_STDIO}"
+        args = ["--log", "${TEST_DIR}/ask.log"]
+        mode = "per_session"
+        "#,
+    )
+    .await;
+    let s = gw.session_with(json!({"elicitation": {}})).await;
+    for id in [json!(424_242), json!("never-sent"), json!(0)] {
+        let r = s
+            .post(
+                &[],
+                json!({"jsonrpc": "2.0", "id": id, "result": {"action": "accept"}}).to_string(),
+            )
+            .await;
+        assert_eq!(r.status, 202, "unknown id {id}");
+        let r = s
+            .post(
+                &[],
+                json!({"jsonrpc": "2.0", "id": id, "error": {"code": -1, "message": "x"}})
+                    .to_string(),
+            )
+            .await;
+        assert_eq!(r.status, 202, "unknown id {id} (error answer)");
+    }
+    let call = json!({"jsonrpc": "2.0", "id": 5, "method": "tools/call",
+                      "params": {"name": "ask__ask_elicit", "arguments": {}}});
+    let mut stream = s.open(&call).await;
+    let req = stream.next(Duration::from_secs(5)).await.expect("relayed");
+    assert_eq!(req["method"], "elicitation/create");
+    for n in [1, 2] {
+        let answer = json!({"jsonrpc": "2.0", "id": req["id"],
+                            "result": {"action": "accept", "content": {"x": n}}});
+        assert_eq!(s.post(&[], answer.to_string()).await.status, 202);
+    }
+    let done = stream.next(Duration::from_secs(5)).await.expect("result");
+    assert_eq!(done["id"], 5);
+    let text = done["result"]["content"][0]["text"].as_str().unwrap();
+    assert!(text.contains(r#""x":1"#), "the first answer counts: {text}");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let answers = common::read_log(&gw.dir.path("ask.log"))
+        .into_iter()
+        .filter(|e| e["msg"].get("method").is_none() && e["msg"].get("id").is_some())
+        .count();
+    assert_eq!(answers, 1, "the backend got exactly one answer");
+    assert_eq!(s.request("ping", json!({})).await.result(), &json!({}));
+}
+
+#[tokio::test]
+async fn roots_list_changed_reaches_only_the_sessions_own_backends() {
+    let gw = TestGateway::start(
+        r#"
+        [server]
+        metrics_listen = "off"
+        [backends.mine]
+        type = "stdio"
+        command = "${FAKE_STDIO}"
+        args = ["--log", "${TEST_DIR}/mine.log"]
+        mode = "per_session"
+        [backends.shared]
+        type = "stdio"
+        command = "${FAKE_STDIO}"
+        args = ["--log", "${TEST_DIR}/shared.log"]
+        "#,
+    )
+    .await;
+    let caps = json!({"roots": {"listChanged": true}});
+    let (a, b) = (
+        gw.session_with(caps.clone()).await,
+        gw.session_with(caps).await,
+    );
+    let mut pids = Vec::new();
+    for s in [&a, &b] {
+        let r = s.call_tool("mine__whoami", json!({})).await;
+        assert!(r.response.get("result").is_some());
+        let r = s.call_tool("shared__whoami", json!({})).await;
+        assert!(r.response.get("result").is_some());
+        let calls = common::logged_calls(&gw.dir.path("mine.log"), "whoami");
+        pids.push(calls.last().unwrap()["pid"].clone());
+    }
+    assert_ne!(pids[0], pids[1], "one child per session");
+    let r = a.notify("notifications/roots/list_changed", None).await;
+    assert_eq!(r.status, 202);
+    let got = || common::logged(&gw.dir.path("mine.log"), "notifications/roots/list_changed");
+    assert!(
+        common::wait_for(Duration::from_secs(3), || !got().is_empty()).await,
+        "a's own backend hears it"
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let got = got();
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert_eq!(got[0]["pid"], pids[0], "only a's child");
+    assert!(
+        common::logged(
+            &gw.dir.path("shared.log"),
+            "notifications/roots/list_changed"
+        )
+        .is_empty(),
+        "a shared connection declared no roots and is not told"
+    );
+}

@@ -82,3 +82,45 @@ async fn progress_from_an_http_backend_keeps_the_hosts_token() {
         );
     }
 }
+
+#[tokio::test]
+async fn progress_for_a_token_the_backend_was_never_given_is_dropped() {
+    let dir = common::TestDir::new();
+    std::fs::write(
+        dir.path("tools.json"),
+        json!([{"name": "bogus_progress", "inputSchema": {"type": "object"}}]).to_string(),
+    )
+    .unwrap();
+    let gw = TestGateway::start_in(
+        dir,
+        "[server]\nmetrics_listen = \"off\"\n[backends.fx]\ntype = \"stdio\"\ncommand = \"${FAKE_STDIO}\"\nargs = [\"--tools-json\", \"${TEST_DIR}/tools.json\"]\n",
+    )
+    .await;
+    let (a, b) = (gw.session().await, gw.session().await);
+    let mut listen_b = b.get_stream().await;
+    let (ra, rb) = tokio::join!(
+        a.request(
+            "tools/call",
+            json!({"name": "fx__bogus_progress", "arguments": {}, "_meta": {"progressToken": "a-own"}})
+        ),
+        slow_progress(&b, Some(json!("b-own"))),
+    );
+    assert_eq!(ra.result()["content"][0]["text"], "bogus sent");
+    let pa = progress_of(&ra);
+    assert!(
+        pa.iter().all(|n| n["params"]["progressToken"] == "a-own"),
+        "only a's own token reaches a: {pa:?}"
+    );
+    let pb = progress_of(&rb);
+    assert_eq!(pb.len(), 5, "{:?}", rb.related);
+    assert!(
+        pb.iter().all(|n| n["params"]["progressToken"] == "b-own"),
+        "{pb:?}"
+    );
+    while let Some(m) = listen_b.next(std::time::Duration::from_millis(300)).await {
+        assert_ne!(
+            m["method"], "notifications/progress",
+            "stray progress on b's GET stream: {m}"
+        );
+    }
+}

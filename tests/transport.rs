@@ -1,8 +1,11 @@
 //! Streamable HTTP transport rules of the server face: content negotiation
 //! (BR-01, downstream), CORS and Origin (BR-02), method and status semantics
-//! (BR-04), Content-Type (415) and body size (413).
+//! (BR-04), Content-Type (415) and body size (413); keep-alive comments on idle
+//! streams and events flushed as they come (BR-05, BR-06).
 
 mod common;
+
+use std::time::Duration;
 
 use common::{FakeHttp, TestGateway};
 use reqwest::Method;
@@ -242,4 +245,79 @@ async fn a_foreign_host_header_is_refused() {
         .await;
     assert_eq!(r.status, 403, "DNS-rebinding guard on a loopback bind");
     assert_eq!(gw.gateway().router.sessions.len(), 0);
+}
+
+/// Reads a raw response body for `within`, with the arrival time of each chunk.
+async fn raw_chunks(resp: reqwest::Response, within: Duration) -> Vec<(Duration, String)> {
+    use futures_util::StreamExt;
+    let started = tokio::time::Instant::now();
+    let mut body = resp.bytes_stream();
+    let mut out = Vec::new();
+    while let Ok(Some(Ok(chunk))) = tokio::time::timeout_at(started + within, body.next()).await {
+        out.push((
+            started.elapsed(),
+            String::from_utf8_lossy(&chunk).into_owned(),
+        ));
+    }
+    out
+}
+
+#[tokio::test]
+async fn idle_streams_get_keep_alives_and_events_are_not_held_back() {
+    let gw = TestGateway::start(
+        "[server]\nmetrics_listen = \"off\"\nsse_keep_alive = \"100ms\"\n[backends.fx]\ntype = \"stdio\"\ncommand = \"${FAKE_STDIO}\"\n",
+    )
+    .await;
+    let s = gw.session().await;
+    let http = reqwest::Client::new();
+    // A long silent call: keep-alive comments while the backend works.
+    let call = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                      "params": {"name": "fx__sleep", "arguments": {"s": 0.8}}});
+    let resp = http
+        .post(&s.url)
+        .headers(s.headers())
+        .body(call.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.headers()["x-accel-buffering"], "no");
+    let chunks = raw_chunks(resp, Duration::from_secs(3)).await;
+    let text: String = chunks.iter().map(|c| c.1.as_str()).collect();
+    let keep_alives = text.matches(": keep-alive").count();
+    assert!(keep_alives >= 4, "{keep_alives} keep-alives in {text:?}");
+    assert!(text.contains("\"slept\""), "{text:?}");
+    // The idle GET stream too.
+    let mut h = s.headers();
+    h.remove("content-type");
+    h.insert("accept", "text/event-stream".parse().unwrap());
+    let resp = http.get(&s.url).headers(h).send().await.unwrap();
+    let chunks = raw_chunks(resp, Duration::from_millis(550)).await;
+    let text: String = chunks.iter().map(|c| c.1.as_str()).collect();
+    assert!(text.matches(": keep-alive").count() >= 3, "{text:?}");
+    // Progress events leave as they come, not all at the end.
+    let call = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+        "name": "fx__slow_progress", "arguments": {"n": 4, "interval_ms": 250},
+        "_meta": {"progressToken": "t"}}});
+    let resp = http
+        .post(&s.url)
+        .headers(s.headers())
+        .body(call.to_string())
+        .send()
+        .await
+        .unwrap();
+    let chunks = raw_chunks(resp, Duration::from_secs(3)).await;
+    let first = chunks
+        .iter()
+        .find(|c| c.1.contains("notifications/progress"))
+        .expect("progress");
+    let last = chunks
+        .iter()
+        .find(|c| c.1.contains("\"result\""))
+        .expect("result");
+    assert!(
+        last.0 - first.0 >= Duration::from_millis(600),
+        "first progress at {:?}, result at {:?}",
+        first.0,
+        last.0
+    );
 }

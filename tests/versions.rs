@@ -167,3 +167,146 @@ async fn a_backend_without_a_get_stream_is_asked_once() {
         gets()
     );
 }
+
+/// Tools with every newer field, and a tool answering `structuredContent` and a
+/// `resource_link`.
+fn rich_tools(dir: &common::TestDir) {
+    let tools = json!([
+        {"name": "rich", "title": "Rich", "icons": [{"src": "https://x.example.test/i.png"}],
+         "inputSchema": {"type": "object"}, "outputSchema": {"type": "object"},
+         "execution": {"taskSupport": "optional"}},
+        {"name": "structured", "inputSchema": {"type": "object"},
+         "outputSchema": {"type": "object", "properties": {"n": {"type": "number"}}}}
+    ]);
+    std::fs::write(dir.path("tools.json"), tools.to_string()).unwrap();
+}
+
+#[tokio::test]
+async fn older_hosts_never_see_what_their_revision_lacks() {
+    let dir = common::TestDir::new();
+    rich_tools(&dir);
+    let gw = TestGateway::start_in(
+        dir,
+        r#"
+        [server]
+        metrics_listen = "off"
+        [backends.fx]
+        type = "stdio"
+        command = "${FAKE_STDIO}"
+        args = ["--tasks", "--tools-json", "${TEST_DIR}/tools.json"]
+        "#,
+    )
+    .await;
+    let tool = |tools: &[serde_json::Value], name: &str| {
+        tools
+            .iter()
+            .find(|t| t["name"] == name)
+            .cloned()
+            .unwrap_or_else(|| panic!("{name} in {tools:?}"))
+    };
+
+    // 2025-11-25: everything.
+    let mut new = gw.client();
+    let init = new.initialize(json!({})).await;
+    assert!(init["result"]["capabilities"].get("tasks").is_some());
+    let rich = tool(&new.list_all("tools/list", "tools").await, "fx__rich");
+    for field in ["title", "icons", "outputSchema", "execution"] {
+        assert!(
+            rich.get(field).is_some(),
+            "2025-11-25 keeps {field}: {rich}"
+        );
+    }
+    let r = new.call_tool("fx__structured", json!({})).await;
+    assert_eq!(r.result()["structuredContent"], json!({"n": 1}));
+    assert_eq!(r.result()["content"][1]["type"], "resource_link");
+
+    // 2025-06-18: no icons, execution or tasks; title, outputSchema and
+    // structuredContent stay.
+    let mut mid = gw.client();
+    let init = mid.initialize_version("2025-06-18", json!({})).await;
+    assert!(
+        init["result"]["capabilities"].get("tasks").is_none(),
+        "{init}"
+    );
+    let rich = tool(&mid.list_all("tools/list", "tools").await, "fx__rich");
+    for field in ["icons", "execution"] {
+        assert!(
+            rich.get(field).is_none(),
+            "2025-06-18 gets no {field}: {rich}"
+        );
+    }
+    for field in ["title", "outputSchema"] {
+        assert!(
+            rich.get(field).is_some(),
+            "2025-06-18 keeps {field}: {rich}"
+        );
+    }
+    let r = mid.call_tool("fx__structured", json!({})).await;
+    assert_eq!(r.result()["structuredContent"], json!({"n": 1}));
+    assert_eq!(r.result()["content"][1]["type"], "resource_link");
+
+    // 2025-03-26: none of outputSchema, title, icons, execution; no
+    // structuredContent, no resource_link blocks (the link becomes text naming
+    // the URI, still routable).
+    let mut old = gw.client();
+    let init = old.initialize_version("2025-03-26", json!({})).await;
+    assert!(
+        init["result"]["capabilities"].get("tasks").is_none(),
+        "{init}"
+    );
+    let tools = old.list_all("tools/list", "tools").await;
+    for t in &tools {
+        for field in ["title", "icons", "outputSchema", "execution"] {
+            assert!(t.get(field).is_none(), "2025-03-26 gets no {field}: {t}");
+        }
+    }
+    for name in ["fx__structured", "fx__links"] {
+        let r = old.call_tool(name, json!({})).await;
+        let result = r.result();
+        assert!(
+            result.get("structuredContent").is_none(),
+            "{name}: {result}"
+        );
+        let blocks = result["content"].as_array().unwrap();
+        assert!(
+            blocks.iter().all(|b| b["type"] != "resource_link"),
+            "{name}: {result}"
+        );
+        if name == "fx__links" {
+            assert!(
+                blocks[0]["text"]
+                    .as_str()
+                    .unwrap()
+                    .contains("fx+fx://static"),
+                "{result}"
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn batches_work_only_for_2025_03_26_sessions() {
+    let gw = TestGateway::start(
+        "[server]\nmetrics_listen = \"off\"\n[backends.fx]\ntype = \"stdio\"\ncommand = \"${FAKE_STDIO}\"\n",
+    )
+    .await;
+    let batch = json!([{"jsonrpc": "2.0", "id": 1, "method": "ping"},
+                       {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}])
+    .to_string();
+    for (version, ok) in [
+        ("2025-03-26", true),
+        ("2025-06-18", false),
+        ("2025-11-25", false),
+    ] {
+        let mut s = gw.client();
+        s.initialize_version(version, json!({})).await;
+        let r = s.post(&[], batch.clone()).await;
+        if ok {
+            assert_eq!(r.status, 200, "{version}: {r:?}");
+            assert_eq!(r.json().as_array().map(Vec::len), Some(2), "{version}");
+        } else {
+            assert_eq!(r.status, 400, "{version}: {r:?}");
+            assert_eq!(r.json()["error"]["code"], -32600, "{version}");
+        }
+    }
+}

@@ -75,6 +75,8 @@ pub struct Connection {
     closing: std::sync::atomic::AtomicBool,
     /// When the last request was sent (idle reaping of per-session connections).
     last_used: Mutex<tokio::time::Instant>,
+    /// Why the connection closed (for the errors of requests it leaves unanswered).
+    close_reason: OnceLock<String>,
 }
 
 impl Connection {
@@ -99,6 +101,7 @@ impl Connection {
             closed: CancellationToken::new(),
             closing: std::sync::atomic::AtomicBool::new(false),
             last_used: Mutex::new(tokio::time::Instant::now()),
+            close_reason: OnceLock::new(),
         }
     }
 
@@ -192,9 +195,12 @@ impl Connection {
             match rx.await {
                 Ok(Ok(result)) => Ok(result),
                 Ok(Err(e)) => Err(BackendError::Rpc(e)),
-                Err(_) if self.closed.is_cancelled() => {
-                    Err(BackendError::closed(&self.backend, "connection closed"))
-                }
+                Err(_) if self.closed.is_cancelled() => Err(BackendError::closed(
+                    &self.backend,
+                    self.close_reason
+                        .get()
+                        .map_or("connection closed", String::as_str),
+                )),
                 Err(_) => Err(BackendError::Cancelled),
             }
         };
@@ -363,23 +369,21 @@ impl Connection {
         calls.next().is_none().then(|| only.clone())
     }
 
-    /// Fails every waiting request and marks the connection closed.
+    /// Fails every waiting request and marks the connection closed. The waiting
+    /// callers see [`BackendError::Unavailable`] with `why` (a failure of the
+    /// backend, not a JSON-RPC error it answered).
     pub(super) fn fail_all(self: &Arc<Self>, why: &str) {
         if self.closed.is_cancelled() {
             return;
         }
+        let _ = self.close_reason.set(why.to_owned());
         self.closed.cancel();
         let drained: Vec<Pending> = match self.pending.lock() {
             Ok(mut p) => p.drain().map(|(_, v)| v).collect(),
             Err(_) => Vec::new(),
         };
-        for p in drained {
-            let _ = p.tx.send(Err(ErrorObject::new(
-                jsonrpc::INTERNAL_ERROR,
-                format!("backend {:?} is unavailable: {why}", &*self.backend),
-            )
-            .with_data(json!({"backend": &*self.backend}))));
-        }
+        // Dropping the senders wakes every waiting request (see `request`).
+        drop(drained);
         self.handler.on_closed(self);
     }
 

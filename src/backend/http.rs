@@ -19,6 +19,7 @@ use eventsource_stream::Eventsource;
 use futures_util::StreamExt;
 use reqwest::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
 use reqwest::{Response, StatusCode};
+use tokio::sync::oneshot;
 
 use super::BackendError;
 use super::conn::{Connection, dispatch_text};
@@ -314,18 +315,22 @@ impl HttpLink {
     }
 
     /// Opens the standalone GET stream for unsolicited messages, reconnecting with
-    /// backoff; stops if the backend answers 405 (it offers no such stream).
-    pub(crate) fn start_listening(&self, conn: &Arc<Connection>) {
+    /// backoff; stops if the backend answers 405 (it offers no such stream). The
+    /// returned receiver fires once the first GET was answered (or failed).
+    pub(crate) fn start_listening(&self, conn: &Arc<Connection>) -> oneshot::Receiver<()> {
+        let (ready, answered) = oneshot::channel();
         let task = tokio::spawn(listen(
             conn.downgrade(),
             self.client.clone(),
             self.url.clone(),
+            ready,
         ));
         if let Ok(mut l) = self.listener.lock() {
             if let Some(old) = l.replace(task) {
                 old.abort();
             }
         }
+        answered
     }
 
     pub(crate) fn get_headers(&self, conn: &Connection) -> HeaderMap {
@@ -361,7 +366,13 @@ impl HttpLink {
     }
 }
 
-async fn listen(conn: Weak<Connection>, client: reqwest::Client, url: reqwest::Url) {
+async fn listen(
+    conn: Weak<Connection>,
+    client: reqwest::Client,
+    url: reqwest::Url,
+    ready: oneshot::Sender<()>,
+) {
+    let mut ready = Some(ready);
     let mut delay = Duration::from_secs(1);
     let mut last_event: Option<String> = None;
     loop {
@@ -387,7 +398,11 @@ async fn listen(conn: Weak<Connection>, client: reqwest::Client, url: reqwest::U
         }
         let backend = c.backend.clone();
         drop(c);
-        match client.get(url.clone()).headers(h).send().await {
+        let answer = client.get(url.clone()).headers(h).send().await;
+        if let Some(tx) = ready.take() {
+            let _ = tx.send(());
+        }
+        match answer {
             Ok(r) if r.status() == StatusCode::METHOD_NOT_ALLOWED => return,
             Ok(r) if r.status().is_success() && is_event_stream(r.headers()) => {
                 delay = Duration::from_secs(1);

@@ -18,6 +18,9 @@ use crate::config::{BackendConfig, Transport};
 use crate::jsonrpc::{self, ErrorObject, Notification, Request};
 use crate::session::HostCall;
 
+/// How long a new HTTP connection waits for its standalone GET stream to open.
+const GET_STREAM_WAIT: Duration = Duration::from_secs(1);
+
 /// Why a call to a backend failed.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum BackendError {
@@ -311,7 +314,11 @@ impl BackendSpec {
         match conn.handshake().await {
             Ok(()) => {
                 if let Some(Link::Http(l)) = conn.link.get() {
-                    l.start_listening(&conn);
+                    // Servers may send requests and notifications on the GET stream
+                    // right after `initialize` (and drop them while none is open):
+                    // open it before the connection is used (bounded wait).
+                    let answered = l.start_listening(&conn);
+                    let _ = tokio::time::timeout(GET_STREAM_WAIT, answered).await;
                 }
                 Ok(conn)
             }

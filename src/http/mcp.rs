@@ -230,6 +230,13 @@ async fn initialize(
     req: &Request,
     principal: Option<&Arc<Principal>>,
 ) -> Result<Response, HttpError> {
+    let started = tokio::time::Instant::now();
+    let count = |outcome| {
+        let secs = started.elapsed().as_secs_f64();
+        st.router
+            .metrics
+            .observe_request("initialize", "none", outcome, secs);
+    };
     let params = req.params.as_ref();
     let requested = params
         .and_then(|p| p.get("protocolVersion"))
@@ -239,6 +246,7 @@ async fn initialize(
             jsonrpc::INVALID_PARAMS,
             "initialize: params.protocolVersion must be a string",
         );
+        count(crate::metrics::Outcome::Error);
         return Ok(json_response(
             jsonrpc::error_bytes(Some(&req.id), &e).into(),
         ));
@@ -262,6 +270,12 @@ async fn initialize(
     let session = Arc::new(
         Session::new(version, capabilities, client_info)
             .with_principal(principal.map(|p| &**p), key.clone()),
+    );
+    session.events.count_drops_in(
+        st.router
+            .metrics
+            .dropped_messages
+            .with_label_values(&["slow_host"]),
     );
     if let Err(full) = st.router.sessions.insert(session.clone()) {
         tracing::warn!(
@@ -290,6 +304,7 @@ async fn initialize(
         result["instructions"] = text.clone().into();
     }
     tracing::info!(session = %crate::session::log_id(&session.id), version = %version, "session started");
+    count(crate::metrics::Outcome::Ok);
     let mut resp = json_response(jsonrpc::result_value_bytes(&req.id, &result).into());
     if let Ok(v) = HeaderValue::from_str(&session.id) {
         resp.headers_mut().insert(SESSION, v);

@@ -310,7 +310,8 @@ impl Router {
             inflight.inc();
             let upstream_started = tokio::time::Instant::now();
             let permit = router.backends.at(backend).acquire().await;
-            if permit.is_err() {
+            let busy = permit.is_err();
+            if busy {
                 router
                     .metrics
                     .rejections
@@ -338,6 +339,9 @@ impl Router {
                 .observe(upstream_started.elapsed().as_secs_f64());
             let class = match &outcome {
                 Ok(_) => Outcome::Ok,
+                // Refused by the gateway's own limit: counted as a rejection above,
+                // not as a failure of the backend.
+                Err(_) if busy => Outcome::Unavailable,
                 Err(e) => classify(&router.metrics, &name, e),
             };
             router

@@ -49,6 +49,8 @@ pub struct Router {
     /// Backends whose first connection attempt `loaded` waits for.
     expected: std::sync::atomic::AtomicUsize,
     subs: subscriptions::Subscriptions,
+    /// Task statuses that arrived before their task was registered.
+    early_status: tasks::EarlyStatuses,
     /// Metrics.
     pub metrics: Arc<crate::metrics::Metrics>,
     stopping: AtomicBool,
@@ -118,6 +120,7 @@ impl Router {
             loaded: watch::channel(0).0,
             expected: std::sync::atomic::AtomicUsize::new(0),
             subs: subscriptions::Subscriptions::default(),
+            early_status: tasks::EarlyStatuses::default(),
             metrics: Arc::new(crate::metrics::Metrics::new()),
             stopping: AtomicBool::new(false),
             me: me.clone(),
@@ -132,6 +135,9 @@ impl Router {
     /// Connects every backend in the background and keeps the shared ones alive
     /// (reconnecting with backoff after a crash).
     pub fn start(self: &Arc<Self>) {
+        // Every backend's URI prefix routes from the start, so a backend that is
+        // down answers with an error naming it, not "Resource not found".
+        self.rebuild_view();
         for b in self.backends.active().iter() {
             self.launch(b);
         }
@@ -164,10 +170,14 @@ impl Router {
                     .with_label_values(&[&name])
                     .inc();
             }
+            let restarted = !first;
             first = false;
             match outcome {
                 Ok(conn) => {
                     up.set(1);
+                    if restarted {
+                        self.resubscribe(idx, &conn);
+                    }
                     let started = tokio::time::Instant::now();
                     self.watch(&conn).await;
                     up.set(0);

@@ -101,7 +101,10 @@ impl Router {
                     .map(|c| c.session.clone())
                     .or_else(|| conn.owner_session());
                 let Some((session, exposed)) = self.task_owner(idx, &original, hint) else {
-                    tracing::debug!(backend = %conn.backend, "status of a task no session owns; dropped");
+                    // Possibly a task whose CreateTaskResult is still on its way:
+                    // held until it is registered (bounded), else dropped.
+                    tracing::debug!(backend = %conn.backend, "status of a task no session owns (yet); held");
+                    self.early_status.hold(idx, &original, params);
                     return;
                 };
                 params["taskId"] = exposed.into();

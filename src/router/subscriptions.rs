@@ -72,6 +72,19 @@ impl Subscriptions {
         }
     }
 
+    /// URIs of `backend` that have subscribers.
+    fn uris_of(&self, backend: usize) -> Vec<String> {
+        self.map
+            .lock()
+            .map(|m| {
+                m.keys()
+                    .filter(|(b, _)| *b == backend)
+                    .map(|(_, u)| u.clone())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
     /// Drops every subscription of `session`; returns the (backend, URI) pairs that
     /// lost their last subscriber.
     pub fn drop_session(&self, session: &str) -> Vec<(usize, String)> {
@@ -174,6 +187,31 @@ impl Router {
                         .await;
                 });
             }
+        }
+    }
+
+    /// A shared backend's connection was replaced (restart): the new one is
+    /// subscribed to every URI that still has subscribers.
+    pub(super) fn resubscribe(&self, backend: usize, conn: &Arc<Connection>) {
+        if self.backends.at(backend).mode != ConnectionMode::Shared {
+            return;
+        }
+        for uri in self.subs.uris_of(backend) {
+            let conn = conn.clone();
+            tokio::spawn(async move {
+                let timeout = conn.timeout();
+                if let Err(e) = conn
+                    .request(
+                        "resources/subscribe",
+                        Some(json!({ "uri": uri })),
+                        None,
+                        timeout,
+                    )
+                    .await
+                {
+                    tracing::warn!(backend = %conn.backend, cause = %e, "resubscribing after a restart failed");
+                }
+            });
         }
     }
 

@@ -6,8 +6,9 @@
 //! requestor's context), and `tasks/get|result|cancel` route to the owning backend
 //! by table lookup. `tasks/list` merges the session's tasks across backends.
 
-use std::collections::HashMap;
-use std::sync::Arc;
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use serde_json::value::RawValue;
 use serde_json::{Value, json};
@@ -20,6 +21,46 @@ use crate::session::Session;
 
 /// `_meta` key tying messages to a task.
 pub const RELATED_TASK: &str = "io.modelcontextprotocol/related-task";
+
+/// Most task statuses held for tasks not registered yet.
+const EARLY_MAX: usize = 64;
+/// How long such a status is held.
+const EARLY_TTL: Duration = Duration::from_secs(30);
+
+/// `notifications/tasks/status` that arrived before the `CreateTaskResult` of its
+/// task was relayed (servers announce a new task while its result travels): held
+/// briefly, bounded, and delivered once the task is registered with its session.
+#[derive(Default)]
+pub struct EarlyStatuses(Mutex<VecDeque<(usize, String, Value, tokio::time::Instant)>>);
+
+impl EarlyStatuses {
+    /// Holds `params` of a status for backend task `original` on `backend`.
+    pub(super) fn hold(&self, backend: usize, original: &str, params: Value) {
+        let Ok(mut q) = self.0.lock() else { return };
+        let now = tokio::time::Instant::now();
+        q.retain(|e| now.duration_since(e.3) < EARLY_TTL);
+        if q.len() >= EARLY_MAX {
+            q.pop_front();
+        }
+        q.push_back((backend, original.to_owned(), params, now));
+    }
+
+    /// Takes the held statuses of backend task `original` on `backend`, in order.
+    fn take(&self, backend: usize, original: &str) -> Vec<Value> {
+        let Ok(mut q) = self.0.lock() else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        q.retain(|e| {
+            let mine = e.0 == backend && e.1 == original;
+            if mine {
+                out.push(e.2.clone());
+            }
+            !mine
+        });
+        out
+    }
+}
 
 /// Where an exposed task id leads.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -59,6 +100,11 @@ impl Router {
                     original: id.clone(),
                 },
             );
+        }
+        for mut status in self.early_status.take(backend, id) {
+            status["taskId"] = exposed.clone().into();
+            let bytes = jsonrpc::notification_bytes("notifications/tasks/status", Some(&status));
+            session.send_unrelated(bytes.into());
         }
         *id = exposed;
         serde_json::value::to_raw_value(&v).unwrap_or(raw)

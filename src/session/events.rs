@@ -11,7 +11,8 @@
 //! queues grow.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, OnceLock};
 
 use bytes::Bytes;
 use tokio::sync::mpsc;
@@ -22,6 +23,20 @@ const MAX_EVENTS: usize = 256;
 const MAX_BYTES: usize = 1024 * 1024;
 /// Frames queued toward one attached HTTP response before it is cut off.
 const LIVE_CAPACITY: usize = 256;
+
+/// A stream number never used before in this process, by any session: an event
+/// id of one session never names a stream of another (it is refused with 410,
+/// not answered with that session's own events). The counter starts at a random
+/// point so ids from an earlier process are not reused either.
+fn next_stream_id() -> u64 {
+    static NEXT: OnceLock<AtomicU64> = OnceLock::new();
+    NEXT.get_or_init(|| {
+        let mut b = [0u8; 4];
+        let _ = getrandom::fill(&mut b);
+        AtomicU64::new(u64::from(u32::from_le_bytes(b)) << 16)
+    })
+    .fetch_add(1, Ordering::Relaxed)
+}
 
 /// One SSE event ready to write.
 #[derive(Debug, Clone)]
@@ -78,7 +93,6 @@ struct Inner {
     streams: HashMap<u64, Stream>,
     events: VecDeque<Frame>,
     bytes: usize,
-    next_stream: u64,
     standalone: Option<u64>,
 }
 
@@ -86,9 +100,24 @@ struct Inner {
 #[derive(Default)]
 pub struct EventLog {
     inner: Mutex<Inner>,
+    /// Counts messages toward the host that were dropped or whose stream was cut
+    /// (`mcpgate_dropped_messages_total{reason="slow_host"}`), once set.
+    dropped: OnceLock<prometheus::IntCounter>,
 }
 
 impl EventLog {
+    /// Sets the counter of drops toward a slow host.
+    pub fn count_drops_in(&self, counter: prometheus::IntCounter) {
+        let _ = self.dropped.set(counter);
+    }
+
+    /// Counts one message toward the host dropped (or a stream cut) for slowness.
+    pub fn count_drop(&self) {
+        if let Some(c) = self.dropped.get() {
+            c.inc();
+        }
+    }
+
     /// Opens a new stream with an attached response. The first data event gets
     /// seq 1 (seq 0 is reserved for the priming event).
     pub fn open(&self) -> (u64, mpsc::Receiver<Frame>) {
@@ -96,8 +125,7 @@ impl EventLog {
         let Ok(mut g) = self.inner.lock() else {
             return (0, rx);
         };
-        let id = g.next_stream;
-        g.next_stream += 1;
+        let id = next_stream_id();
         g.streams.insert(id, Stream::new(Some(tx)));
         (id, rx)
     }
@@ -128,6 +156,9 @@ impl EventLog {
                 Err(mpsc::error::TrySendError::Full(_)) => {
                     tracing::warn!(stream, "host reads too slowly; stream cut, it can resume");
                     s.live = None;
+                    if let Some(c) = self.dropped.get() {
+                        c.inc();
+                    }
                 }
                 Err(mpsc::error::TrySendError::Closed(_)) => s.live = None,
             }
@@ -159,8 +190,7 @@ impl EventLog {
             match g.standalone {
                 Some(s) => s,
                 None => {
-                    let id = g.next_stream;
-                    g.next_stream += 1;
+                    let id = next_stream_id();
                     g.streams.insert(id, Stream::new(None));
                     g.standalone = Some(id);
                     id
@@ -180,8 +210,7 @@ impl EventLog {
             match g.standalone {
                 Some(s) if g.streams.contains_key(&s) => s,
                 _ => {
-                    let id = g.next_stream;
-                    g.next_stream += 1;
+                    let id = next_stream_id();
                     g.streams.insert(id, Stream::new(None));
                     g.standalone = Some(id);
                     id
@@ -211,6 +240,11 @@ impl EventLog {
             .filter(|f| f.stream == stream && f.seq > after)
             .cloned()
             .collect();
+        if s.finished && replay.is_empty() {
+            // Nothing was left and nothing will come: an empty 200 would only make
+            // the client reconnect again.
+            return Err(ResumeError::Gone);
+        }
         let live = if s.finished {
             None
         } else {

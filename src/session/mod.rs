@@ -323,9 +323,15 @@ impl HostCall {
         true
     }
 
-    /// Sends a related message to the host (dropped if the host is not reading).
+    /// Sends a related message to the host (dropped, and counted, if the host is
+    /// not reading).
     pub fn send_related(&self, msg: Bytes) -> bool {
-        self.sink.try_send(Outbound::Message(msg)).is_ok()
+        let sent = self.sink.try_send(Outbound::Message(msg));
+        if matches!(sent, Err(mpsc::error::TrySendError::Full(_))) {
+            tracing::debug!("host call queue full; related message dropped");
+            self.session.events.count_drop();
+        }
+        sent.is_ok()
     }
 
     /// Sends the response; returns false if the host no longer listens.

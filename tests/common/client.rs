@@ -83,6 +83,8 @@ pub struct SseStream {
     events: Option<Events>,
     /// SSE event ids seen.
     pub event_ids: Vec<String>,
+    /// Every SSE event read so far (priming events included), in order.
+    pub raw_events: Vec<eventsource_stream::Event>,
 }
 
 impl SseStream {
@@ -104,6 +106,7 @@ impl SseStream {
                 queued: VecDeque::new(),
                 events: Some(Box::pin(events)),
                 event_ids: Vec::new(),
+                raw_events: Vec::new(),
             };
         }
         let body = resp.bytes().await.unwrap_or_default();
@@ -114,6 +117,7 @@ impl SseStream {
             queued,
             events: None,
             event_ids: Vec::new(),
+            raw_events: Vec::new(),
         }
     }
 
@@ -140,6 +144,7 @@ impl SseStream {
                 .await
                 .ok()??;
             let Ok(ev) = ev else { return None };
+            self.raw_events.push(ev.clone());
             if !ev.id.is_empty() {
                 self.event_ids.push(ev.id.clone());
             }
@@ -362,7 +367,24 @@ impl McpClient {
 
     /// Opens the standalone GET stream.
     pub async fn get_stream(&self) -> SseStream {
+        self.get_stream_with(&[]).await
+    }
+
+    /// Resumes a stream: `GET` with `Last-Event-ID`.
+    pub async fn resume(&self, last_event_id: &str) -> SseStream {
+        self.get_stream_with(&[("last-event-id", last_event_id)])
+            .await
+    }
+
+    /// Opens a GET stream with `extra` headers added.
+    pub async fn get_stream_with(&self, extra: &[(&str, &str)]) -> SseStream {
         let mut h = self.headers();
+        for (k, v) in extra {
+            h.insert(
+                HeaderName::from_bytes(k.as_bytes()).unwrap(),
+                HeaderValue::from_str(v).unwrap(),
+            );
+        }
         h.remove("content-type");
         h.insert("accept", HeaderValue::from_static("text/event-stream"));
         let resp = tokio::time::timeout(ANSWER_WITHIN, self.http.get(&self.url).headers(h).send())

@@ -7,6 +7,8 @@
 pub mod client;
 #[path = "../support/fake_http.rs"]
 pub mod fake_http;
+#[path = "../support/fake_sse.rs"]
+pub mod fake_sse;
 #[path = "../support/tools.rs"]
 pub mod tools;
 
@@ -26,6 +28,8 @@ use tokio::time::Instant;
 pub use client::{McpClient, Raw, Rpc, SseStream};
 #[allow(unused_imports)]
 pub use fake_http::{FakeHttp, FakeHttpOptions};
+#[allow(unused_imports)]
+pub use fake_sse::FakeSse;
 
 /// Path of the fake stdio backend binary.
 pub const FAKE_STDIO: &str = env!("CARGO_BIN_EXE_mcpgate-fake-stdio");
@@ -225,4 +229,43 @@ pub fn names(items: &[Value]) -> Vec<String> {
         .iter()
         .filter_map(|t| t.get("name").and_then(Value::as_str).map(str::to_owned))
         .collect()
+}
+
+/// The Prometheus text of the gateway's `/metrics` listener (the config must set
+/// `server.metrics_listen`, e.g. `"127.0.0.1:0"`).
+pub async fn scrape(gw: &TestGateway) -> String {
+    let addr = gw
+        .gateway()
+        .metrics_addr
+        .expect("the test config sets server.metrics_listen");
+    let resp = reqwest::get(format!("http://{addr}/metrics"))
+        .await
+        .expect("GET /metrics");
+    assert_eq!(resp.status(), 200);
+    resp.text().await.unwrap()
+}
+
+/// The sum of the samples of `name` whose labels include every one of `labels`
+/// (`None` when there is no such sample).
+pub fn metric(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    let mut found = None;
+    for line in text.lines().filter(|l| !l.starts_with('#')) {
+        let Some((series, value)) = line.rsplit_once(' ') else {
+            continue;
+        };
+        let (n, l) = match series.split_once('{') {
+            Some((n, l)) => (n, l.trim_end_matches('}')),
+            None => (series, ""),
+        };
+        if n != name {
+            continue;
+        }
+        let all = labels
+            .iter()
+            .all(|(k, v)| l.split(',').any(|kv| kv == format!("{k}=\"{v}\"")));
+        if all {
+            *found.get_or_insert(0.0) += value.parse::<f64>().unwrap_or(0.0);
+        }
+    }
+    found
 }

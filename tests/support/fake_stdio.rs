@@ -9,10 +9,19 @@
 //! `--never-answer TOOL`, `--tools-json FILE` (extra raw tool definitions),
 //! `--log FILE` (every inbound message as a JSON line `{ts, pid, msg}`; events as
 //! `{ts, pid, event, ...}`), `--label TEXT` (what `whoami` answers),
-//! `--start-delay-ms N` (a slow start: stdin is read only after N ms).
+//! `--start-delay-ms N` (a slow start: stdin is read only after N ms),
+//! `--hang-after N` (answers N `ping`s, then nothing at all: a hung server),
+//! `--subscribe` (declares `resources.subscribe`, accepts `resources/subscribe` and
+//! `unsubscribe`, and offers a tool `touch {uri, force?}` that sends
+//! `notifications/resources/updated` for `uri` if it is subscribed, or `force`), `--tasks` (declares the tasks
+//! capability and serves task-augmented `tools/call`, `tasks/get|result|cancel|list`,
+//! sending `notifications/tasks/status` on every status change).
 //!
 //! A tool named `log_later` (declare it with `--tools-json`) answers at once and
 //! sends a `notifications/message` `{delay_ms}` later, unrelated to any request.
+//! A tool named `structured` (declare it with `--tools-json`) answers with
+//! `structuredContent` and a `resource_link` block; `bogus_progress` sends progress
+//! for tokens it was never given, then one for its own token.
 
 mod tools;
 
@@ -42,6 +51,9 @@ struct Knobs {
     log: Option<String>,
     label: String,
     start_delay_ms: u64,
+    hang_after: Option<usize>,
+    subscribe: bool,
+    tasks: bool,
 }
 
 fn parse_args() -> Knobs {
@@ -64,6 +76,9 @@ fn parse_args() -> Knobs {
             "--log" => k.log = Some(val()),
             "--label" => k.label = val(),
             "--start-delay-ms" => k.start_delay_ms = val().parse().unwrap_or(0),
+            "--hang-after" => k.hang_after = val().parse().ok(),
+            "--subscribe" => k.subscribe = true,
+            "--tasks" => k.tasks = true,
             other => eprintln!("fake-stdio: unknown argument {other:?}"),
         }
     }
@@ -100,7 +115,32 @@ struct Server {
     running: Mutex<HashMap<String, (String, tokio::task::AbortHandle)>>,
     initialized: AtomicBool,
     calls: AtomicUsize,
+    pings: AtomicUsize,
+    subscribed: Mutex<std::collections::HashSet<String>>,
+    tasks: Mutex<HashMap<String, FakeTask>>,
+    next_task: AtomicUsize,
 }
+
+/// A task created by a task-augmented `tools/call` (`--tasks`).
+struct FakeTask {
+    status: &'static str,
+    created: String,
+    result: Option<Result<Value, (i64, String)>>,
+    handle: Option<tokio::task::AbortHandle>,
+}
+
+impl FakeTask {
+    fn to_json(&self, id: &str) -> Value {
+        json!({"taskId": id, "status": self.status, "createdAt": self.created,
+               "lastUpdatedAt": self.created, "ttl": 60000, "pollInterval": 50})
+    }
+
+    fn terminal(&self) -> bool {
+        matches!(self.status, "completed" | "failed" | "cancelled")
+    }
+}
+
+const RELATED_TASK: &str = "io.modelcontextprotocol/related-task";
 
 struct StdioPeer(Arc<Server>);
 
@@ -189,6 +229,13 @@ impl Server {
                 .write(json!({"event": "ignored before initialized", "method": method}));
             return;
         }
+        if let Some(max) = self.knobs.hang_after {
+            let hung = method == "ping" && self.pings.fetch_add(1, Ordering::Relaxed) >= max;
+            if hung || self.pings.load(Ordering::Relaxed) > max {
+                self.log.write(json!({"event": "hung", "method": method}));
+                return;
+            }
+        }
         let cursor = params.get("cursor").and_then(Value::as_str);
         let ps = self.knobs.page_size;
         let outcome = match method {
@@ -197,12 +244,35 @@ impl Server {
                 let version = asked
                     .filter(|v| VERSIONS.contains(v))
                     .unwrap_or(VERSIONS[0]);
-                Ok(
-                    json!({"protocolVersion": version, "capabilities": tools::capabilities(),
-                          "serverInfo": {"name": "fx-stdio", "version": "0"}}),
-                )
+                let mut caps = tools::capabilities();
+                if self.knobs.subscribe {
+                    caps["resources"]["subscribe"] = true.into();
+                }
+                if self.knobs.tasks {
+                    caps["tasks"] =
+                        json!({"list": {}, "cancel": {}, "requests": {"tools": {"call": {}}}});
+                }
+                Ok(json!({"protocolVersion": version, "capabilities": caps,
+                          "serverInfo": {"name": "fx-stdio", "version": "0"}}))
             }
             "ping" => Ok(json!({})),
+            "resources/subscribe" | "resources/unsubscribe" if self.knobs.subscribe => {
+                let uri = params
+                    .get("uri")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default();
+                if let Ok(mut subs) = self.subscribed.lock() {
+                    if method == "resources/subscribe" {
+                        subs.insert(uri.to_owned());
+                    } else {
+                        subs.remove(uri);
+                    }
+                }
+                Ok(json!({}))
+            }
+            "tasks/get" | "tasks/result" | "tasks/cancel" | "tasks/list" if self.knobs.tasks => {
+                return self.task_request(method, id, &params);
+            }
             "tools/list" => Ok(tools::page(&self.catalog.tools(), "tools", cursor, ps)),
             "resources/list" => Ok(tools::page(&tools::resources(), "resources", cursor, ps)),
             "resources/templates/list" => Ok(tools::page(
@@ -237,6 +307,56 @@ impl Server {
         if self.knobs.never_answer.contains(&tool) {
             return;
         }
+        if self.knobs.tasks && params.get("task").is_some() {
+            return self.create_task(&id, params);
+        }
+        if tool == "touch" && self.knobs.subscribe {
+            // Like a real server: only subscribed URIs are announced (`force`
+            // announces anyway, to test the gateway's own filtering).
+            let uri = params
+                .pointer("/arguments/uri")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned();
+            let force = params.pointer("/arguments/force") == Some(&Value::Bool(true));
+            let subscribed = self.subscribed.lock().is_ok_and(|s| s.contains(&uri));
+            if subscribed || force {
+                self.send(
+                    &json!({"jsonrpc": "2.0", "method": "notifications/resources/updated",
+                    "params": {"uri": uri}}),
+                );
+            }
+            let text = json!({"content": [{"type": "text", "text": "touched"}]});
+            return self.answer(&id, Ok(text));
+        }
+        if tool == "bogus_progress" {
+            // Progress for tokens this server was never given, then its own.
+            let own = params.pointer("/_meta/progressToken").cloned();
+            for token in [json!(987_654_321), json!("never-given"), json!(null)] {
+                self.send(
+                    &json!({"jsonrpc": "2.0", "method": "notifications/progress",
+                    "params": {"progressToken": token, "progress": 1}}),
+                );
+            }
+            if let Some(t) = own {
+                self.send(
+                    &json!({"jsonrpc": "2.0", "method": "notifications/progress",
+                    "params": {"progressToken": t, "progress": 1}}),
+                );
+            }
+            let text = json!({"content": [{"type": "text", "text": "bogus sent"}]});
+            return self.answer(&id, Ok(text));
+        }
+        if tool == "structured" {
+            let result = json!({
+                "content": [
+                    {"type": "text", "text": "{\"n\":1}"},
+                    {"type": "resource_link", "uri": "fx://static", "name": "static"}
+                ],
+                "structuredContent": {"n": 1}
+            });
+            return self.answer(&id, Ok(result));
+        }
         if tool == "log_later" {
             let args = params.get("arguments").cloned().unwrap_or_default();
             let delay = args.get("delay_ms").and_then(Value::as_u64).unwrap_or(100);
@@ -264,6 +384,161 @@ impl Server {
         if let Ok(mut r) = self.running.lock() {
             if !handle.is_finished() {
                 r.insert(key, (tool, handle.abort_handle()));
+            }
+        }
+    }
+}
+
+impl Server {
+    fn now() -> String {
+        let ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis())
+            .unwrap_or(0);
+        format!("1970-01-01T00:00:00.{:03}Z+{ms}", ms % 1000)
+    }
+
+    /// Sends `notifications/tasks/status` with the task's current state.
+    fn task_status(&self, id: &str) {
+        let task = self
+            .tasks
+            .lock()
+            .ok()
+            .and_then(|t| t.get(id).map(|x| x.to_json(id)));
+        if let Some(task) = task {
+            self.send(
+                &json!({"jsonrpc": "2.0", "method": "notifications/tasks/status", "params": task}),
+            );
+        }
+    }
+
+    /// A task-augmented `tools/call`: answers `CreateTaskResult` at once and runs
+    /// the tool in the background.
+    fn create_task(self: &Arc<Self>, id: &Value, mut params: Value) {
+        let task_id = format!(
+            "task-{}",
+            self.next_task.fetch_add(1, Ordering::Relaxed) + 1
+        );
+        if let Some(o) = params.as_object_mut() {
+            o.remove("task");
+        }
+        let me = self.clone();
+        let tid = task_id.clone();
+        let handle = tokio::spawn(async move {
+            let peer = StdioPeer(me.clone());
+            let outcome = tools::call_tool(&me.catalog, &peer, &params).await;
+            let failed = match &outcome {
+                Ok(v) => v.get("isError") == Some(&Value::Bool(true)),
+                Err(_) => true,
+            };
+            if let Ok(mut t) = me.tasks.lock() {
+                if let Some(task) = t.get_mut(&tid) {
+                    if task.terminal() {
+                        return;
+                    }
+                    task.status = if failed { "failed" } else { "completed" };
+                    task.result = Some(outcome);
+                }
+            }
+            me.task_status(&tid);
+        });
+        let task = FakeTask {
+            status: "working",
+            created: Server::now(),
+            result: None,
+            handle: Some(handle.abort_handle()),
+        };
+        let created = task.to_json(&task_id);
+        if let Ok(mut t) = self.tasks.lock() {
+            t.insert(task_id.clone(), task);
+        }
+        self.log
+            .write(json!({"event": "task created", "taskId": task_id}));
+        // Like real servers, announce the new task's status before (or while) the
+        // CreateTaskResult travels.
+        self.task_status(&task_id);
+        self.answer(id, Ok(json!({ "task": created })));
+    }
+
+    fn task_request(self: &Arc<Self>, method: &str, id: Value, params: &Value) {
+        if method == "tasks/list" {
+            let list: Vec<Value> = self
+                .tasks
+                .lock()
+                .map(|t| t.iter().map(|(k, v)| v.to_json(k)).collect())
+                .unwrap_or_default();
+            return self.answer(&id, Ok(json!({ "tasks": list })));
+        }
+        let task_id = params
+            .get("taskId")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned();
+        let unknown_task = |t: &str| Err((-32602, format!("Unknown task: {t}")));
+        let unknown = || unknown_task(&task_id);
+        match method {
+            "tasks/get" => {
+                let task = self
+                    .tasks
+                    .lock()
+                    .ok()
+                    .and_then(|t| t.get(&task_id).map(|x| x.to_json(&task_id)));
+                self.answer(&id, task.map_or_else(unknown, Ok));
+            }
+            "tasks/cancel" => {
+                let outcome = match self.tasks.lock() {
+                    Ok(mut t) => match t.get_mut(&task_id) {
+                        None => unknown(),
+                        Some(task) if task.terminal() => {
+                            Err((-32602, format!("Task {task_id} is already {}", task.status)))
+                        }
+                        Some(task) => {
+                            task.status = "cancelled";
+                            if let Some(h) = task.handle.take() {
+                                h.abort();
+                            }
+                            Ok(task.to_json(&task_id))
+                        }
+                    },
+                    Err(_) => unknown(),
+                };
+                let ok = outcome.is_ok();
+                self.answer(&id, outcome);
+                if ok {
+                    self.log
+                        .write(json!({"event": "task cancelled", "taskId": task_id}));
+                    self.task_status(&task_id);
+                }
+            }
+            _ => {
+                let me = self.clone();
+                let task_id = task_id.clone();
+                tokio::spawn(async move {
+                    loop {
+                        let state = me
+                            .tasks
+                            .lock()
+                            .ok()
+                            .map(|t| t.get(&task_id).map(|x| (x.status, x.result.clone())));
+                        match state.flatten() {
+                            None => return me.answer(&id, unknown_task(&task_id)),
+                            Some((_, Some(result))) => {
+                                let meta = json!({ RELATED_TASK: {"taskId": task_id} });
+                                let outcome = result.map(|mut r| {
+                                    r["_meta"] = meta;
+                                    r
+                                });
+                                return me.answer(&id, outcome);
+                            }
+                            Some(("cancelled", None)) => {
+                                return me.answer(&id, Err((-32603, "Task cancelled".into())));
+                            }
+                            Some(_) => {
+                                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+                            }
+                        }
+                    }
+                });
             }
         }
     }
@@ -298,12 +573,22 @@ async fn main() {
             });
         }
     }
-    let extra = knobs
+    let mut extra = knobs
         .tools_json
         .as_ref()
         .and_then(|p| std::fs::read_to_string(p).ok())
         .and_then(|t| serde_json::from_str::<Vec<Value>>(&t).ok())
         .unwrap_or_default();
+    if knobs.subscribe {
+        extra.push(json!({"name": "touch", "inputSchema": {"type": "object",
+            "properties": {"uri": {"type": "string"}}}}));
+    }
+    if knobs.tasks {
+        extra.push(
+            json!({"name": "task_sleep", "inputSchema": {"type": "object",
+            "properties": {"s": {"type": "number"}}}, "execution": {"taskSupport": "optional"}}),
+        );
+    }
     let (out, mut out_rx) = mpsc::unbounded_channel::<String>();
     let noise = knobs.noise;
     let writer = tokio::spawn(async move {
@@ -335,6 +620,10 @@ async fn main() {
         running: Mutex::new(HashMap::new()),
         initialized: AtomicBool::new(false),
         calls: AtomicUsize::new(0),
+        pings: AtomicUsize::new(0),
+        subscribed: Mutex::new(std::collections::HashSet::new()),
+        tasks: Mutex::new(HashMap::new()),
+        next_task: AtomicUsize::new(0),
     });
     let delay = server.knobs.start_delay_ms;
     tokio::time::sleep(std::time::Duration::from_millis(delay)).await;

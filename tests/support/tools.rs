@@ -184,11 +184,15 @@ pub async fn call_tool<P: Peer>(
                         json!({"progressToken": t, "progress": i, "total": n}),
                     );
                 }
-                tokio::time::sleep(Duration::from_millis(every)).await;
+                if every > 0 {
+                    tokio::time::sleep(Duration::from_millis(every)).await;
+                } else {
+                    tokio::task::yield_now().await; // a flood, but others get answers
+                }
             }
             Ok(text(format!("progressed {n}")))
         }
-        "sleep" | "slow_task" => {
+        "sleep" | "slow_task" | "task_sleep" => {
             let s = arg_f64(&args, "s", 1.0);
             tokio::time::sleep(Duration::from_secs_f64(s)).await;
             Ok(text("slept"))
