@@ -89,8 +89,12 @@ fn main() -> ExitCode {
 fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    // Colours only on a terminal: escape codes in container logs are noise, and
+    // formatting them costs CPU on every request span.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(ansi)
         .with_writer(std::io::stderr);
     if std::env::var("MCPGATE_LOG_FORMAT").is_ok_and(|f| f == "json") {
         builder.json().init();
