@@ -89,7 +89,13 @@ impl SessionStore for MemoryStore {
             })
             .map(|e| e.key().clone())
             .collect();
-        expired.iter().filter_map(|id| self.remove(id)).collect()
+        let gone: Vec<Arc<Session>> = expired.iter().filter_map(|id| self.remove(id)).collect();
+        if gone.len() >= 64 {
+            // After a mass expiry, give the table's memory back (a map never
+            // shrinks by itself; issue 6: memory returns after sessions expire).
+            self.map.shrink_to_fit();
+        }
+        gone
     }
 }
 
