@@ -253,10 +253,10 @@ pub fn classify_raw(raw: &RawValue) -> Result<Message, EnvelopeError> {
         if env.result.is_some() || env.error.is_some() {
             return Err(invalid("a request must not carry result or error"));
         }
-        if let Some(p) = &env.params {
-            if !p.is_object() {
-                return Err(invalid("params must be an object"));
-            }
+        if let Some(p) = &env.params
+            && !p.is_object()
+        {
+            return Err(invalid("params must be an object"));
         }
         return match id {
             None => Ok(Message::Notification(Notification {

@@ -325,10 +325,10 @@ impl HttpLink {
             self.url.clone(),
             ready,
         ));
-        if let Ok(mut l) = self.listener.lock() {
-            if let Some(old) = l.replace(task) {
-                old.abort();
-            }
+        if let Ok(mut l) = self.listener.lock()
+            && let Some(old) = l.replace(task)
+        {
+            old.abort();
         }
         answered
     }
@@ -341,10 +341,10 @@ impl HttpLink {
 
     /// Stops listening and ends the backend session with `DELETE`.
     pub(crate) async fn close(&self, conn: &Connection) {
-        if let Ok(mut l) = self.listener.lock() {
-            if let Some(task) = l.take() {
-                task.abort();
-            }
+        if let Ok(mut l) = self.listener.lock()
+            && let Some(task) = l.take()
+        {
+            task.abort();
         }
         if self.session().is_none() {
             return;
@@ -445,10 +445,10 @@ async fn read_events(
             continue;
         }
         dispatch_text(conn, ev.data.as_bytes(), related);
-        if let Some(id) = related {
-            if !conn.is_pending(id) {
-                break;
-            }
+        if let Some(id) = related
+            && !conn.is_pending(id)
+        {
+            break;
         }
     }
     last

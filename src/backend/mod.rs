@@ -376,10 +376,10 @@ impl Slot {
         if let Some(c) = self.current() {
             return Ok(c);
         }
-        if let (Some(at), Some(e)) = (backoff.retry_at, &backoff.last_error) {
-            if Instant::now() < at {
-                return Err(e.clone());
-            }
+        if let (Some(at), Some(e)) = (backoff.retry_at, &backoff.last_error)
+            && Instant::now() < at
+        {
+            return Err(e.clone());
         }
         match spec.connect(owner, handler, capabilities).await {
             Ok(c) => {

@@ -142,10 +142,10 @@ impl SseLink {
 
     /// Closes the event stream, which ends the legacy session.
     pub(crate) fn close(&self) {
-        if let Ok(mut l) = self.listener.lock() {
-            if let Some(t) = l.take() {
-                t.abort();
-            }
+        if let Ok(mut l) = self.listener.lock()
+            && let Some(t) = l.take()
+        {
+            t.abort();
         }
     }
 }

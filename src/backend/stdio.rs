@@ -143,10 +143,10 @@ impl StdioLink {
 
 impl Drop for StdioLink {
     fn drop(&mut self) {
-        if !self.exited.is_cancelled() {
-            if let Some(pgid) = self.pgid {
-                let _ = killpg(Pid::from_raw(pgid), Signal::SIGKILL);
-            }
+        if !self.exited.is_cancelled()
+            && let Some(pgid) = self.pgid
+        {
+            let _ = killpg(Pid::from_raw(pgid), Signal::SIGKILL);
         }
     }
 }

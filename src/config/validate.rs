@@ -186,13 +186,13 @@ pub fn validate(c: &Config) -> Vec<ConfigProblem> {
             p.push(ConfigProblem::new(field, "must be greater than zero"));
         }
     }
-    if let Some(r) = &s.rate_limit {
-        if r.per_second == 0 || r.burst == Some(0) {
-            p.push(ConfigProblem::new(
-                "server.rate_limit",
-                "per_second and burst must be at least 1",
-            ));
-        }
+    if let Some(r) = &s.rate_limit
+        && (r.per_second == 0 || r.burst == Some(0))
+    {
+        p.push(ConfigProblem::new(
+            "server.rate_limit",
+            "per_second and burst must be at least 1",
+        ));
     }
     if s.max_streams_per_session == 0 {
         p.push(ConfigProblem::new(

@@ -366,11 +366,11 @@ async fn initialize(
     entry.streams.set_priming(version.as_str() >= "2025-11-25");
     lock(&http.inner.sessions).insert(entry.id.clone(), entry.clone());
     tracing::info!(session = %entry.id, version, "session started");
-    if !accept.json {
-        if let Some(rx) = entry.streams.open_request(&id) {
-            entry.streams.finish(&id, Some(out));
-            return Ok(sse_response(rx, http.inner.options.keep_alive, &entry.id));
-        }
+    if !accept.json
+        && let Some(rx) = entry.streams.open_request(&id)
+    {
+        entry.streams.finish(&id, Some(out));
+        return Ok(sse_response(rx, http.inner.options.keep_alive, &entry.id));
     }
     Ok(json_response(out, Some(&entry.id)))
 }

@@ -262,10 +262,10 @@ impl Sink for Streams {
             return;
         }
         let mut st = lock(&self.state);
-        if let Some(number) = st.by_request.get(request).copied() {
-            if let Some(stream) = st.streams.get_mut(&number) {
-                stream.live.clear();
-            }
+        if let Some(number) = st.by_request.get(request).copied()
+            && let Some(stream) = st.streams.get_mut(&number)
+        {
+            stream.live.clear();
         }
     }
 }

@@ -21,10 +21,10 @@ pub fn check_origin(h: &HeaderMap, policy: &OriginPolicy) -> Result<(), HttpErro
             return Err(HttpError::forbidden_origin());
         }
     }
-    if let Some(host) = h.get(header::HOST) {
-        if !host.to_str().is_ok_and(|v| policy.host_allowed(v)) {
-            return Err(HttpError::forbidden_origin());
-        }
+    if let Some(host) = h.get(header::HOST)
+        && !host.to_str().is_ok_and(|v| policy.host_allowed(v))
+    {
+        return Err(HttpError::forbidden_origin());
     }
     Ok(())
 }

@@ -290,10 +290,10 @@ async fn initialize(
     }
     let view = st.router.view_for_key(&key);
     let mut capabilities = view.capabilities.clone();
-    if version < ProtocolVersion::V2025_11_25 {
-        if let Some(c) = capabilities.as_object_mut() {
-            c.remove("tasks");
-        }
+    if version < ProtocolVersion::V2025_11_25
+        && let Some(c) = capabilities.as_object_mut()
+    {
+        c.remove("tasks");
     }
     let mut result = json!({
         "protocolVersion": version.as_str(),

@@ -45,10 +45,10 @@ impl Access {
     /// Records the catalogues the aggregated view of `epoch` was built from;
     /// cached per-key views of older epochs are dropped.
     pub(super) fn record(&self, epoch: u64, catalogs: Vec<Option<Arc<BackendCatalog>>>) {
-        if let Ok(mut s) = self.snapshot.write() {
-            if epoch >= s.epoch {
-                *s = Arc::new(Snapshot { epoch, catalogs });
-            }
+        if let Ok(mut s) = self.snapshot.write()
+            && epoch >= s.epoch
+        {
+            *s = Arc::new(Snapshot { epoch, catalogs });
         }
     }
 
@@ -95,13 +95,13 @@ impl Router {
             }
         }
         let view = Arc::new(self.build_filtered(&snap, key));
-        if let Ok(mut c) = self.access.cache.lock() {
-            if c.0 == snap.epoch {
-                if c.1.len() >= MAX_VIEWS {
-                    c.1.clear();
-                }
-                c.1.insert(key.clone(), view.clone());
+        if let Ok(mut c) = self.access.cache.lock()
+            && c.0 == snap.epoch
+        {
+            if c.1.len() >= MAX_VIEWS {
+                c.1.clear();
             }
+            c.1.insert(key.clone(), view.clone());
         }
         view
     }

@@ -132,15 +132,14 @@ impl Router {
         };
         let backend = route.backend;
         params["name"] = route.original.clone().into();
-        if kind == ResultKind::ToolCall {
-            if let Some(o) = self
+        if kind == ResultKind::ToolCall
+            && let Some(o) = self
                 .backends
                 .at(backend)
                 .tools
                 .override_for(&route.original)
-            {
-                super::curation::inject(&mut params, o);
-            }
+        {
+            super::curation::inject(&mut params, o);
         }
         self.forward(session, id, backend, method, params, kind)
     }

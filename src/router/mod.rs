@@ -501,10 +501,11 @@ impl Router {
             let Ok(u) = s.upstreams.lock() else { continue };
             for (idx, slot) in u.iter() {
                 let limit = self.backends.at(*idx).spec.config.idle_timeout;
-                if let Some(c) = slot.current() {
-                    if c.in_flight() == 0 && c.idle_for() > limit {
-                        idle.push((slot.clone(), c));
-                    }
+                if let Some(c) = slot.current()
+                    && c.in_flight() == 0
+                    && c.idle_for() > limit
+                {
+                    idle.push((slot.clone(), c));
                 }
             }
         }

@@ -304,10 +304,10 @@ impl View {
     }
 
     fn route_uri_unfiltered(&self, uri: &str) -> Option<(usize, String)> {
-        if let Some((prefix, rest)) = names::split_uri(uri) {
-            if let Some(&b) = self.uri_prefixes.get(&prefix.to_ascii_lowercase()) {
-                return Some((b, rest.to_owned()));
-            }
+        if let Some((prefix, rest)) = names::split_uri(uri)
+            && let Some(&b) = self.uri_prefixes.get(&prefix.to_ascii_lowercase())
+        {
+            return Some((b, rest.to_owned()));
         }
         if let Some(&b) = self.unprefixed_uris.get(uri) {
             return Some((b, uri.to_owned()));
@@ -373,10 +373,10 @@ fn expose_item(item: &Value, input: &ViewInput<'_>, original: &str, exposed: &st
     if exposed != plain && item.get("title").is_none() {
         item["title"] = original.into();
     }
-    if !input.uri_prefix.is_empty() {
-        if let Some(Value::String(uri)) = item.pointer_mut("/_meta/ui/resourceUri") {
-            *uri = names::expose_uri(input.uri_prefix, uri);
-        }
+    if !input.uri_prefix.is_empty()
+        && let Some(Value::String(uri)) = item.pointer_mut("/_meta/ui/resourceUri")
+    {
+        *uri = names::expose_uri(input.uri_prefix, uri);
     }
     item
 }

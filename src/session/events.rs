@@ -261,11 +261,11 @@ impl EventLog {
 
     /// Ends `stream` without a final event (the host cancelled its request).
     pub fn finish(&self, stream: u64) {
-        if let Ok(mut g) = self.inner.lock() {
-            if let Some(s) = g.streams.get_mut(&stream) {
-                s.finished = true;
-                s.live = None;
-            }
+        if let Ok(mut g) = self.inner.lock()
+            && let Some(s) = g.streams.get_mut(&stream)
+        {
+            s.finished = true;
+            s.live = None;
         }
     }
 

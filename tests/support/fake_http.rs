@@ -427,10 +427,10 @@ async fn get(State(inner): State<Arc<Inner>>, h: HeaderMap) -> Response {
             Err(code) => status(code, "no such session"),
             Ok((sid, _)) => {
                 let (tx, rx) = mpsc::unbounded_channel();
-                if let Ok(mut s) = inner.sessions.lock() {
-                    if let Some(sess) = s.get_mut(&sid) {
-                        sess.get_tx = Some(tx);
-                    }
+                if let Ok(mut s) = inner.sessions.lock()
+                    && let Some(sess) = s.get_mut(&sid)
+                {
+                    sess.get_tx = Some(tx);
                 }
                 sse(rx)
             }

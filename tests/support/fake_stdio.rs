@@ -381,10 +381,10 @@ impl Server {
             me.log.write(json!({"event": "answered", "id": id}));
             me.answer(&id, outcome);
         });
-        if let Ok(mut r) = self.running.lock() {
-            if !handle.is_finished() {
-                r.insert(key, (tool, handle.abort_handle()));
-            }
+        if let Ok(mut r) = self.running.lock()
+            && !handle.is_finished()
+        {
+            r.insert(key, (tool, handle.abort_handle()));
         }
     }
 }
@@ -431,14 +431,14 @@ impl Server {
                 Ok(v) => v.get("isError") == Some(&Value::Bool(true)),
                 Err(_) => true,
             };
-            if let Ok(mut t) = me.tasks.lock() {
-                if let Some(task) = t.get_mut(&tid) {
-                    if task.terminal() {
-                        return;
-                    }
-                    task.status = if failed { "failed" } else { "completed" };
-                    task.result = Some(outcome);
+            if let Ok(mut t) = me.tasks.lock()
+                && let Some(task) = t.get_mut(&tid)
+            {
+                if task.terminal() {
+                    return;
                 }
+                task.status = if failed { "failed" } else { "completed" };
+                task.result = Some(outcome);
             }
             me.task_status(&tid);
         });
@@ -562,16 +562,15 @@ async fn main() {
             .map(Mutex::new)
     }));
     log.write(json!({"event": "started"}));
-    if knobs.ignore_sigterm {
-        if let Ok(mut term) =
+    if knobs.ignore_sigterm
+        && let Ok(mut term) =
             tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        {
-            tokio::spawn(async move {
-                while term.recv().await.is_some() {
-                    eprintln!("fake-stdio: SIGTERM ignored");
-                }
-            });
-        }
+    {
+        tokio::spawn(async move {
+            while term.recv().await.is_some() {
+                eprintln!("fake-stdio: SIGTERM ignored");
+            }
+        });
     }
     let mut extra = knobs
         .tools_json
