@@ -163,10 +163,9 @@ impl HttpConn {
                 "application/json, text/event-stream",
             )
             .body(Full::new(Bytes::new()))
+            && let Ok(resp) = self.send(req).await
         {
-            if let Ok(resp) = self.send(req).await {
-                let _ = resp.into_body().collect().await;
-            }
+            let _ = resp.into_body().collect().await;
         }
     }
 

@@ -187,10 +187,9 @@ pub async fn close_http_workers(workers: &mut [Worker]) {
             session: Some(s),
             ..
         } = w
+            && done.insert(s.clone())
         {
-            if done.insert(s.clone()) {
-                conn.delete(s).await;
-            }
+            conn.delete(s).await;
         }
     }
 }

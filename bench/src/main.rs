@@ -305,10 +305,9 @@ async fn suite_main(
     if ["http_echo", "stdio_echo", "payload"]
         .iter()
         .any(|s| wanted(s))
+        && let Err(e) = suite::throughput(&env, &wanted, &mut scenarios).await
     {
-        if let Err(e) = suite::throughput(&env, &wanted, &mut scenarios).await {
-            errors.push(format!("throughput: {e:#}"));
-        }
+        errors.push(format!("throughput: {e:#}"));
     }
     if wanted("fanout_list") {
         match suite::fanout(&env, &mut scenarios).await {
