@@ -6,11 +6,13 @@
 //! and a response's `result` stays a [`RawValue`] so that large results pass through
 //! without being parsed unless the router has to rewrite something inside them.
 
+use std::borrow::Cow;
 use std::fmt;
 
 use serde::de::{self, Deserializer};
 use serde::{Deserialize, Serialize, Serializer};
 use serde_json::Value;
+use serde_json::error::Category;
 use serde_json::value::RawValue;
 
 /// Parse error: the body is not JSON (JSON-RPC 2.0 §5.1).
@@ -169,7 +171,7 @@ pub enum EnvelopeError {
         /// The id when it could be read, so the error can echo it.
         id: Option<Id>,
         /// What is wrong.
-        reason: &'static str,
+        reason: Cow<'static, str>,
     },
 }
 
@@ -224,9 +226,22 @@ pub fn parse_message(text: &[u8]) -> Result<Message, EnvelopeError> {
 
 /// Classifies one already-parsed JSON value (used for batch elements).
 pub fn classify_raw(raw: &RawValue) -> Result<Message, EnvelopeError> {
-    let env: Envelope = serde_json::from_str(raw.get()).map_err(|_| EnvelopeError::Invalid {
-        id: None,
-        reason: "a JSON-RPC message must be a JSON object",
+    // serde's derived struct impl would also take an array of the fields in order.
+    if !raw.get().trim_start().starts_with('{') {
+        return Err(EnvelopeError::Invalid {
+            id: None,
+            reason: "a JSON-RPC message must be a JSON object".into(),
+        });
+    }
+    let env: Envelope = serde_json::from_str(raw.get()).map_err(|e| match e.classify() {
+        // Text the skimming first pass let through but a full parse rejects: a
+        // lone surrogate escape, nesting deeper than serde_json's limit.
+        Category::Syntax | Category::Eof | Category::Io => EnvelopeError::Parse(e.to_string()),
+        // An object with a duplicate member, for example.
+        Category::Data => EnvelopeError::Invalid {
+            id: None,
+            reason: e.to_string().into(),
+        },
     })?;
     let id = match &env.id {
         None => None,
@@ -239,9 +254,9 @@ pub fn classify_raw(raw: &RawValue) -> Result<Message, EnvelopeError> {
         Some(Ok(id)) => Some(id.clone()),
         _ => None,
     };
-    let invalid = |reason| EnvelopeError::Invalid {
+    let invalid = |reason: &'static str| EnvelopeError::Invalid {
         id: readable_id.clone(),
-        reason,
+        reason: reason.into(),
     };
     if env.jsonrpc.as_deref().map(RawValue::get) != Some("\"2.0\"") {
         return Err(invalid("jsonrpc must be \"2.0\""));
@@ -397,6 +412,43 @@ mod tests {
 
     fn parse(s: &str) -> Result<Message, EnvelopeError> {
         parse_message(s.as_bytes())
+    }
+
+    /// Newcomer trial: JSON the skimming first pass accepts but a full parse
+    /// rejects is a parse error, and an object's own defects are named.
+    #[test]
+    fn syntax_found_late_is_a_parse_error_and_data_defects_are_named() {
+        let surrogate = r#"{"jsonrpc":"2.0","id":"\ud800","method":"ping"}"#;
+        assert!(
+            matches!(parse(surrogate), Err(EnvelopeError::Parse(_))),
+            "{surrogate}"
+        );
+        let deep = format!(
+            r#"{{"jsonrpc":"2.0","id":1,"method":"ping","params":{{"a":{}{}}}}}"#,
+            "[".repeat(1000),
+            "]".repeat(1000)
+        );
+        assert!(matches!(parse(&deep), Err(EnvelopeError::Parse(_))));
+        match parse(r#"{"jsonrpc":"2.0","id":1,"id":2,"method":"ping"}"#) {
+            Err(EnvelopeError::Invalid { reason, .. }) => {
+                assert!(reason.contains("duplicate field `id`"), "{reason}")
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+        for not_object in [r#"["2.0", 1, "ping"]"#, "7"] {
+            match parse(not_object) {
+                Err(EnvelopeError::Invalid { reason, .. }) => {
+                    assert_eq!(reason, "a JSON-RPC message must be a JSON object")
+                }
+                other => panic!("{not_object}: unexpected {other:?}"),
+            }
+        }
+        match parse("[1]") {
+            Err(EnvelopeError::Invalid { reason, .. }) => {
+                assert_eq!(reason, "a JSON-RPC message must be a JSON object")
+            }
+            other => panic!("unexpected {other:?}"),
+        }
     }
 
     #[test]

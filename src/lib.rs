@@ -109,19 +109,24 @@ impl Gateway {
             )),
             auth,
         };
-        let app = http::app(state, &config.server.path, config.server.max_body_bytes);
-        let shutdown = stop.clone();
-        let server = tokio::spawn(async move {
-            let app = app.into_make_service_with_connect_info::<SocketAddr>();
-            let serve =
-                axum::serve(listener, app).with_graceful_shutdown(shutdown.cancelled_owned());
-            if let Err(e) = serve.await {
-                tracing::error!(cause = %e, "HTTP server failed");
-            }
-        });
+        let app = http::app(state, &config.server);
+        let server = tokio::spawn(http::serve::serve(
+            listener,
+            app,
+            config.server.header_read_timeout,
+            stop.clone(),
+        ));
         tokio::spawn(reap_idle(router.clone(), limiter, stop.clone()));
         let metrics_addr = match config.server.metrics_listen {
-            Some(addr) => serve_metrics(addr, router.clone(), stop.clone()).await,
+            Some(addr) => {
+                serve_metrics(
+                    addr,
+                    router.clone(),
+                    config.server.header_read_timeout,
+                    stop.clone(),
+                )
+                .await
+            }
             None => None,
         };
         tracing::info!(addr = %local_addr, path = %config.server.path, backends = config.backends.len(), "mcpgate listening");
@@ -199,6 +204,7 @@ async fn reap_idle(
 async fn serve_metrics(
     addr: SocketAddr,
     router: Arc<Router>,
+    header_read_timeout: Duration,
     stop: CancellationToken,
 ) -> Option<SocketAddr> {
     let listener = match TcpListener::bind(addr).await {
@@ -210,12 +216,9 @@ async fn serve_metrics(
     };
     let local = listener.local_addr().ok();
     let app = http::metrics_app(router);
-    tokio::spawn(async move {
-        let serve = axum::serve(listener, app).with_graceful_shutdown(stop.cancelled_owned());
-        if let Err(e) = serve.await {
-            tracing::error!(cause = %e, "metrics server failed");
-        }
-    });
-    tracing::info!(addr = ?local, "metrics listening");
+    tokio::spawn(http::serve::serve(listener, app, header_read_timeout, stop));
+    if let Some(addr) = local {
+        tracing::info!(%addr, "metrics listening");
+    }
     local
 }

@@ -100,7 +100,7 @@ pub struct Metrics {
     /// Authentication/authorization failures by reason.
     pub auth_failures: IntCounterVec,
     /// Requests refused before routing, by reason (origin, accept, content_type,
-    /// body_too_large, session_missing, session_unknown, version, rate_limited,
+    /// body_too_large, body_timeout, session_missing, session_unknown, version, rate_limited,
     /// too_many_sessions, too_many_streams, backend_busy).
     pub rejections: IntCounterVec,
     /// Messages toward hosts that were dropped, by reason.

@@ -147,6 +147,34 @@ async fn a_session_may_hold_only_max_streams_per_session_streams() {
     assert!(ok, "closed streams free their slots");
 }
 
+/// Newcomer trial: four concurrent slow calls on a session limited to two
+/// streams all got 200 (each was checked before any had opened its stream).
+#[tokio::test]
+async fn concurrent_requests_cannot_all_pass_the_stream_limit() {
+    let gw = TestGateway::start(
+        r#"
+        [server]
+        metrics_listen = "127.0.0.1:0"
+        max_streams_per_session = 2
+        [backends.fx]
+        type = "stdio"
+        command = "${FAKE_STDIO}"
+        "#,
+    )
+    .await;
+    let s = gw.session().await;
+    let calls = (0..4).map(|i| {
+        let body = json!({"jsonrpc": "2.0", "id": 10 + i, "method": "tools/call",
+                          "params": {"name": "fx__sleep", "arguments": {"s": 1.0}}})
+        .to_string();
+        let s = &s;
+        async move { s.post(&[], body).await.status }
+    });
+    let mut statuses = futures_util::future::join_all(calls).await;
+    statuses.sort_unstable();
+    assert_eq!(statuses, [200, 200, 429, 429]);
+}
+
 #[tokio::test]
 async fn a_thousand_idle_sessions_expire_with_their_children() {
     let gw = TestGateway::start(

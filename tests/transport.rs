@@ -321,3 +321,25 @@ async fn idle_streams_get_keep_alives_and_events_are_not_held_back() {
         last.0
     );
 }
+
+/// Newcomer trial: an `Mcp-Session-Id` that is present but not visible ASCII
+/// names no session (404, re-initialize), rather than "header is required" (400);
+/// a foreign Host is refused naming the Host, not the Origin.
+#[tokio::test]
+async fn unreadable_session_ids_are_unknown_and_foreign_hosts_are_named() {
+    let gw = TestGateway::start(FX).await;
+    let s = gw.session().await;
+    let ping = json!({"jsonrpc": "2.0", "id": 1, "method": "ping"}).to_string();
+    let mut h = gw.client().headers();
+    h.insert(
+        "mcp-session-id",
+        HeaderValue::from_bytes(b"caf\xe9").expect("obs-text is a valid header value"),
+    );
+    let r = s.send_raw(Method::POST, h, ping.clone().into()).await;
+    assert_eq!(r.status, 404, "{:?}", r.body);
+
+    let r = s.post(&[("host", "evil.example")], ping).await;
+    assert_eq!(r.status, 403);
+    let body = String::from_utf8_lossy(&r.body).into_owned();
+    assert!(body.contains("Host not allowed"), "{body}");
+}

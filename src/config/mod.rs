@@ -95,8 +95,18 @@ pub struct ServerConfig {
     pub session_idle_timeout: Duration,
     /// Maximum concurrent host sessions; `initialize` beyond it gets HTTP 503.
     pub max_sessions: usize,
-    /// Maximum request body in bytes (HTTP 413 beyond). Default 4 MiB.
+    /// Maximum request body in bytes (HTTP 413 beyond, at once when the
+    /// `Content-Length` announces more). Default 4 MiB.
     pub max_body_bytes: usize,
+    /// How long a client may take to send a request's headers; also how long an
+    /// idle keep-alive connection is kept. The connection is closed beyond it
+    /// (slowloris guard). Default 30 s.
+    #[serde(with = "humantime_serde")]
+    pub header_read_timeout: Duration,
+    /// How long a client may take to send a request's body (HTTP 408 beyond).
+    /// Default 30 s.
+    #[serde(with = "humantime_serde")]
+    pub body_read_timeout: Duration,
     /// Items per page in `*/list` results served to hosts. Default 100.
     pub page_size: usize,
     /// Maximum exposed tool/prompt name length, 1..=128 (MCP 2025-11-25 tools: ≤128;
@@ -174,6 +184,8 @@ impl Default for ServerConfig {
             session_idle_timeout: Duration::from_secs(30 * 60),
             max_sessions: 10_000,
             max_body_bytes: 4 * 1024 * 1024,
+            header_read_timeout: Duration::from_secs(30),
+            body_read_timeout: Duration::from_secs(30),
             page_size: 100,
             max_name_len: 128,
             json_response_window: Duration::from_millis(100),

@@ -75,6 +75,16 @@ impl HttpError {
             "Forbidden: origin not allowed",
         )
     }
+
+    /// 403: a `Host` header a loopback bind does not answer to (DNS rebinding;
+    /// `server.allowed_hosts` adds names).
+    pub fn forbidden_host() -> Self {
+        HttpError::new(
+            StatusCode::FORBIDDEN,
+            jsonrpc::TRANSPORT_ERROR,
+            "Forbidden: Host not allowed (server.allowed_hosts)",
+        )
+    }
 }
 
 impl IntoResponse for HttpError {

@@ -24,7 +24,7 @@ pub fn check_origin(h: &HeaderMap, policy: &OriginPolicy) -> Result<(), HttpErro
     if let Some(host) = h.get(header::HOST)
         && !host.to_str().is_ok_and(|v| policy.host_allowed(v))
     {
-        return Err(HttpError::forbidden_origin());
+        return Err(HttpError::forbidden_host());
     }
     Ok(())
 }

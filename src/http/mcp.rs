@@ -18,10 +18,49 @@ use crate::auth::Principal;
 use crate::jsonrpc::{self, EnvelopeError, ErrorObject, Message, Request};
 use crate::protocol::{META_PROTOCOL_VERSION, MODERN_VERSION, ProtocolVersion};
 use crate::router::Reply;
-use crate::session::{ResumeError, Session};
+use crate::session::{ResumeError, Session, StreamSlot};
 
 /// The principal the auth middleware put in the request (`None`: open endpoint).
 type Caller = Option<Extension<Arc<Principal>>>;
+
+/// Route middleware: HTTP 413 at once for a request whose `Content-Length`
+/// announces more than `server.max_body_bytes`, before any of the body is read
+/// (a client that announces 5 MB and sends 2 bytes would otherwise wait for the
+/// body read timeout). Bodies without a length are still cut off at the limit
+/// while they are read (`DefaultBodyLimit`).
+pub async fn announced_body_limit(
+    State(st): State<AppState>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let announced = req
+        .headers()
+        .get(axum::http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    let limit = st.router.server.max_body_bytes as u64;
+    if announced.is_some_and(|n| n > limit) {
+        let e = HttpError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            jsonrpc::INVALID_REQUEST,
+            format!("request body larger than {limit} bytes (server.max_body_bytes)"),
+        );
+        return reject(&st, e);
+    }
+    next.run(req).await
+}
+
+/// Whether reading the body failed on tower-http's body read timeout.
+fn body_timed_out(rejection: &BytesRejection) -> bool {
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(rejection);
+    while let Some(e) = cause {
+        if e.is::<tower_http::timeout::TimeoutError>() {
+            return true;
+        }
+        cause = e.source();
+    }
+    false
+}
 
 /// `POST /mcp`: one JSON-RPC message (or, for 2025-03-26 sessions, a batch).
 pub async fn post(
@@ -32,6 +71,14 @@ pub async fn post(
 ) -> Response {
     let body = match body {
         Ok(b) => b,
+        Err(rejection) if body_timed_out(&rejection) => {
+            let e = HttpError::new(
+                StatusCode::REQUEST_TIMEOUT,
+                jsonrpc::INVALID_REQUEST,
+                "the request body did not arrive within server.body_read_timeout",
+            );
+            return reject(&st, e);
+        }
         Err(rejection) => {
             let status = rejection.status();
             let e = HttpError::new(status, jsonrpc::INVALID_REQUEST, rejection.body_text());
@@ -83,8 +130,8 @@ async fn post_inner(
             accepted()
         }
         Message::Request(req) => {
-            check_streams(st, &session)?;
-            answer(st, &session, req).await
+            let slot = reserve_stream(st, &session)?;
+            answer(st, &session, req, slot).await
         }
     })
 }
@@ -96,6 +143,7 @@ fn reject(st: &AppState, e: HttpError) -> Response {
         (406, _) => "accept",
         (415, _) => "content_type",
         (413, _) => "body_too_large",
+        (408, _) => "body_timeout",
         (404, _) => "session_unknown",
         (410, _) | (400, jsonrpc::TRANSPORT_ERROR)
             if e.detail.error.message.contains("Last-Event-ID") =>
@@ -122,19 +170,21 @@ fn reject(st: &AppState, e: HttpError) -> Response {
     e.into_response()
 }
 
-/// 429 when the session already holds `max_streams_per_session` SSE streams.
-fn check_streams(st: &AppState, session: &Session) -> Result<(), HttpError> {
-    let open = session
-        .open_streams
-        .load(std::sync::atomic::Ordering::Relaxed);
-    if open >= st.router.server.max_streams_per_session {
-        return Err(HttpError::new(
-            StatusCode::TOO_MANY_REQUESTS,
-            jsonrpc::TRANSPORT_ERROR,
-            format!("Too Many Requests: this session already holds {open} open streams"),
-        ));
-    }
-    Ok(())
+/// A stream slot for a request about to be answered (POST) or a GET stream;
+/// 429 when the session already holds `max_streams_per_session` of them.
+fn reserve_stream(st: &AppState, session: &Arc<Session>) -> Result<StreamSlot, HttpError> {
+    session
+        .reserve_stream(st.router.server.max_streams_per_session)
+        .map_err(|open| {
+            HttpError::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                jsonrpc::TRANSPORT_ERROR,
+                format!(
+                    "Too Many Requests: this session already holds {open} open streams \
+                     (server.max_streams_per_session)"
+                ),
+            )
+        })
 }
 
 fn accepted() -> Response {
@@ -149,7 +199,11 @@ fn lookup(
     h: &HeaderMap,
     principal: Option<&Arc<Principal>>,
 ) -> Result<Arc<Session>, HttpError> {
-    let id = headers::session_id(h).ok_or_else(HttpError::missing_session)?;
+    if !h.contains_key(headers::SESSION) {
+        return Err(HttpError::missing_session());
+    }
+    // Present but not visible ASCII: no session of ours has such an id.
+    let id = headers::session_id(h).ok_or_else(HttpError::unknown_session)?;
     let session = st
         .router
         .sessions
@@ -159,7 +213,7 @@ fn lookup(
     Ok(session)
 }
 
-async fn answer(st: &AppState, session: &Arc<Session>, req: Request) -> Response {
+async fn answer(st: &AppState, session: &Arc<Session>, req: Request, slot: StreamSlot) -> Response {
     use tracing::Instrument;
     // One span per host request (issue 5): routing fills in backend and tool.
     let span = tracing::info_span!(
@@ -170,10 +224,15 @@ async fn answer(st: &AppState, session: &Arc<Session>, req: Request) -> Response
         backend = tracing::field::Empty,
         tool = tracing::field::Empty,
     );
-    answer_inner(st, session, req).instrument(span).await
+    answer_inner(st, session, req, slot).instrument(span).await
 }
 
-async fn answer_inner(st: &AppState, session: &Arc<Session>, req: Request) -> Response {
+async fn answer_inner(
+    st: &AppState,
+    session: &Arc<Session>,
+    req: Request,
+    slot: StreamSlot,
+) -> Response {
     let server = &st.router.server;
     match st.router.handle_request(session, req).await {
         Reply::Now(bytes) => {
@@ -184,6 +243,7 @@ async fn answer_inner(st: &AppState, session: &Arc<Session>, req: Request) -> Re
             stream_reply(
                 rx,
                 session,
+                slot,
                 server.json_response_window,
                 server.sse_keep_alive,
                 &st.router.metrics,
@@ -323,7 +383,12 @@ async fn batch(
 ) -> Result<Response, HttpError> {
     let items: Vec<&RawValue> = serde_json::from_slice(body)
         .map_err(|e| HttpError::envelope(&EnvelopeError::Parse(e.to_string())))?;
-    let invalid = |reason| HttpError::envelope(&EnvelopeError::Invalid { id: None, reason });
+    let invalid = |reason: &'static str| {
+        HttpError::envelope(&EnvelopeError::Invalid {
+            id: None,
+            reason: reason.into(),
+        })
+    };
     if items.is_empty() {
         return Err(invalid("an empty batch is not a request"));
     }
@@ -399,23 +464,24 @@ pub async fn get(State(st): State<AppState>, caller: Caller, h: HeaderMap) -> Re
         Err(e) => return reject(&st, e),
     };
     session.touch();
-    if let Err(e) = check_streams(&st, &session) {
-        return reject(&st, e);
-    }
+    let slot = match reserve_stream(&st, &session) {
+        Ok(slot) => slot,
+        Err(e) => return reject(&st, e),
+    };
     let keep_alive = st.router.server.sse_keep_alive;
     let last_event = h
         .get("last-event-id")
         .map(|v| v.to_str().unwrap_or("invalid"));
     match last_event {
         None => sse_response(
-            &session,
+            slot,
             session.version.primes_streams(),
             session.events.attach_standalone(),
             keep_alive,
             &st.router.metrics,
         ),
         Some(id) => match session.events.resume(id) {
-            Ok(attached) => sse_response(&session, false, attached, keep_alive, &st.router.metrics),
+            Ok(attached) => sse_response(slot, false, attached, keep_alive, &st.router.metrics),
             Err(e) => {
                 let status = match e {
                     ResumeError::Malformed => StatusCode::BAD_REQUEST,

@@ -6,6 +6,7 @@ mod error;
 mod headers;
 pub mod limit;
 mod mcp;
+pub mod serve;
 mod sse;
 
 use std::net::SocketAddr;
@@ -17,9 +18,11 @@ use axum::http::{HeaderName, HeaderValue, Method, header};
 use axum::routing::get;
 use tower_http::cors::{AllowOrigin, CorsLayer};
 use tower_http::sensitive_headers::SetSensitiveRequestHeadersLayer;
+use tower_http::timeout::RequestBodyTimeoutLayer;
 
 pub use error::HttpError;
 
+use crate::config::ServerConfig;
 use crate::router::Router;
 
 /// Shared state of the HTTP handlers.
@@ -111,7 +114,12 @@ fn is_loopback_origin(origin: &str) -> bool {
 }
 
 /// Builds the axum application: the MCP endpoint at `path` and `/healthz`.
-pub fn app(state: AppState, path: &str, max_body: usize) -> AxumRouter {
+///
+/// `server` gives the endpoint path, the body size limit (HTTP 413, answered
+/// from `Content-Length` before any body is read) and the body read timeout
+/// (HTTP 408).
+pub fn app(state: AppState, server: &ServerConfig) -> AxumRouter {
+    let path = server.path.as_str();
     let policy = state.origins.clone();
     let cors = CorsLayer::new()
         .allow_origin(AllowOrigin::predicate(move |origin: &HeaderValue, _| {
@@ -134,7 +142,11 @@ pub fn app(state: AppState, path: &str, max_body: usize) -> AxumRouter {
     let mut mcp_route = axum::routing::MethodRouter::new()
         .get(mcp::get)
         .post(mcp::post)
-        .delete(mcp::delete);
+        .delete(mcp::delete)
+        .route_layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            mcp::announced_body_limit,
+        ));
     if let Some(limiter) = state.limiter.clone() {
         mcp_route =
             mcp_route.route_layer(axum::middleware::from_fn_with_state(limiter, limit::limit));
@@ -149,7 +161,8 @@ pub fn app(state: AppState, path: &str, max_body: usize) -> AxumRouter {
         .merge(metadata)
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
-        .layer(DefaultBodyLimit::max(max_body))
+        .layer(DefaultBodyLimit::max(server.max_body_bytes))
+        .layer(RequestBodyTimeoutLayer::new(server.body_read_timeout))
         .layer(cors)
         .layer(SetSensitiveRequestHeadersLayer::new([
             header::AUTHORIZATION,

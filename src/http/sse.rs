@@ -20,7 +20,7 @@ use tokio::sync::mpsc;
 use tokio::time::{Instant, MissedTickBehavior, interval_at};
 
 use crate::metrics::Metrics;
-use crate::session::{Attached, Frame, Outbound, Session};
+use crate::session::{Attached, Frame, Outbound, Session, StreamSlot};
 
 /// Reconnection delay announced to hosts in the priming event (`retry`, ms).
 const RETRY_MS: u64 = 1000;
@@ -50,8 +50,10 @@ fn frame(f: &Frame) -> Bytes {
 /// A `200 text/event-stream` response: the priming event (when `prime`), the
 /// `replay` frames, then live frames until the stream's last event or until the
 /// event log detaches it.
+///
+/// `slot` is the session's stream slot this stream holds until it ends.
 pub fn sse_response(
-    session: &Arc<Session>,
+    slot: StreamSlot,
     prime: bool,
     attached: Attached,
     keep_alive: Duration,
@@ -80,7 +82,7 @@ pub fn sse_response(
         live: attached.live,
         tick,
         done: false,
-        open: OpenStream::new(metrics, session),
+        open: OpenStream::new(metrics, slot),
     };
     let body = stream::unfold(state, |mut st| async move {
         if st.done {
@@ -101,7 +103,7 @@ pub fn sse_response(
         st.tick.reset();
         st.done = next.last;
         let bytes = frame(&next);
-        st.open.0.bytes_out.inc_by(bytes.len() as u64);
+        st.open.metrics.bytes_out.inc_by(bytes.len() as u64);
         Some((Ok::<Bytes, std::io::Error>(bytes), st))
     });
     let mut resp = Response::new(Body::from_stream(body));
@@ -119,9 +121,12 @@ pub fn sse_response(
 /// if it is the response, answers `application/json`, otherwise (related messages
 /// first, or a slow backend) switches to an SSE stream recorded in the session's
 /// event log, so the host can resume it after a disconnect.
+///
+/// `slot` is freed at once for a JSON answer and held by an SSE stream.
 pub async fn stream_reply(
     mut rx: mpsc::Receiver<Outbound>,
     session: &Arc<Session>,
+    slot: StreamSlot,
     window: Duration,
     keep_alive: Duration,
     metrics: &Arc<Metrics>,
@@ -142,7 +147,7 @@ pub async fn stream_reply(
         live: Some(live),
     };
     sse_response(
-        session,
+        slot,
         session.version.primes_streams(),
         attached,
         keep_alive,
@@ -150,25 +155,26 @@ pub async fn stream_reply(
     )
 }
 
-/// Counts an open SSE stream (globally and per session) while its body lives.
-struct OpenStream(Arc<Metrics>, Arc<Session>);
+/// Counts an open SSE stream (the global gauge) and holds its session's stream
+/// slot while its body lives.
+struct OpenStream {
+    metrics: Arc<Metrics>,
+    _slot: StreamSlot,
+}
 
 impl OpenStream {
-    fn new(metrics: &Arc<Metrics>, session: &Arc<Session>) -> Self {
+    fn new(metrics: &Arc<Metrics>, slot: StreamSlot) -> Self {
         metrics.sse_streams_open.inc();
-        session
-            .open_streams
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        OpenStream(metrics.clone(), session.clone())
+        OpenStream {
+            metrics: metrics.clone(),
+            _slot: slot,
+        }
     }
 }
 
 impl Drop for OpenStream {
     fn drop(&mut self) {
-        self.0.sse_streams_open.dec();
-        self.1
-            .open_streams
-            .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+        self.metrics.sse_streams_open.dec();
     }
 }
 

@@ -98,7 +98,8 @@ pub struct Session {
     next_client_id: AtomicI64,
     /// SSE streams and the events recorded for resumption.
     pub events: EventLog,
-    /// SSE streams of this session currently open toward the host.
+    /// Stream slots taken: SSE streams open toward the host, and requests being
+    /// answered (see [`Session::reserve_stream`]).
     pub open_streams: std::sync::atomic::AtomicUsize,
     /// Tasks this session created, by exposed task id.
     pub tasks: Mutex<HashMap<String, crate::router::tasks::TaskRoute>>,
@@ -115,7 +116,32 @@ pub struct Session {
     subject_token: Mutex<Option<Arc<str>>>,
 }
 
+/// One of a session's `max_streams_per_session` stream slots, taken before a
+/// request is answered and held by the SSE body while it lives; dropped (slot
+/// freed) when the answer turns out to be a plain JSON body.
+pub struct StreamSlot(Arc<Session>);
+
+impl Drop for StreamSlot {
+    fn drop(&mut self) {
+        self.0
+            .open_streams
+            .fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+    }
+}
+
 impl Session {
+    /// Takes a stream slot if fewer than `max` are taken: one atomic step, so
+    /// concurrent requests cannot all pass a check made before any of them opened
+    /// its stream. `Err(n)`: all `n` slots are taken.
+    pub fn reserve_stream(self: &Arc<Self>, max: usize) -> Result<StreamSlot, usize> {
+        use std::sync::atomic::Ordering;
+        self.open_streams
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < max).then_some(n + 1)
+            })
+            .map(|_| StreamSlot(self.clone()))
+    }
+
     /// A new session for a host that sent `initialize`.
     pub fn new(version: ProtocolVersion, client_capabilities: Value, client_info: Value) -> Self {
         let id = new_session_id();

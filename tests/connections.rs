@@ -1,0 +1,112 @@
+//! Connection-level guards of the listener (newcomer trial, issue 5 limits): a
+//! client that stalls while sending headers or a body, or announces a body over
+//! the limit, is answered or cut off promptly instead of holding a socket forever.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{TestGateway, metric, scrape};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+const CONFIG: &str = r#"
+[server]
+metrics_listen = "127.0.0.1:0"
+header_read_timeout = "500ms"
+body_read_timeout = "500ms"
+max_body_bytes = 4096
+
+[backends.fx]
+type = "stdio"
+command = "${FAKE_STDIO}"
+"#;
+
+/// Writes `request` and reads until the server closes the connection (or 5 s
+/// pass); returns what was read and whether the server closed it.
+async fn exchange(gw: &TestGateway, request: &[u8]) -> (String, bool) {
+    let mut s = TcpStream::connect(gw.addr).await.expect("connect");
+    s.write_all(request).await.expect("write");
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    let closed = tokio::time::timeout(Duration::from_secs(5), async {
+        loop {
+            match s.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => got.extend_from_slice(&buf[..n]),
+            }
+        }
+    })
+    .await
+    .is_ok();
+    (String::from_utf8_lossy(&got).into_owned(), closed)
+}
+
+#[tokio::test]
+async fn stalled_headers_and_idle_connections_are_closed() {
+    let gw = TestGateway::start(CONFIG).await;
+    // Nothing at all, then half a request head: both closed by the header timeout.
+    let (_, closed) = exchange(&gw, b"").await;
+    assert!(closed, "an idle connection is closed");
+    let head = format!("POST /mcp HTTP/1.1\r\nHost: {}\r\n", gw.addr);
+    let (_, closed) = exchange(&gw, head.as_bytes()).await;
+    assert!(closed, "a connection stalled inside its headers is closed");
+    // A stalled HTTP/2 preface (an automatic HTTP/1-or-2 server waits for all
+    // 24 bytes of it without a timer).
+    let (_, closed) = exchange(&gw, b"PRI").await;
+    assert!(
+        closed,
+        "a connection stalled inside the HTTP/2 preface is closed"
+    );
+    // The gateway still serves.
+    let s = gw.session().await;
+    let r = s.request("ping", serde_json::json!({})).await;
+    assert_eq!(r.response["result"], serde_json::json!({}));
+}
+
+#[tokio::test]
+async fn a_stalled_body_gets_408() {
+    let gw = TestGateway::start(CONFIG).await;
+    let s = gw.session().await;
+    let sid = s.session.clone().expect("session id");
+    let req = format!(
+        "POST /mcp HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\n\
+         Accept: application/json, text/event-stream\r\nMcp-Session-Id: {sid}\r\n\
+         Content-Length: 100\r\n\r\n{{\"",
+        gw.addr
+    );
+    let (answer, _) = exchange(&gw, req.as_bytes()).await;
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(answer.contains("body_read_timeout"), "{answer}");
+    let text = scrape(&gw).await;
+    assert_eq!(
+        metric(
+            &text,
+            "mcpgate_rejections_total",
+            &[("reason", "body_timeout")]
+        ),
+        Some(1.0)
+    );
+}
+
+#[tokio::test]
+async fn an_announced_oversized_body_gets_413_before_it_is_sent() {
+    // With a long body timeout, only the announced length can trigger the answer
+    // within `exchange`'s 5 s: the 2 bytes sent are far below the limit.
+    let gw = TestGateway::start(&CONFIG.replace(
+        "body_read_timeout = \"500ms\"",
+        "body_read_timeout = \"60s\"",
+    ))
+    .await;
+    let s = gw.session().await;
+    let sid = s.session.clone().expect("session id");
+    let req = format!(
+        "POST /mcp HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\n\
+         Accept: application/json, text/event-stream\r\nMcp-Session-Id: {sid}\r\n\
+         Content-Length: 5000000\r\n\r\n{{}}",
+        gw.addr
+    );
+    let (answer, _) = exchange(&gw, req.as_bytes()).await;
+    assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
+    assert!(answer.contains("-32600"), "a JSON-RPC error body: {answer}");
+}
