@@ -74,3 +74,24 @@ async fn resources_of_two_backends_are_listed_readable_and_rewritten_in_results(
         assert_eq!(r.error_code(), Some(-32002), "{unknown}: {}", r.response);
     }
 }
+
+/// Newcomer trial: a backend's "Resource not found" error names the URI the host
+/// asked for (with the backend's prefix), not the backend's own URI.
+#[tokio::test]
+async fn resource_errors_name_the_exposed_uri() {
+    let config = format!(
+        "[backends.demo]\ntype = \"stdio\"\ncommand = {:?}\nargs = [\"demo-server\"]\n",
+        env!("CARGO_BIN_EXE_mcpgate")
+    );
+    let gw = TestGateway::start(&config).await;
+    let s = gw.session().await;
+    let r = s
+        .request("resources/read", json!({"uri": "demo+file:///etc/passwd"}))
+        .await;
+    assert_eq!(r.error_code(), Some(-32002), "{}", r.response);
+    assert_eq!(
+        r.response["error"]["data"]["uri"], "demo+file:///etc/passwd",
+        "{}",
+        r.response
+    );
+}

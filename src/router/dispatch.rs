@@ -372,6 +372,7 @@ impl Router {
                     tracing::debug!(backend = %name, method, cause = %e, "backend call failed");
                     let mut error = e.to_error_object();
                     namespace_elicitation_ids(&mut error, name);
+                    expose_error_uri(&mut error, &router.backends.at(backend).uri_prefix);
                     jsonrpc::error_bytes(Some(&id), &error)
                 }
             };
@@ -408,6 +409,18 @@ fn namespace_elicitation_ids(error: &mut ErrorObject, backend: &str) {
         if let Some(Value::String(id)) = e.get_mut("elicitationId") {
             *id = format!("{backend}:{id}");
         }
+    }
+}
+
+/// A backend's error about a resource (`-32002` "Resource not found" carries
+/// `data.uri`, MCP 2025-11-25 server/resources "Error Handling") names the URI
+/// as the host knows it, with the backend's prefix, never the backend's own.
+fn expose_error_uri(error: &mut ErrorObject, uri_prefix: &str) {
+    if uri_prefix.is_empty() {
+        return;
+    }
+    if let Some(Value::String(uri)) = error.data.as_mut().and_then(|d| d.get_mut("uri")) {
+        *uri = super::names::expose_uri(uri_prefix, uri);
     }
 }
 
