@@ -38,9 +38,10 @@ enum Command {
     },
     /// Validate a config file and print every problem with its field path.
     CheckConfig {
-        /// Config file to check.
-        #[arg(long, short, default_value = "config/mcpgate.toml")]
-        config: PathBuf,
+        /// Config file to check; found as `serve` finds it (default
+        /// `config/mcpgate.toml`, else the embedded default).
+        #[arg(long, short, env = "MCPGATE_CONFIG")]
+        config: Option<PathBuf>,
     },
     /// Run the built-in demo MCP server (stdio by default).
     DemoServer {
@@ -73,7 +74,7 @@ fn main() -> ExitCode {
             init_logging();
             runtime.block_on(serve(config, listen))
         }
-        Command::CheckConfig { config } => return check_config(&config),
+        Command::CheckConfig { config } => return check_config(config),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -103,16 +104,23 @@ fn init_logging() {
     }
 }
 
-async fn serve(path: Option<PathBuf>, listen: Option<SocketAddr>) -> anyhow::Result<()> {
+/// The config file `serve` and `check-config` use: `--config`/`MCPGATE_CONFIG`,
+/// else `config/mcpgate.toml` when the working directory has one, else `None`
+/// (the embedded default).
+fn config_path(given: Option<PathBuf>) -> Option<PathBuf> {
     let default = PathBuf::from("config/mcpgate.toml");
-    let (path, mut config) = match path {
-        Some(p) => (Some(p.clone()), Config::load(&p)?),
-        None if default.exists() => (Some(default.clone()), Config::load(&default)?),
+    given.or_else(|| default.exists().then_some(default))
+}
+
+async fn serve(path: Option<PathBuf>, listen: Option<SocketAddr>) -> anyhow::Result<()> {
+    let path = config_path(path);
+    let mut config = match &path {
+        Some(p) => Config::load(p)?,
         None => {
             tracing::info!(
                 "no config/mcpgate.toml here; serving the embedded default configuration"
             );
-            (None, Config::embedded_default()?)
+            Config::embedded_default()?
         }
     };
     if let Some(addr) = listen {
@@ -189,7 +197,20 @@ async fn shutdown_signal() {
 }
 
 /// Prints every problem with its field path; exit 1 if there is any.
-fn check_config(path: &std::path::Path) -> ExitCode {
+fn check_config(path: Option<PathBuf>) -> ExitCode {
+    let Some(path) = config_path(path) else {
+        return match Config::embedded_default() {
+            Ok(c) => {
+                println!("embedded default: ok ({} backends)", c.backends.len());
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("embedded default: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    };
+    let path = path.as_path();
     match Config::load(path) {
         Ok(c) => {
             println!("{}: ok ({} backends)", path.display(), c.backends.len());

@@ -52,9 +52,13 @@ fn expand(s: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<String, Strin
                 && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
                 && !name.starts_with(|c: char| c.is_ascii_digit());
             if !valid {
-                return Err(format!("invalid variable name {name:?}"));
+                let hint = editor_hint(name);
+                return Err(format!("invalid variable name {name:?}{hint}"));
             }
-            let v = env(name).ok_or_else(|| format!("environment variable {name} is not set"))?;
+            let v = env(name).ok_or_else(|| {
+                let hint = editor_hint(name);
+                format!("environment variable {name} is not set{hint}")
+            })?;
             out.push_str(&v);
             rest = &tail[end + 1..];
         } else {
@@ -64,6 +68,21 @@ fn expand(s: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<String, Strin
     }
     out.push_str(rest);
     Ok(out)
+}
+
+/// A hint when `name` looks like a VS Code / Cursor placeholder (`${env:X}`,
+/// `${input:x}`, `${workspaceFolder}`), which only those editors expand.
+fn editor_hint(name: &str) -> &'static str {
+    let editor = name.contains(':')
+        || matches!(
+            name,
+            "workspaceFolder" | "workspaceFolderBasename" | "userHome" | "pathSeparator"
+        );
+    if editor {
+        " (an editor placeholder; mcpgate reads only ${NAME} from the environment)"
+    } else {
+        ""
+    }
 }
 
 #[cfg(test)]

@@ -38,6 +38,14 @@ pub(super) fn to_toml_value(text: &str) -> Result<toml::Value, Vec<ConfigProblem
         }
         let mut t = toml::map::Map::new();
         let kind = entry.get("type").and_then(Value::as_str);
+        let remote = entry.contains_key("url") || entry.contains_key("serverUrl");
+        if remote && entry.contains_key("command") {
+            problems.push(ConfigProblem::new(
+                at(""),
+                "has both \"command\" and \"url\"; keep the one you mean",
+            ));
+            continue;
+        }
         if let Some(url) = entry.get("url").or_else(|| entry.get("serverUrl")) {
             let kind = if kind == Some("sse") { "sse" } else { "http" };
             t.insert("type".into(), kind.into());
@@ -64,6 +72,9 @@ pub(super) fn to_toml_value(text: &str) -> Result<toml::Value, Vec<ConfigProblem
                 format!("name collides with another server as {backend:?}"),
             ));
             continue;
+        }
+        if backend != name {
+            tracing::info!(server = %name, backend = %backend, "mcpServers entry renamed to a valid backend name");
         }
         backends.insert(backend, toml::Value::Table(t));
     }
@@ -122,6 +133,30 @@ mod tests {
 
     use super::super::{Config, Transport};
     use super::*;
+
+    /// Newcomer trial: an entry with both keys was silently served as HTTP, and
+    /// editor placeholders got a bare "invalid variable name".
+    #[test]
+    fn ambiguous_entries_and_editor_placeholders_are_explained() {
+        let problems = |text: &str| -> Vec<String> {
+            let e = Config::parse(text, Path::new("mcp.json"), &|_| None).unwrap_err();
+            e.iter().map(|p| p.to_string()).collect()
+        };
+        let text = problems(
+            r#"{"mcpServers": {"both": {"command": "x", "url": "http://127.0.0.1:1/mcp"}}}"#,
+        );
+        assert!(
+            text.iter().any(
+                |p| p.contains("mcpServers.both") && p.contains("both \"command\" and \"url\"")
+            ),
+            "{text:?}"
+        );
+        let text = problems(r#"{"mcpServers": {"vscode": {"command": "${workspaceFolder}/run"}}}"#);
+        assert!(
+            text.iter().any(|p| p.contains("editor placeholder")),
+            "{text:?}"
+        );
+    }
 
     #[test]
     fn imports_claude_desktop_file() {

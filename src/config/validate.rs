@@ -74,11 +74,13 @@ pub(super) fn build(raw: RawConfig, p: &mut Vec<ConfigProblem>) -> Config {
                         p.push(ConfigProblem::new(at(f), "not allowed for type \"stdio\""));
                     }
                 }
-                if b.command.is_none() {
-                    p.push(ConfigProblem::new(
+                match b.command.as_deref().map(str::trim) {
+                    None => p.push(ConfigProblem::new(
                         at("command"),
                         "required for type \"stdio\"",
-                    ));
+                    )),
+                    Some("") => p.push(ConfigProblem::new(at("command"), "must not be empty")),
+                    Some(_) => {}
                 }
                 Transport::Stdio {
                     command: b.command.unwrap_or_default(),
@@ -181,6 +183,8 @@ pub fn validate(c: &Config) -> Vec<ConfigProblem> {
         ("server.sse_keep_alive", s.sse_keep_alive),
         ("server.request_timeout", s.request_timeout),
         ("server.backend_ping_interval", s.backend_ping_interval),
+        ("server.header_read_timeout", s.header_read_timeout),
+        ("server.body_read_timeout", s.body_read_timeout),
     ] {
         if d.is_zero() {
             p.push(ConfigProblem::new(field, "must be greater than zero"));
@@ -257,11 +261,7 @@ pub fn validate(c: &Config) -> Vec<ConfigProblem> {
             ));
         }
         match &b.transport {
-            Transport::Stdio { command, .. } => {
-                if command.trim().is_empty() && !command.is_empty() {
-                    p.push(ConfigProblem::new(at("command"), "must not be empty"));
-                }
-            }
+            Transport::Stdio { .. } => {}
             Transport::Http { url, .. } | Transport::Sse { url, .. } if url.is_empty() => {}
             Transport::Http { url, headers } | Transport::Sse { url, headers } => {
                 match url::Url::parse(url) {
@@ -393,6 +393,9 @@ mod tests {
             [backends."bad name"]
             type = "stdio"
             command = " "
+            [backends.empty]
+            type = "stdio"
+            command = ""
             [backends.web]
             type = "http"
             url = "ftp://x"
@@ -410,6 +413,7 @@ mod tests {
             "server.allowed_origins[1]",
             "backends.bad name",
             "backends.bad name.command",
+            "backends.empty.command",
             "backends.web.url",
             "backends.web.tools.include[0]",
             "backends.web2.prefix",

@@ -31,3 +31,25 @@ def test_check_config_accepts(mcpgate_bin: Path, config: Path) -> None:
         check=False,
     )
     assert proc.returncode == 0, f"check-config rejected {config}:\n{proc.stdout}\n{proc.stderr}"
+
+
+def test_check_config_finds_the_file_as_serve_does(mcpgate_bin: Path, tmp_path: Path) -> None:
+    """Newcomer trial: outside the repository `check-config` checks the embedded
+    default (as `serve` serves it), and it honours MCPGATE_CONFIG."""
+    run = lambda env: subprocess.run(  # noqa: E731
+        [str(mcpgate_bin), "check-config"],
+        cwd=tmp_path,
+        env={"PATH": "/usr/bin:/bin", **env},
+        capture_output=True,
+        text=True,
+        timeout=20,
+        check=False,
+    )
+    proc = run({})
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("embedded default: ok"), proc.stdout
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[backends.empty]\ntype = "stdio"\ncommand = ""\n')
+    proc = run({"MCPGATE_CONFIG": str(bad)})
+    assert proc.returncode == 1, proc.stdout
+    assert "backends.empty.command" in proc.stdout, proc.stdout
