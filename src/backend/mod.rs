@@ -182,15 +182,29 @@ pub struct BackendSpec {
     creds: Option<Arc<UpstreamCredentials>>,
 }
 
+/// Whether the environment names an HTTP proxy (the variables reqwest reads).
+fn proxy_configured() -> bool {
+    ["HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY"].iter().any(|v| {
+        std::env::var_os(v).is_some() || std::env::var_os(v.to_ascii_lowercase()).is_some()
+    })
+}
+
 impl BackendSpec {
     /// Builds the spec (and, for HTTP backends, one pooled HTTP client).
     pub fn new(name: &str, config: BackendConfig, default_timeout: Duration) -> Self {
         let http = match &config.transport {
-            Transport::Http { .. } | Transport::Sse { .. } => reqwest::Client::builder()
-                .connect_timeout(Duration::from_secs(10))
-                .pool_max_idle_per_host(64)
-                .build()
-                .ok(),
+            Transport::Http { .. } | Transport::Sse { .. } => {
+                let mut builder = reqwest::Client::builder()
+                    .connect_timeout(Duration::from_secs(10))
+                    .pool_max_idle_per_host(64);
+                if !proxy_configured() {
+                    // reqwest asks its proxy matcher about every request, which parses
+                    // the URL again (url + IDNA: 2.4% of the gateway's CPU per call,
+                    // perf, http_echo C=16); with no proxy variables it answers "none".
+                    builder = builder.no_proxy();
+                }
+                builder.build().ok()
+            }
             Transport::Stdio { .. } => None,
         };
         let creds = config
