@@ -97,8 +97,12 @@ impl Log {
             .unwrap_or(0);
         entry["ts"] = ts.into();
         entry["pid"] = std::process::id().into();
+        // One write(2) per line: several children may append to the same file,
+        // and `writeln!` on a `File` writes each formatted piece separately, so
+        // lines of two processes could interleave.
+        let line = format!("{entry}\n");
         if let Ok(mut f) = f.lock() {
-            let _ = writeln!(f, "{entry}");
+            let _ = f.write_all(line.as_bytes());
         }
     }
 }
