@@ -471,3 +471,54 @@ async fn opaque_tokens_are_introspected() {
     let t = issuer.mint(&issuer.claims("carol", "mcp:tools", RESOURCE));
     host.initialize(Some(&t)).await;
 }
+
+/// e2e flake under load (Python SDK: "Server disconnected without sending a
+/// response" on the request after the first 401): the 401 was sent before the
+/// request body had arrived, hyper then closed the connection, and the host had
+/// already reused it. The body is now read (bounded) before the challenge, so the
+/// connection stays usable.
+#[tokio::test]
+async fn the_connection_survives_a_401_sent_before_the_body_arrived() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let (_issuer, _backend, gw, _host) = setup("").await;
+    let mut s = tokio::net::TcpStream::connect(gw.local_addr).await.unwrap();
+    let body = init_body().to_string();
+    let head = format!(
+        "POST /mcp HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\n\
+         Accept: application/json, text/event-stream\r\nContent-Length: {}\r\n\r\n",
+        gw.local_addr,
+        body.len()
+    );
+    s.write_all(head.as_bytes()).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    s.write_all(body.as_bytes()).await.unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    // Read the 401 (its JSON body ends the response).
+    while !String::from_utf8_lossy(&got).contains("Unauthorized\"") {
+        let n = tokio::time::timeout(Duration::from_secs(5), s.read(&mut buf))
+            .await
+            .expect("the 401 arrives")
+            .unwrap();
+        assert!(
+            n > 0,
+            "closed before the 401: {}",
+            String::from_utf8_lossy(&got)
+        );
+        got.extend_from_slice(&buf[..n]);
+    }
+    let first = String::from_utf8_lossy(&got).into_owned();
+    assert!(first.starts_with("HTTP/1.1 401"), "{first}");
+    // The same connection serves the next request.
+    let next = format!("GET /healthz HTTP/1.1\r\nHost: {}\r\n\r\n", gw.local_addr);
+    s.write_all(next.as_bytes()).await.unwrap();
+    let n = tokio::time::timeout(Duration::from_secs(5), s.read(&mut buf))
+        .await
+        .expect("an answer on the same connection")
+        .unwrap();
+    let second = String::from_utf8_lossy(&buf[..n]).into_owned();
+    assert!(
+        second.starts_with("HTTP/1.1 200"),
+        "connection closed after the 401: {second:?}"
+    );
+}

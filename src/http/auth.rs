@@ -24,6 +24,11 @@ use crate::session::Session;
 /// [`Principal`] goes into the request extensions. `Authorization` is removed
 /// from the request either way, so nothing after this point can log or
 /// forward it.
+///
+/// A refused request's body is read first (up to `server.max_body_bytes`, within
+/// `server.body_read_timeout`): hyper closes a connection whose request body was
+/// not read, and a host that sends its first request without a token (every
+/// OAuth client does) has often reused that connection already for the retry.
 pub async fn require(State(st): State<AppState>, mut req: Request, next: Next) -> Response {
     let presented = req.headers_mut().remove(header::AUTHORIZATION);
     let Some(auth) = st.auth.clone() else {
@@ -45,7 +50,15 @@ pub async fn require(State(st): State<AppState>, mut req: Request, next: Next) -
         }
         Err(e) => {
             tracing::debug!(cause = %e, method = %req.method(), "request not authenticated");
-            rejection(&auth, &e)
+            let limit = st.router.server.max_body_bytes;
+            let drained = axum::body::to_bytes(req.into_body(), limit).await.is_ok();
+            let mut resp = rejection(&auth, &e);
+            if !drained {
+                // The unread rest of the body makes the connection unusable.
+                resp.headers_mut()
+                    .insert(header::CONNECTION, HeaderValue::from_static("close"));
+            }
+            resp
         }
     }
 }
