@@ -324,7 +324,8 @@ async fn idle_streams_get_keep_alives_and_events_are_not_held_back() {
 
 /// Newcomer trial: an `Mcp-Session-Id` that is present but not visible ASCII
 /// names no session (404, re-initialize), rather than "header is required" (400);
-/// a foreign Host is refused naming the Host, not the Origin.
+/// two of them are 400 (the first was used); a foreign Host is refused naming the
+/// Host, not the Origin.
 #[tokio::test]
 async fn unreadable_session_ids_are_unknown_and_foreign_hosts_are_named() {
     let gw = TestGateway::start(FX).await;
@@ -337,6 +338,13 @@ async fn unreadable_session_ids_are_unknown_and_foreign_hosts_are_named() {
     );
     let r = s.send_raw(Method::POST, h, ping.clone().into()).await;
     assert_eq!(r.status, 404, "{:?}", r.body);
+
+    // Two session headers (the gateway must not pick one).
+    let mut h = s.headers();
+    h.append("mcp-session-id", HeaderValue::from_static("another"));
+    let r = s.send_raw(Method::POST, h, ping.clone().into()).await;
+    assert_eq!(r.status, 400, "{:?}", r.body);
+    assert!(String::from_utf8_lossy(&r.body).contains("more than one"));
 
     let r = s.post(&[("host", "evil.example")], ping).await;
     assert_eq!(r.status, 403);

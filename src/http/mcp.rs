@@ -199,8 +199,16 @@ fn lookup(
     h: &HeaderMap,
     principal: Option<&Arc<Principal>>,
 ) -> Result<Arc<Session>, HttpError> {
-    if !h.contains_key(headers::SESSION) {
-        return Err(HttpError::missing_session());
+    match h.get_all(headers::SESSION).iter().count() {
+        0 => return Err(HttpError::missing_session()),
+        1 => {}
+        _ => {
+            return Err(HttpError::new(
+                StatusCode::BAD_REQUEST,
+                jsonrpc::TRANSPORT_ERROR,
+                "Bad Request: more than one Mcp-Session-Id header",
+            ));
+        }
     }
     // Present but not visible ASCII: no session of ours has such an id.
     let id = headers::session_id(h).ok_or_else(HttpError::unknown_session)?;
