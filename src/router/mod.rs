@@ -184,6 +184,11 @@ impl Router {
                     if self.stopping.load(Ordering::Relaxed) {
                         return;
                     }
+                    if self.backends.at(idx).is_removed() {
+                        // A reload removed or replaced it: closed on purpose.
+                        tracing::info!(backend = %name, "backend connection closed (removed by reload)");
+                        break;
+                    }
                     if started.elapsed() < Duration::from_secs(10) {
                         failures = failures.saturating_add(1);
                     } else {
