@@ -42,6 +42,19 @@ async fn exchange(gw: &TestGateway, request: &[u8]) -> (String, bool) {
     (String::from_utf8_lossy(&got).into_owned(), closed)
 }
 
+/// A raw POST on a new session announcing `content_length` bytes, of which only
+/// `sent` follow.
+async fn session_post(gw: &TestGateway, content_length: usize, sent: &str) -> Vec<u8> {
+    let sid = gw.session().await.session.expect("session id");
+    format!(
+        "POST /mcp HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\n\
+         Accept: application/json, text/event-stream\r\nMcp-Session-Id: {sid}\r\n\
+         Content-Length: {content_length}\r\n\r\n{sent}",
+        gw.addr
+    )
+    .into_bytes()
+}
+
 #[tokio::test]
 async fn stalled_headers_and_idle_connections_are_closed() {
     let gw = TestGateway::start(CONFIG).await;
@@ -67,15 +80,7 @@ async fn stalled_headers_and_idle_connections_are_closed() {
 #[tokio::test]
 async fn a_stalled_body_gets_408() {
     let gw = TestGateway::start(CONFIG).await;
-    let s = gw.session().await;
-    let sid = s.session.clone().expect("session id");
-    let req = format!(
-        "POST /mcp HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\n\
-         Accept: application/json, text/event-stream\r\nMcp-Session-Id: {sid}\r\n\
-         Content-Length: 100\r\n\r\n{{\"",
-        gw.addr
-    );
-    let (answer, _) = exchange(&gw, req.as_bytes()).await;
+    let (answer, _) = exchange(&gw, &session_post(&gw, 100, "{\"").await).await;
     assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
     assert!(answer.contains("body_read_timeout"), "{answer}");
     let text = scrape(&gw).await;
@@ -98,15 +103,7 @@ async fn an_announced_oversized_body_gets_413_before_it_is_sent() {
         "body_read_timeout = \"60s\"",
     ))
     .await;
-    let s = gw.session().await;
-    let sid = s.session.clone().expect("session id");
-    let req = format!(
-        "POST /mcp HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\n\
-         Accept: application/json, text/event-stream\r\nMcp-Session-Id: {sid}\r\n\
-         Content-Length: 5000000\r\n\r\n{{}}",
-        gw.addr
-    );
-    let (answer, _) = exchange(&gw, req.as_bytes()).await;
+    let (answer, _) = exchange(&gw, &session_post(&gw, 5_000_000, "{}").await).await;
     assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
     assert!(answer.contains("-32600"), "a JSON-RPC error body: {answer}");
 }

@@ -106,19 +106,18 @@ async fn the_rate_limit_answers_429_with_retry_after() {
     assert_eq!(s.post(&[], ping).await.status, 200, "the bucket refills");
 }
 
+const TWO_STREAMS: &str = r#"
+[server]
+metrics_listen = "127.0.0.1:0"
+max_streams_per_session = 2
+[backends.fx]
+type = "stdio"
+command = "${FAKE_STDIO}"
+"#;
+
 #[tokio::test]
 async fn a_session_may_hold_only_max_streams_per_session_streams() {
-    let gw = TestGateway::start(
-        r#"
-        [server]
-        metrics_listen = "127.0.0.1:0"
-        max_streams_per_session = 2
-        [backends.fx]
-        type = "stdio"
-        command = "${FAKE_STDIO}"
-        "#,
-    )
-    .await;
+    let gw = TestGateway::start(TWO_STREAMS).await;
     let s = gw.session().await;
     let listen = s.get_stream().await;
     assert_eq!(listen.status, 200);
@@ -151,17 +150,7 @@ async fn a_session_may_hold_only_max_streams_per_session_streams() {
 /// streams all got 200 (each was checked before any had opened its stream).
 #[tokio::test]
 async fn concurrent_requests_cannot_all_pass_the_stream_limit() {
-    let gw = TestGateway::start(
-        r#"
-        [server]
-        metrics_listen = "127.0.0.1:0"
-        max_streams_per_session = 2
-        [backends.fx]
-        type = "stdio"
-        command = "${FAKE_STDIO}"
-        "#,
-    )
-    .await;
+    let gw = TestGateway::start(TWO_STREAMS).await;
     let s = gw.session().await;
     let calls = (0..4).map(|i| {
         let body = json!({"jsonrpc": "2.0", "id": 10 + i, "method": "tools/call",
