@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
-use axum::extract::{Extension, State};
+use axum::extract::{Extension, FromRequest, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::value::RawValue;
@@ -23,31 +23,24 @@ use crate::session::{ResumeError, Session, StreamSlot};
 /// The principal the auth middleware put in the request (`None`: open endpoint).
 type Caller = Option<Extension<Arc<Principal>>>;
 
-/// Route middleware: HTTP 413 at once for a request whose `Content-Length`
-/// announces more than `server.max_body_bytes`, before any of the body is read
-/// (a client that announces 5 MB and sends 2 bytes would otherwise wait for the
-/// body read timeout). Bodies without a length are still cut off at the limit
-/// while they are read (`DefaultBodyLimit`).
-pub async fn announced_body_limit(
-    State(st): State<AppState>,
-    req: axum::extract::Request,
-    next: axum::middleware::Next,
-) -> Response {
-    let announced = req
-        .headers()
+/// HTTP 413 for a request whose `Content-Length` announces more than
+/// `server.max_body_bytes`, decided before any of the body is read (a client that
+/// announces 5 MB and sends 2 bytes would otherwise wait for the body read
+/// timeout). Bodies without a length are cut off at the limit while they are
+/// read (`DefaultBodyLimit`).
+fn check_announced_length(h: &HeaderMap, limit: usize) -> Result<(), HttpError> {
+    let announced = h
         .get(axum::http::header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.trim().parse::<u64>().ok());
-    let limit = st.router.server.max_body_bytes as u64;
-    if announced.is_some_and(|n| n > limit) {
-        let e = HttpError::new(
+    if announced.is_some_and(|n| n > limit as u64) {
+        return Err(HttpError::new(
             StatusCode::PAYLOAD_TOO_LARGE,
             jsonrpc::INVALID_REQUEST,
             format!("request body larger than {limit} bytes (server.max_body_bytes)"),
-        );
-        return reject(&st, e);
+        ));
     }
-    next.run(req).await
+    Ok(())
 }
 
 /// Whether reading the body failed on tower-http's body read timeout.
@@ -67,9 +60,12 @@ pub async fn post(
     State(st): State<AppState>,
     caller: Caller,
     h: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
+    req: axum::extract::Request,
 ) -> Response {
-    let body = match body {
+    if let Err(e) = check_announced_length(&h, st.router.server.max_body_bytes) {
+        return reject(&st, e);
+    }
+    let body = match Bytes::from_request(req, &()).await {
         Ok(b) => b,
         Err(rejection) if body_timed_out(&rejection) => {
             let e = HttpError::new(

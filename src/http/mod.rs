@@ -142,11 +142,7 @@ pub fn app(state: AppState, server: &ServerConfig) -> AxumRouter {
     let mut mcp_route = axum::routing::MethodRouter::new()
         .get(mcp::get)
         .post(mcp::post)
-        .delete(mcp::delete)
-        .route_layer(axum::middleware::from_fn_with_state(
-            state.clone(),
-            mcp::announced_body_limit,
-        ));
+        .delete(mcp::delete);
     if let Some(limiter) = state.limiter.clone() {
         mcp_route =
             mcp_route.route_layer(axum::middleware::from_fn_with_state(limiter, limit::limit));
