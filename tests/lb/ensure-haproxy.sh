@@ -4,9 +4,10 @@
 # sudo) only when it has to install. The package's own service is not used: the test
 # starts HAProxy itself with deploy/haproxy/haproxy.cfg.
 set -euo pipefail
+# (haproxy -v | head -1 could die of SIGPIPE under pipefail; sed reads all of it.)
 
 if command -v haproxy >/dev/null 2>&1; then
-  haproxy -v | head -1
+  haproxy -v | sed -n 1p
   exit 0
 fi
 
@@ -27,4 +28,4 @@ if ! "${SUDO[@]}" apt-get install -y -qq --no-install-recommends haproxy; then
   "${SUDO[@]}" apt-get update -qq
   "${SUDO[@]}" apt-get install -y -qq --no-install-recommends haproxy
 fi
-haproxy -v | head -1
+haproxy -v | sed -n 1p
