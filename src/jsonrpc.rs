@@ -15,6 +15,8 @@ use serde_json::Value;
 use serde_json::error::Category;
 use serde_json::value::RawValue;
 
+use crate::mcp::Method;
+
 /// Parse error: the body is not JSON (JSON-RPC 2.0 §5.1).
 pub const PARSE_ERROR: i64 = -32700;
 /// The JSON is not a valid JSON-RPC message.
@@ -124,8 +126,8 @@ impl ErrorObject {
 pub struct Request {
     /// Request id, unique per requestor within a session.
     pub id: Id,
-    /// Method name, e.g. `tools/call`.
-    pub method: String,
+    /// Method, e.g. `tools/call` (parsed once, when the message is framed).
+    pub method: Method,
     /// Parameters (an object when present).
     pub params: Option<Value>,
 }
@@ -133,8 +135,8 @@ pub struct Request {
 /// A notification: has a method and no id.
 #[derive(Debug, Clone)]
 pub struct Notification {
-    /// Method name, e.g. `notifications/progress`.
-    pub method: String,
+    /// Method, e.g. `notifications/progress`.
+    pub method: Method,
     /// Parameters (an object when present).
     pub params: Option<Value>,
 }
@@ -275,12 +277,12 @@ pub fn classify_raw(raw: &RawValue) -> Result<Message, EnvelopeError> {
         }
         return match id {
             None => Ok(Message::Notification(Notification {
-                method,
+                method: Method::parse(&method),
                 params: env.params,
             })),
             Some(Ok(id)) => Ok(Message::Request(Request {
                 id,
-                method,
+                method: Method::parse(&method),
                 params: env.params,
             })),
             Some(Err(true)) => Err(invalid("id must not be null")),

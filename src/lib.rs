@@ -1,19 +1,28 @@
 //! mcpgate: a Model Context Protocol gateway.
 //!
-//! Hosts talk MCP Streamable HTTP to one endpoint ([`http`]); the [`router`] maps
-//! their namespaced names onto [`backend`] connections (stdio children and remote
-//! Streamable HTTP servers). [`Gateway::start`] wires everything for `main` and tests.
+//! Hosts talk MCP Streamable HTTP to one endpoint (`http`, the server face); the
+//! `dispatch` routes their requests by namespaced name through the `catalog` to
+//! `backend` connections (the client face: stdio children and remote Streamable
+//! HTTP servers), which the `supervisor` keeps alive; the `relay` carries what
+//! backends send on their own back to exactly the right host `session`.
+//! [`Gateway::start`] wires everything for `main` and tests; docs/architecture.md
+//! is the map.
 
-pub mod auth;
-pub mod backend;
+mod auth;
+mod backend;
+mod catalog;
 pub mod config;
 pub mod demo;
-pub mod http;
+mod dispatch;
+mod error;
+mod http;
 pub mod jsonrpc;
-pub mod metrics;
-pub mod protocol;
-pub mod router;
-pub mod session;
+pub mod mcp;
+mod metrics;
+mod relay;
+mod request;
+mod session;
+mod supervisor;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -23,11 +32,17 @@ use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+pub use supervisor::ReloadReport;
+
 use crate::auth::Authenticator;
+use crate::catalog::Catalog;
 use crate::config::Config;
+use crate::dispatch::Dispatch;
 use crate::http::{AppState, OriginPolicy};
-use crate::router::Router;
-use crate::session::MemoryStore;
+use crate::metrics::Metrics;
+use crate::relay::Relay;
+use crate::session::{MemoryStore, SessionStore};
+use crate::supervisor::Supervisor;
 
 /// A running gateway.
 pub struct Gateway {
@@ -35,8 +50,9 @@ pub struct Gateway {
     pub local_addr: SocketAddr,
     /// The address of the `/metrics` listener, if it is running.
     pub metrics_addr: Option<SocketAddr>,
-    /// The router (for tests and embedding).
-    pub router: Arc<Router>,
+    sessions: Arc<dyn SessionStore>,
+    supervisor: Arc<Supervisor>,
+    shutdown_grace: Duration,
     stop: CancellationToken,
     server: JoinHandle<()>,
 }
@@ -91,41 +107,58 @@ impl Gateway {
         if let Some(a) = &auth {
             a.start(&stop);
         }
-        let sessions = Arc::new(MemoryStore::new(config.server.max_sessions));
-        let router = Router::new(&config, sessions);
-        router.start();
-        let limiter = config
-            .server
+        let server = Arc::new(config.server.clone());
+        let metrics = Arc::new(Metrics::new());
+        let sessions: Arc<dyn SessionStore> = Arc::new(MemoryStore::new(server.max_sessions));
+        let catalog = Arc::new(Catalog::new(&config));
+        let (refresh_tx, refresh_rx) = tokio::sync::mpsc::unbounded_channel();
+        let relay = Relay::new(catalog.clone(), sessions.clone(), refresh_tx);
+        let supervisor = Supervisor::new(
+            server.clone(),
+            catalog.clone(),
+            sessions.clone(),
+            relay.clone(),
+            metrics.clone(),
+        );
+        supervisor.start(refresh_rx);
+        let dispatch = Dispatch::new(catalog.clone(), supervisor.clone(), relay.clone());
+        let limiter = server
             .rate_limit
-            .and_then(|l| http::limit::Limiter::new(l, router.metrics.clone()))
+            .and_then(http::limit::Limiter::new)
             .map(Arc::new);
         let state = AppState {
+            server: server.clone(),
+            sessions: sessions.clone(),
+            catalog: catalog.clone(),
+            dispatch,
+            relay,
+            supervisor: supervisor.clone(),
+            metrics: metrics.clone(),
             limiter: limiter.clone(),
-            router: router.clone(),
             origins: Arc::new(OriginPolicy::new(
                 local_addr,
-                &config.server.allowed_origins,
-                &config.server.allowed_hosts,
+                &server.allowed_origins,
+                &server.allowed_hosts,
             )),
             auth,
         };
-        let app = http::app(state, &config.server);
-        let server = tokio::spawn(http::serve::serve(
+        let app = http::app(state, &server);
+        let server_task = tokio::spawn(http::serve::serve(
             listener,
             app,
-            config.server.header_read_timeout,
+            server.header_read_timeout,
             stop.clone(),
         ));
-        tokio::spawn(reap_idle(router.clone(), limiter, stop.clone()));
-        let metrics_addr = match config.server.metrics_listen {
+        tokio::spawn(reap_idle(
+            supervisor.clone(),
+            idle_period(&catalog, server.session_idle_timeout),
+            limiter,
+            stop.clone(),
+        ));
+        let metrics_addr = match server.metrics_listen {
             Some(addr) => {
-                serve_metrics(
-                    addr,
-                    router.clone(),
-                    config.server.header_read_timeout,
-                    stop.clone(),
-                )
-                .await
+                let app = http::metrics_app(metrics, sessions.clone());
+                serve_metrics(addr, app, server.header_read_timeout, stop.clone()).await
             }
             None => None,
         };
@@ -133,16 +166,24 @@ impl Gateway {
         Ok(Gateway {
             local_addr,
             metrics_addr,
-            router,
+            sessions,
+            supervisor,
+            shutdown_grace: server.shutdown_grace,
             stop,
-            server,
+            server: server_task,
         })
     }
 
-    /// Applies the backends of a new configuration (hot reload); see
-    /// [`router::reload`].
-    pub async fn reload(&self, config: &Config) -> router::reload::ReloadReport {
-        self.router.reload(config).await
+    /// Applies the backends of a new, already validated configuration (hot
+    /// reload): added, removed and changed backends take effect without touching
+    /// the sessions of the others. Returns what changed.
+    pub async fn reload(&self, config: &Config) -> ReloadReport {
+        supervisor::reload(&self.supervisor, config).await
+    }
+
+    /// Number of host sessions.
+    pub fn session_count(&self) -> usize {
+        self.sessions.len()
     }
 
     /// Graceful shutdown: stop accepting connections (`/readyz` turns 503), let
@@ -150,11 +191,11 @@ impl Gateway {
     /// every session (its SSE streams close) and stop every backend (stdio
     /// children: close stdin → SIGTERM → SIGKILL; HTTP backends: `DELETE`).
     pub async fn shutdown(self) {
-        self.router.begin_shutdown();
+        self.supervisor.begin_shutdown();
         self.stop.cancel();
-        let deadline = tokio::time::Instant::now() + self.router.server.shutdown_grace;
+        let deadline = tokio::time::Instant::now() + self.shutdown_grace;
         loop {
-            let busy = self.router.calls_in_flight();
+            let busy = self.supervisor.calls_in_flight();
             if busy == 0 {
                 break;
             }
@@ -167,29 +208,35 @@ impl Gateway {
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        self.router.shutdown().await;
+        self.supervisor.shutdown().await;
         let _ = tokio::time::timeout(Duration::from_secs(5), self.server).await;
         tracing::info!("stopped");
     }
 }
 
-async fn reap_idle(
-    router: Arc<Router>,
-    limiter: Option<Arc<http::limit::Limiter>>,
-    stop: CancellationToken,
-) {
-    let shortest = router
-        .backends
+/// How often idle sessions and connections are looked for: a quarter of the
+/// shortest idle limit, within 100 ms to 30 s.
+fn idle_period(catalog: &Catalog, session_idle_timeout: Duration) -> Duration {
+    let shortest = catalog
+        .backends()
         .active()
         .iter()
         .map(|b| b.spec.config.idle_timeout)
-        .fold(router.server.session_idle_timeout, Duration::min);
-    let period = (shortest / 4).clamp(Duration::from_millis(100), Duration::from_secs(30));
+        .fold(session_idle_timeout, Duration::min);
+    (shortest / 4).clamp(Duration::from_millis(100), Duration::from_secs(30))
+}
+
+async fn reap_idle(
+    supervisor: Arc<Supervisor>,
+    period: Duration,
+    limiter: Option<Arc<http::limit::Limiter>>,
+    stop: CancellationToken,
+) {
     let mut tick = tokio::time::interval(period);
     loop {
         tokio::select! {
             _ = tick.tick() => {
-                router.expire_idle().await;
+                supervisor.expire_idle().await;
                 if let Some(l) = &limiter {
                     l.forget_idle();
                 }
@@ -203,7 +250,7 @@ async fn reap_idle(
 /// gateway keeps serving without it.
 async fn serve_metrics(
     addr: SocketAddr,
-    router: Arc<Router>,
+    app: axum::Router,
     header_read_timeout: Duration,
     stop: CancellationToken,
 ) -> Option<SocketAddr> {
@@ -215,7 +262,6 @@ async fn serve_metrics(
         }
     };
     let local = listener.local_addr().ok();
-    let app = http::metrics_app(router);
     tokio::spawn(http::serve::serve(listener, app, header_read_timeout, stop));
     if let Some(addr) = local {
         tracing::info!(%addr, "metrics listening");

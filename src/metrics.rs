@@ -1,75 +1,15 @@
 //! Prometheus metrics: one explicit registry, bounded labels only.
 //!
 //! Label values come from closed sets: configured backend names (plus `none` for
-//! answers the gateway gives itself), the MCP method names in [`method_label`]
-//! (anything else is `other`), and the outcome/class/reason enums below. Tool
-//! names, session ids and principals are never labels.
+//! answers the gateway gives itself), the MCP method names of `mcp::Method`
+//! (anything else is `other`), and the `request::Outcome` / `Rejection` enums.
+//! Tool names, session ids and principals are never labels. Per-request metrics
+//! are recorded in one place, when a `request::RequestContext` ends.
 
 use prometheus::{
-    Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
-    IntGaugeVec, Opts, Registry, TextEncoder,
+    Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
+    Registry, TextEncoder,
 };
-
-/// Methods that get their own label value; everything else is `other`.
-const METHODS: &[&str] = &[
-    "initialize",
-    "ping",
-    "tools/list",
-    "tools/call",
-    "prompts/list",
-    "prompts/get",
-    "resources/list",
-    "resources/read",
-    "resources/templates/list",
-    "resources/subscribe",
-    "resources/unsubscribe",
-    "completion/complete",
-    "logging/setLevel",
-    "tasks/get",
-    "tasks/result",
-    "tasks/list",
-    "tasks/cancel",
-];
-
-/// The metric label for a JSON-RPC method: itself if known, else `other`.
-pub fn method_label(method: &str) -> &'static str {
-    METHODS
-        .iter()
-        .find(|m| **m == method)
-        .copied()
-        .unwrap_or("other")
-}
-
-/// How a host request ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
-    /// A result.
-    Ok,
-    /// A JSON-RPC error from the backend, passed on.
-    RpcError,
-    /// A JSON-RPC error decided by the gateway (unknown tool, bad params …).
-    Error,
-    /// The backend did not answer in time.
-    Timeout,
-    /// The backend could not be reached (exited, refused, HTTP error).
-    Unavailable,
-    /// The host cancelled.
-    Cancelled,
-}
-
-impl Outcome {
-    /// Label value.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Outcome::Ok => "ok",
-            Outcome::RpcError => "rpc_error",
-            Outcome::Error => "error",
-            Outcome::Timeout => "timeout",
-            Outcome::Unavailable => "unavailable",
-            Outcome::Cancelled => "cancelled",
-        }
-    }
-}
 
 /// All gateway metrics (names `mcpgate_<noun>_<unit>`).
 pub struct Metrics {
@@ -251,59 +191,16 @@ impl Metrics {
         }
     }
 
-    /// Records one finished host request.
-    pub fn observe_request(&self, method: &str, backend: &str, outcome: Outcome, seconds: f64) {
-        let method = method_label(method);
-        self.requests
-            .with_label_values(&[method, backend, outcome.as_str()])
-            .inc();
-        self.request_duration
-            .with_label_values(&[method])
-            .observe(seconds);
-    }
-
     /// The text exposition of every metric.
     pub fn render(&self) -> String {
         let mut out = Vec::new();
         let _ = TextEncoder::new().encode(&self.registry.gather(), &mut out);
         String::from_utf8(out).unwrap_or_default()
     }
-
-    /// A histogram handle for `backend` upstream time.
-    pub fn upstream_timer(&self, backend: &str) -> Histogram {
-        self.upstream_duration.with_label_values(&[backend])
-    }
 }
 
 impl Default for Metrics {
     fn default() -> Self {
         Metrics::new()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn registers_and_renders() {
-        let m = Metrics::new();
-        m.observe_request("tools/call", "time", Outcome::Ok, 0.01);
-        m.observe_request("made/up", "none", Outcome::Error, 0.0);
-        let text = m.render();
-        assert!(
-            text.contains(
-                r#"mcpgate_requests_total{backend="time",method="tools/call",outcome="ok"} 1"#
-            ),
-            "{text}"
-        );
-        assert!(text.contains(r#"method="other""#));
-        assert!(text.contains("mcpgate_request_duration_seconds_bucket"));
-    }
-
-    #[test]
-    fn method_labels_are_bounded() {
-        assert_eq!(method_label("tools/call"), "tools/call");
-        assert_eq!(method_label("evil/\"label"), "other");
     }
 }

@@ -220,14 +220,9 @@ async fn a_thousand_idle_sessions_expire_with_their_children() {
         "one child per session that used the backend"
     );
     assert!(
-        wait_for(Duration::from_secs(5), || gw
-            .gateway()
-            .router
-            .sessions
-            .is_empty())
-        .await,
+        wait_for(Duration::from_secs(5), || gw.gateway().session_count() == 0).await,
         "{} sessions left after {:?}",
-        gw.gateway().router.sessions.len(),
+        gw.gateway().session_count(),
         started.elapsed()
     );
     let text = scrape(&gw).await;

@@ -43,7 +43,7 @@ async fn unacceptable_accept_is_406_with_an_id_less_error_and_no_session() {
         assert_error_without_id(&r.json());
         assert!(r.header("mcp-session-id").is_none());
     }
-    assert_eq!(gw.gateway().router.sessions.len(), 0, "no session created");
+    assert_eq!(gw.gateway().session_count(), 0, "no session created");
 
     let s = gw.session().await;
     let mut h = s.headers();
@@ -244,7 +244,7 @@ async fn a_foreign_host_header_is_refused() {
         .post(&[("host", "attacker.example.test")], init_body())
         .await;
     assert_eq!(r.status, 403, "DNS-rebinding guard on a loopback bind");
-    assert_eq!(gw.gateway().router.sessions.len(), 0);
+    assert_eq!(gw.gateway().session_count(), 0);
 }
 
 /// Reads a raw response body for `within`, with the arrival time of each chunk.

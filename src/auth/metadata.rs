@@ -21,7 +21,6 @@ pub const WELL_KNOWN: &str = "/.well-known/oauth-protected-resource";
 
 /// The metadata documents and where they are served.
 pub struct ResourceMetadata {
-    resource: String,
     metadata_url: String,
     root: Option<String>,
     /// Local paths serving the endpoint's document.
@@ -86,16 +85,10 @@ impl ResourceMetadata {
             },
             scope_hint: (!config.required_scopes.is_empty())
                 .then(|| config.required_scopes.join(" ")),
-            resource,
             metadata_url,
             root,
             paths,
         }
-    }
-
-    /// The canonical resource.
-    pub fn resource(&self) -> &str {
-        &self.resource
     }
 
     /// The origin resource of the root document, when it is served.
@@ -104,6 +97,7 @@ impl ResourceMetadata {
     }
 
     /// The absolute metadata URL advertised in challenges.
+    #[cfg(test)]
     pub fn metadata_url(&self) -> &str {
         &self.metadata_url
     }

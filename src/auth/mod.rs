@@ -67,7 +67,8 @@ pub struct Principal {
 }
 
 impl Principal {
-    /// A principal (tests and embedders that authenticate by other means).
+    /// A principal (tests that authenticate by other means).
+    #[cfg(test)]
     pub fn new(issuer: &str, subject: &str, scopes: &[&str], token: &str) -> Self {
         Principal {
             issuer: issuer.into(),
@@ -104,7 +105,7 @@ impl fmt::Debug for Principal {
 }
 
 /// The identity a session is bound to.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub struct PrincipalId {
     /// `iss`.
     pub issuer: Arc<str>,
@@ -211,11 +212,6 @@ impl Authenticator {
             return Err(AuthError::InsufficientScope(self.required_scopes.clone()));
         }
         Ok(principal)
-    }
-
-    /// The scopes a token needs (the `scope` hint of a 401 challenge).
-    pub fn required_scopes(&self) -> &[String] {
-        &self.required_scopes
     }
 }
 

@@ -11,10 +11,9 @@ use serde_json::{Value, json};
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
-use super::{BackendError, Link, UpstreamHandler};
+use super::{BackendError, Caller, Link, UpstreamHandler};
 use crate::jsonrpc::{self, ErrorObject, Id, Message, Notification};
-use crate::protocol::ProtocolVersion;
-use crate::session::{HostCall, Session};
+use crate::mcp::{Method, ProtocolVersion};
 
 /// What the backend said about itself in its `initialize` result.
 #[derive(Debug, Clone)]
@@ -23,8 +22,6 @@ pub struct InitInfo {
     pub version: ProtocolVersion,
     /// The backend's server capabilities, unparsed.
     pub capabilities: Value,
-    /// `serverInfo`.
-    pub server_info: Value,
     /// `instructions`, if any.
     pub instructions: Option<String>,
 }
@@ -36,18 +33,21 @@ impl InitInfo {
     }
 }
 
-/// Who a connection belongs to (DESIGN decision 3).
-#[derive(Clone)]
+/// Who a connection belongs to (DESIGN decision 3). The client face does not
+/// know what an owner is; it only needs to know whether every request on the
+/// connection comes from one client, which makes "the only request in flight"
+/// a safe guess for messages the backend sends without saying what they relate to.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Owner {
-    /// Serves every host session (or the gateway itself, for catalogues).
+    /// Serves every client (or the gateway itself, for catalogues).
     Shared,
-    /// Bound to exactly one host session.
-    Session(Weak<Session>),
+    /// Bound to exactly one client, named by an opaque key of the caller's.
+    Exclusive(Arc<str>),
 }
 
 struct Pending {
     tx: oneshot::Sender<Result<Box<RawValue>, ErrorObject>>,
-    call: Option<Arc<HostCall>>,
+    call: Option<Arc<dyn Caller>>,
 }
 
 /// A live MCP client session with one backend, over stdio or HTTP.
@@ -110,12 +110,25 @@ impl Connection {
         self.info.get()
     }
 
-    /// The owning host session, for per-session connections that are still alive.
-    pub fn owner_session(&self) -> Option<Arc<Session>> {
+    /// The backend's own session for this connection (its `Mcp-Session-Id` and
+    /// negotiated revision), for Streamable HTTP backends that gave one.
+    pub fn upstream_session(&self) -> Option<(String, ProtocolVersion)> {
+        let id = self.link.get()?.session_id()?;
+        Some((id, self.info()?.version))
+    }
+
+    /// The key of the one client this connection serves (`None`: shared).
+    pub fn owner_key(&self) -> Option<&Arc<str>> {
         match &self.owner {
             Owner::Shared => None,
-            Owner::Session(s) => s.upgrade(),
+            Owner::Exclusive(key) => Some(key),
         }
+    }
+
+    /// The access token of the client that owns this connection, for backends
+    /// whose credentials are exchanged for it (RFC 8693); asked of the handler.
+    pub fn subject_token(&self) -> Option<Arc<str>> {
+        self.handler.subject_token(self)
     }
 
     /// How long since the last request was sent on this connection.
@@ -160,9 +173,9 @@ impl Connection {
     /// request (a late answer is discarded) without telling the backend.
     pub async fn request(
         self: &Arc<Self>,
-        method: &str,
+        method: &Method,
         mut params: Option<Value>,
-        call: Option<Arc<HostCall>>,
+        call: Option<Arc<dyn Caller>>,
         timeout: Duration,
     ) -> Result<Box<RawValue>, BackendError> {
         let link = self.link()?;
@@ -173,23 +186,23 @@ impl Connection {
         if let Ok(mut t) = self.last_used.lock() {
             *t = tokio::time::Instant::now();
         }
-        if call.as_ref().is_some_and(|c| c.progress_token.is_some()) {
+        if call.as_ref().is_some_and(|c| c.wants_progress()) {
             set_progress_token(&mut params, id);
         }
-        if let Some(c) = &call {
-            c.set_upstream(self.downgrade(), id);
-        }
         let (tx, rx) = oneshot::channel();
+        let caller = call.clone();
         if let Ok(mut p) = self.pending.lock() {
             p.insert(id, Pending { tx, call });
         }
         let guard = PendingGuard { conn: self, id };
-        // A host cancel that raced with the lines above saw no upstream request;
-        // it set the flag instead (see `HostCall::mark_cancelled`).
-        if guard_cancelled(self, id) {
+        // Told after the pending entry exists, so a cancel that comes later finds
+        // it; a cancel that came earlier makes `started` answer false.
+        if let Some(c) = caller
+            && !c.started(self, id)
+        {
             return Err(BackendError::Cancelled);
         }
-        let bytes = jsonrpc::request_bytes(&Id::Num(id as i64), method, params.as_ref());
+        let bytes = jsonrpc::request_bytes(&Id::Num(id as i64), method.as_str(), params.as_ref());
         let exchange = async {
             link.send_request(self, id, method, bytes).await?;
             match rx.await {
@@ -230,12 +243,12 @@ impl Connection {
 
     fn send_cancel(self: &Arc<Self>, id: u64, reason: &str) {
         let params = json!({"requestId": id, "reason": reason});
-        self.notify("notifications/cancelled", Some(&params));
+        self.notify(&Method::Cancelled, Some(&params));
     }
 
     /// Sends a notification (fire and forget; failures are logged).
-    pub fn notify(self: &Arc<Self>, method: &str, params: Option<&Value>) {
-        let bytes = jsonrpc::notification_bytes(method, params);
+    pub fn notify(self: &Arc<Self>, method: &Method, params: Option<&Value>) {
+        let bytes = jsonrpc::notification_bytes(method.as_str(), params);
         self.send_detached(bytes);
     }
 
@@ -279,7 +292,7 @@ impl Connection {
             "clientInfo": {"name": "mcpgate", "version": env!("CARGO_PKG_VERSION")},
         });
         let raw = self
-            .request("initialize", Some(params), None, timeout)
+            .request(&Method::Initialize, Some(params), None, timeout)
             .await?;
         let result: Value = serde_json::from_str(raw.get())
             .map_err(|e| BackendError::protocol(&self.backend, format!("initialize: {e}")))?;
@@ -296,14 +309,13 @@ impl Connection {
         let info = InitInfo {
             version,
             capabilities: result.get("capabilities").cloned().unwrap_or(json!({})),
-            server_info: result.get("serverInfo").cloned().unwrap_or(json!({})),
             instructions: result
                 .get("instructions")
                 .and_then(Value::as_str)
                 .map(str::to_owned),
         };
         let _ = self.info.set(info);
-        let bytes = jsonrpc::notification_bytes("notifications/initialized", None);
+        let bytes = jsonrpc::notification_bytes(Method::Initialized.as_str(), None);
         self.link()?.send_awaited(self, bytes).await
     }
 
@@ -343,8 +355,8 @@ impl Connection {
 
     /// The host call a notification belongs to: by progress token, by the stream it
     /// came on, or (per-session connections only) the only host call in flight.
-    fn related_call(&self, n: &Notification, related: Option<u64>) -> Option<Arc<HostCall>> {
-        if n.method == "notifications/progress" {
+    fn related_call(&self, n: &Notification, related: Option<u64>) -> Option<Arc<dyn Caller>> {
+        if n.method == Method::Progress {
             let token = n.params.as_ref().and_then(|p| p.get("progressToken"));
             let id = token.and_then(Value::as_u64)?;
             let p = self.pending.lock().ok()?;
@@ -353,7 +365,7 @@ impl Connection {
         self.related_call_for(related)
     }
 
-    fn related_call_for(&self, related: Option<u64>) -> Option<Arc<HostCall>> {
+    fn related_call_for(&self, related: Option<u64>) -> Option<Arc<dyn Caller>> {
         let p = self.pending.lock().ok()?;
         if let Some(id) = related {
             return p.get(&id).and_then(|e| e.call.clone());
@@ -401,18 +413,6 @@ impl Connection {
     pub(super) fn downgrade(self: &Arc<Self>) -> Weak<Connection> {
         Arc::downgrade(self)
     }
-}
-
-/// Whether pending request `id` belongs to a host call that was cancelled.
-fn guard_cancelled(conn: &Connection, id: u64) -> bool {
-    conn.pending
-        .lock()
-        .ok()
-        .and_then(|p| {
-            p.get(&id)
-                .and_then(|e| e.call.as_ref().map(|c| c.is_cancelled()))
-        })
-        .unwrap_or(false)
 }
 
 /// Removes a pending entry when the caller stops waiting (timeout or drop).

@@ -24,11 +24,12 @@ use tokio::sync::oneshot;
 use super::BackendError;
 use super::conn::{Connection, dispatch_text};
 use crate::auth::upstream::UpstreamCredentials;
+use crate::mcp::Method;
 
 const SESSION_HEADER: &str = "mcp-session-id";
 const VERSION_HEADER: &str = "mcp-protocol-version";
 const BOTH: &str = "application/json, text/event-stream";
-/// Headers only the gateway sets (BR-01): a configured value must never stand in
+/// Headers only the gateway sets: a configured value must never stand in
 /// for one, e.g. a fixed `Mcp-Session-Id` on `initialize`, before the gateway has
 /// a session id of its own to put there.
 const PROTOCOL_HEADERS: [&str; 5] = [
@@ -97,7 +98,7 @@ impl HttpLink {
         let Some(creds) = &self.creds else {
             return Ok(());
         };
-        let subject = conn.owner_session().and_then(|s| s.subject_token());
+        let subject = conn.subject_token();
         match creds.authorization(subject.as_deref()).await {
             Ok(v) => {
                 h.insert(AUTHORIZATION, v);
@@ -116,9 +117,14 @@ impl HttpLink {
     /// Forgets a token the backend refused, so the next request gets a new one.
     fn refused(&self, conn: &Connection) {
         if let Some(creds) = &self.creds {
-            let subject = conn.owner_session().and_then(|s| s.subject_token());
+            let subject = conn.subject_token();
             creds.invalidate(subject.as_deref());
         }
+    }
+
+    /// The backend's `Mcp-Session-Id`, if it gave one.
+    pub(crate) fn session_id(&self) -> Option<String> {
+        Some(self.session()?.to_str().ok()?.to_owned())
     }
 
     fn session(&self) -> Option<HeaderValue> {
@@ -166,7 +172,7 @@ impl HttpLink {
         &self,
         conn: &Arc<Connection>,
         id: u64,
-        method: &str,
+        method: &Method,
         bytes: Vec<u8>,
     ) -> Result<(), BackendError> {
         let body = Bytes::from(bytes);
@@ -177,7 +183,7 @@ impl HttpLink {
             let status = resp.status();
             if status == StatusCode::NOT_FOUND
                 && sent_session.is_some()
-                && method != "initialize"
+                && *method != Method::Initialize
                 && !retried
             {
                 tracing::info!(backend = %self.backend, "backend ended our session (404); re-initializing");
@@ -194,7 +200,7 @@ impl HttpLink {
                     status: status.as_u16(),
                 });
             }
-            if method == "initialize" {
+            if *method == Method::Initialize {
                 self.set_session(resp.headers().get(SESSION_HEADER).cloned());
             }
             return self.read_answer(conn, id, resp).await;

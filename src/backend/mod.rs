@@ -5,6 +5,7 @@ mod http;
 mod sse;
 mod stdio;
 
+use std::any::Any;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -16,7 +17,7 @@ pub use conn::{Connection, InitInfo, Owner};
 use crate::auth::upstream::UpstreamCredentials;
 use crate::config::{BackendConfig, Transport};
 use crate::jsonrpc::{self, ErrorObject, Notification, Request};
-use crate::session::HostCall;
+use crate::mcp::Method;
 
 /// How long a new HTTP connection waits for its standalone GET stream to open.
 const GET_STREAM_WAIT: Duration = Duration::from_secs(1);
@@ -34,6 +35,15 @@ pub enum BackendError {
         backend: String,
         /// The timeout that fired.
         after: Duration,
+    },
+    /// The gateway's own limit for this backend refused the call
+    /// (`max_concurrency` with `queue_timeout`, `max_connections`).
+    #[error("backend {backend:?} is unavailable: busy: {reason}")]
+    Busy {
+        /// Backend name.
+        backend: String,
+        /// Which limit.
+        reason: String,
     },
     /// The backend cannot be reached: not started, exited, connection refused.
     #[error("backend {backend:?} is unavailable: {reason}")]
@@ -85,6 +95,7 @@ impl BackendError {
         match self {
             BackendError::Rpc(e) => e.clone(),
             BackendError::Timeout { backend, .. }
+            | BackendError::Busy { backend, .. }
             | BackendError::Unavailable { backend, .. }
             | BackendError::Protocol { backend, .. }
             | BackendError::HttpStatus { backend, .. } => {
@@ -98,17 +109,47 @@ impl BackendError {
     }
 }
 
-/// Receives what backends send on their own initiative. Implemented by the router.
+/// The caller of one upstream request, opaque to the client face (for the
+/// gateway: the host request being served). The connection asks it what it needs
+/// to send the request, and hands it back to the [`UpstreamHandler`] with every
+/// message the backend relates to that request.
+pub trait Caller: Send + Sync + 'static {
+    /// Whether the request asks for progress: the upstream request then carries
+    /// its upstream id as progress token (MCP basic/utilities/progress).
+    fn wants_progress(&self) -> bool;
+    /// The request became upstream request `id` on `conn` (it is pending from now
+    /// on, so a cancel finds it). `false`: the caller gave up meanwhile, and the
+    /// request is not sent.
+    fn started(&self, conn: &Arc<Connection>, id: u64) -> bool;
+    /// The caller as `Any`, so the handler that created it can downcast it.
+    fn into_any(self: Arc<Self>) -> Arc<dyn Any + Send + Sync>;
+}
+
+/// Receives what backends send on their own initiative, and answers what the
+/// client face must ask about a connection's owner. Implemented by the layer that
+/// gave the connection its [`Owner`] (the gateway's relay).
 ///
-/// `call` is the host request the message relates to, when the connection could
-/// tell (progress token, the HTTP stream it came on, or the only call in flight).
+/// `call` is the request the message relates to, when the connection could tell
+/// (progress token, the HTTP stream it came on, or the only request in flight on
+/// an exclusive connection).
 pub trait UpstreamHandler: Send + Sync + 'static {
     /// A notification from the backend.
-    fn on_notification(&self, conn: &Arc<Connection>, call: Option<Arc<HostCall>>, n: Notification);
+    fn on_notification(
+        &self,
+        conn: &Arc<Connection>,
+        call: Option<Arc<dyn Caller>>,
+        n: Notification,
+    );
     /// A request from the backend; answer it with [`Connection::respond`].
-    fn on_request(&self, conn: &Arc<Connection>, call: Option<Arc<HostCall>>, r: Request);
+    fn on_request(&self, conn: &Arc<Connection>, call: Option<Arc<dyn Caller>>, r: Request);
     /// The connection closed (process exit, transport failure or [`Connection::close`]).
     fn on_closed(&self, conn: &Arc<Connection>);
+    /// The access token of the client that owns `conn` (exclusive connections),
+    /// for credentials exchanged for it (RFC 8693). `None` by default.
+    fn subject_token(&self, conn: &Connection) -> Option<Arc<str>> {
+        let _ = conn;
+        None
+    }
 }
 
 /// The transport under a [`Connection`].
@@ -125,7 +166,7 @@ impl Link {
         &self,
         conn: &Arc<Connection>,
         id: u64,
-        method: &str,
+        method: &Method,
         bytes: Vec<u8>,
     ) -> Result<(), BackendError> {
         match self {
@@ -154,6 +195,14 @@ impl Link {
             Link::Stdio(l) => l.send(&conn.backend, bytes).await,
             Link::Http(l) => l.send_awaited(conn, bytes).await,
             Link::Sse(l) => l.send(bytes).await,
+        }
+    }
+
+    /// The backend's `Mcp-Session-Id` (Streamable HTTP only).
+    fn session_id(&self) -> Option<String> {
+        match self {
+            Link::Http(l) => l.session_id(),
+            Link::Stdio(_) | Link::Sse(_) => None,
         }
     }
 
@@ -342,6 +391,17 @@ impl BackendSpec {
             }
         }
     }
+}
+
+/// Reconnect delay after `failures` consecutive failures: 0.5 s doubling to 30 s,
+/// with ±20 % jitter so replicas do not retry in lockstep.
+pub fn backoff(failures: u32) -> Duration {
+    let base = Duration::from_millis(500).saturating_mul(1 << failures.min(6).saturating_sub(1));
+    let base = base.min(Duration::from_secs(30));
+    let mut b = [0u8; 1];
+    let _ = getrandom::fill(&mut b);
+    let factor = 0.8 + 0.4 * f64::from(b[0]) / 255.0;
+    base.mul_f64(factor)
 }
 
 /// Holds at most one live connection and (re)connects on demand, with exponential

@@ -5,8 +5,8 @@
 //! The client opens a GET event stream; the server's first event, `endpoint`,
 //! names the URL to POST messages to; every answer and server message then
 //! arrives on the event stream. The endpoint is resolved against the stream URL
-//! per RFC 3986 §5 (so a relative `messages?sessionId=…` keeps the path prefix,
-//! BR-27), its query string is kept byte-exact, and an endpoint on another origin
+//! per RFC 3986 §5 (so a relative `messages?sessionId=…` keeps the path prefix
+//! of a server mounted below the root), its query string is kept byte-exact, and an endpoint on another origin
 //! is refused: no request, and no credentials, go there.
 
 use std::collections::BTreeMap;

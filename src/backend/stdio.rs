@@ -152,7 +152,8 @@ impl Drop for StdioLink {
 }
 
 /// Asks the kernel to SIGKILL the child when the gateway dies, so a child never
-/// outlives a crashed or SIGKILLed gateway (BR-28). (The signal follows the death
+/// outlives a crashed or SIGKILLed gateway (an orphaned child would keep its
+/// backend's state and resources with nobody to serve). (The signal follows the death
 /// of the spawning thread; tokio's worker threads live as long as the runtime.)
 #[allow(unsafe_code)]
 fn kill_with_parent(cmd: &mut Command) {

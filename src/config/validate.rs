@@ -337,7 +337,7 @@ fn validate_overrides(c: &Config, p: &mut Vec<ConfigProblem>) {
             } else {
                 format!("{prefix}__{new}")
             };
-            if !crate::router::names::is_valid_name(&full, max) {
+            if !crate::mcp::names::is_valid_name(&full, max) {
                 p.push(ConfigProblem::new(
                     &at,
                     format!("{full:?} is not a valid tool name: 1-{max} characters from A-Z a-z 0-9 _ - ."),

@@ -329,7 +329,8 @@ async fn post_mcp(
     let message = jsonrpc::parse_message(&body).map_err(HttpError::Envelope)?;
     match message {
         Message::Request(req)
-            if req.method == "initialize" && header_str(&headers, SESSION_HEADER).is_none() =>
+            if req.method == crate::mcp::Method::Initialize
+                && header_str(&headers, SESSION_HEADER).is_none() =>
         {
             initialize(&http, &accept, req).await
         }

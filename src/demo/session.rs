@@ -150,7 +150,12 @@ impl Session {
         };
         let progress = jsonrpc::progress_token(req.params.as_ref()).cloned();
         let ctx = RequestContext::new(self.inner.clone(), id.clone(), progress, token.clone());
-        let work = AssertUnwindSafe(handlers::dispatch(ctx, req.method, req.params)).catch_unwind();
+        let work = AssertUnwindSafe(handlers::dispatch(
+            ctx,
+            req.method.as_str().to_owned(),
+            req.params,
+        ))
+        .catch_unwind();
         let outcome = tokio::select! {
             biased;
             () = token.cancelled() => return None,
@@ -225,7 +230,7 @@ impl Session {
         for raw in &items {
             match jsonrpc::classify_raw(raw) {
                 Err(e) => outputs.push(jsonrpc::error_bytes(e.id(), &e.to_error_object())),
-                Ok(Message::Request(r)) if r.method == "initialize" => {
+                Ok(Message::Request(r)) if r.method == crate::mcp::Method::Initialize => {
                     let e = ErrorObject::new(INVALID_REQUEST, "initialize must not be batched");
                     outputs.push(jsonrpc::error_bytes(Some(&r.id), &e));
                 }
@@ -294,7 +299,7 @@ mod tests {
     fn req(id: i64, method: &str, params: Value) -> Request {
         Request {
             id: Id::Num(id),
-            method: method.into(),
+            method: crate::mcp::Method::parse(method),
             params: Some(params),
         }
     }
@@ -335,7 +340,7 @@ mod tests {
             tokio::task::yield_now().await;
         }
         s.handle_notification(Notification {
-            method: "notifications/cancelled".into(),
+            method: crate::mcp::Method::Cancelled,
             params: Some(json!({"requestId": 5, "reason": "test"})),
         });
         assert_eq!(task.await.ok().flatten(), None);

@@ -83,7 +83,7 @@ async fn read_loop<R: AsyncRead + Unpin>(
         match jsonrpc::parse_message(text) {
             Err(e) => send(tx, jsonrpc::error_bytes(e.id(), &e.to_error_object())),
             // Handled inline so that nothing read after it can overtake the handshake.
-            Ok(Message::Request(r)) if r.method == "initialize" => {
+            Ok(Message::Request(r)) if r.method == crate::mcp::Method::Initialize => {
                 if let Some(out) = session.handle_request(r).await {
                     send(tx, out);
                 }

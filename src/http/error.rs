@@ -1,15 +1,19 @@
-//! The HTTP plane: rejections decided before a request reaches the router
-//! (transport, session and envelope failures), each with the status the spec
-//! names and a JSON-RPC error body.
+//! The HTTP plane: rejections decided before a request is routed (transport,
+//! auth, session and envelope failures), each with the status the spec names, a
+//! JSON-RPC error body and the typed [`Rejection`] it is counted as. The one place
+//! an [`HttpError`] becomes a response is its `IntoResponse`.
 
-use axum::http::{HeaderValue, StatusCode, header};
+use axum::http::{HeaderName, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
 use crate::jsonrpc::{self, EnvelopeError, ErrorObject, Id};
+use crate::request::Rejection;
 
 /// A rejection with an HTTP status and a JSON-RPC error body.
 #[derive(Debug, Clone)]
 pub struct HttpError {
+    /// Why (the metric label and the access log's reason).
+    pub reason: Rejection,
     /// The status code.
     pub status: StatusCode,
     /// The body.
@@ -24,27 +28,45 @@ pub struct ErrorDetail {
     /// `Some(id)` writes `"id"` (JSON-RPC 2.0 §5: `null` when unreadable);
     /// `None` omits it (MCP transports: "a JSON-RPC error response that has no id").
     pub id: Option<Option<Id>>,
+    /// Response headers the rejection needs (`WWW-Authenticate`, `Retry-After`,
+    /// `Connection: close`).
+    pub headers: Vec<(HeaderName, HeaderValue)>,
 }
 
 impl HttpError {
     /// A transport-level rejection (no `id` in the body).
-    pub fn new(status: StatusCode, code: i64, message: impl Into<String>) -> Self {
+    pub fn new(
+        reason: Rejection,
+        status: StatusCode,
+        code: i64,
+        message: impl Into<String>,
+    ) -> Self {
         HttpError {
+            reason,
             status,
             detail: Box::new(ErrorDetail {
                 error: ErrorObject::new(code, message),
                 id: None,
+                headers: Vec::new(),
             }),
         }
+    }
+
+    /// Adds a response header.
+    pub fn with_header(mut self, name: HeaderName, value: HeaderValue) -> Self {
+        self.detail.headers.push((name, value));
+        self
     }
 
     /// 400 for a body that is not a JSON-RPC message (`-32700` / `-32600`).
     pub fn envelope(e: &EnvelopeError) -> Self {
         HttpError {
+            reason: Rejection::InvalidMessage,
             status: StatusCode::BAD_REQUEST,
             detail: Box::new(ErrorDetail {
                 error: e.to_error_object(),
                 id: Some(e.id().cloned()),
+                headers: Vec::new(),
             }),
         }
     }
@@ -52,6 +74,7 @@ impl HttpError {
     /// 400: a non-initialize request without `Mcp-Session-Id`.
     pub fn missing_session() -> Self {
         HttpError::new(
+            Rejection::SessionMissing,
             StatusCode::BAD_REQUEST,
             jsonrpc::TRANSPORT_ERROR,
             "Bad Request: Mcp-Session-Id header is required",
@@ -61,6 +84,7 @@ impl HttpError {
     /// 404: unknown, expired or ended session; the host must re-initialize.
     pub fn unknown_session() -> Self {
         HttpError::new(
+            Rejection::SessionUnknown,
             StatusCode::NOT_FOUND,
             jsonrpc::SESSION_NOT_FOUND,
             "Session not found",
@@ -70,6 +94,7 @@ impl HttpError {
     /// 403: a browser Origin or Host header that is not allowed.
     pub fn forbidden_origin() -> Self {
         HttpError::new(
+            Rejection::Origin,
             StatusCode::FORBIDDEN,
             jsonrpc::TRANSPORT_ERROR,
             "Forbidden: origin not allowed",
@@ -80,6 +105,7 @@ impl HttpError {
     /// `server.allowed_hosts` adds names).
     pub fn forbidden_host() -> Self {
         HttpError::new(
+            Rejection::Host,
             StatusCode::FORBIDDEN,
             jsonrpc::TRANSPORT_ERROR,
             "Forbidden: Host not allowed (server.allowed_hosts)",
@@ -94,10 +120,14 @@ impl IntoResponse for HttpError {
             Some(id) => jsonrpc::error_bytes(id.as_ref(), &self.detail.error),
         };
         let mut resp = (self.status, body).into_response();
-        resp.headers_mut().insert(
+        let h = resp.headers_mut();
+        h.insert(
             header::CONTENT_TYPE,
             HeaderValue::from_static("application/json"),
         );
+        for (name, value) in self.detail.headers {
+            h.insert(name, value);
+        }
         resp
     }
 }

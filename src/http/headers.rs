@@ -5,7 +5,8 @@ use axum::http::{HeaderMap, StatusCode, header};
 
 use super::{HttpError, OriginPolicy};
 use crate::jsonrpc;
-use crate::protocol::ProtocolVersion;
+use crate::mcp::ProtocolVersion;
+use crate::request::Rejection;
 
 /// `Mcp-Session-Id` (spelled `MCP-Session-Id` in 2025-11-25; names are
 /// case-insensitive).
@@ -60,6 +61,7 @@ pub fn check_post_accept(h: &HeaderMap) -> Result<(), HttpError> {
         Ok(())
     } else {
         Err(HttpError::new(
+            Rejection::Accept,
             StatusCode::NOT_ACCEPTABLE,
             jsonrpc::TRANSPORT_ERROR,
             "Not Acceptable: Accept must include both application/json and text/event-stream",
@@ -73,6 +75,7 @@ pub fn check_get_accept(h: &HeaderMap) -> Result<(), HttpError> {
         Ok(())
     } else {
         Err(HttpError::new(
+            Rejection::Accept,
             StatusCode::NOT_ACCEPTABLE,
             jsonrpc::TRANSPORT_ERROR,
             "Not Acceptable: Accept must include text/event-stream",
@@ -94,6 +97,7 @@ pub fn check_content_type(h: &HeaderMap) -> Result<(), HttpError> {
         Ok(())
     } else {
         Err(HttpError::new(
+            Rejection::ContentType,
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
             jsonrpc::TRANSPORT_ERROR,
             "Unsupported Media Type: Content-Type must be application/json",
@@ -113,6 +117,7 @@ pub fn protocol_version(h: &HeaderMap) -> Result<Option<ProtocolVersion>, HttpEr
         .map(Some)
         .ok_or_else(|| {
             HttpError::new(
+                Rejection::Version,
                 StatusCode::BAD_REQUEST,
                 jsonrpc::TRANSPORT_ERROR,
                 format!("Bad Request: unsupported MCP-Protocol-Version {v:?}"),

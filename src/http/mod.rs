@@ -1,12 +1,14 @@
 //! Server face: the Streamable HTTP endpoint (MCP 2025-11-25 basic/transports),
 //! its guards (Origin/Host, CORS, body limit) and the health route.
 
+mod accept;
 mod auth;
 mod error;
 mod headers;
 pub mod limit;
 mod mcp;
 pub mod serve;
+mod session;
 mod sse;
 
 use std::net::SocketAddr;
@@ -22,20 +24,39 @@ use tower_http::timeout::RequestBodyTimeoutLayer;
 
 pub use error::HttpError;
 
+use crate::auth::Authenticator;
+use crate::catalog::Catalog;
 use crate::config::ServerConfig;
-use crate::router::Router;
+use crate::dispatch::Dispatch;
+use crate::metrics::Metrics;
+use crate::relay::Relay;
+use crate::session::SessionStore;
+use crate::supervisor::Supervisor;
 
-/// Shared state of the HTTP handlers.
+/// The parts the HTTP handlers use, each named: the server face owns no state of
+/// its own beyond its listener rules.
 #[derive(Clone)]
 pub struct AppState {
-    /// The router.
-    pub router: Arc<Router>,
+    /// `[server]` settings.
+    pub server: Arc<ServerConfig>,
+    /// Host sessions.
+    pub sessions: Arc<dyn SessionStore>,
+    /// The catalogue (authorization views).
+    pub catalog: Arc<Catalog>,
+    /// Host requests → backends.
+    pub dispatch: Arc<Dispatch>,
+    /// Host notifications and answers → backends.
+    pub relay: Arc<Relay>,
+    /// Backend and session lifetimes (readiness, session end).
+    pub supervisor: Arc<Supervisor>,
+    /// Metrics.
+    pub metrics: Arc<Metrics>,
     /// Origin and Host rules.
     pub origins: Arc<OriginPolicy>,
     /// Per-client rate limit, when configured.
     pub limiter: Option<Arc<limit::Limiter>>,
     /// Bearer validation (`None`: the endpoint is open, see `[auth]`).
-    pub auth: Option<Arc<crate::auth::Authenticator>>,
+    pub auth: Option<Arc<Authenticator>>,
 }
 
 /// Which browser origins and Host headers are accepted (DNS-rebinding guard,
@@ -139,21 +160,13 @@ pub fn app(state: AppState, server: &ServerConfig) -> AxumRouter {
             HeaderName::from_static("mcp-protocol-version"),
             header::WWW_AUTHENTICATE,
         ]);
-    let mut mcp_route = axum::routing::MethodRouter::new()
-        .get(mcp::get)
+    let mcp_route = axum::routing::MethodRouter::new()
+        .get(session::get)
         .post(mcp::post)
-        .delete(mcp::delete);
-    if let Some(limiter) = state.limiter.clone() {
-        mcp_route =
-            mcp_route.route_layer(axum::middleware::from_fn_with_state(limiter, limit::limit));
-    }
+        .delete(session::delete);
     let metadata = auth::metadata_routes(state.auth.as_deref());
     AxumRouter::new()
         .route(path, mcp_route)
-        .route_layer(axum::middleware::from_fn_with_state(
-            state.clone(),
-            auth::require,
-        ))
         .merge(metadata)
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
@@ -171,7 +184,7 @@ async fn readyz(
     axum::extract::State(st): axum::extract::State<AppState>,
 ) -> axum::response::Response {
     use axum::response::IntoResponse;
-    let (ready, body) = st.router.readiness();
+    let (ready, body) = st.supervisor.readiness();
     let status = if ready {
         axum::http::StatusCode::OK
     } else {
@@ -182,22 +195,19 @@ async fn readyz(
 
 /// The metrics application (its own listener): `GET /metrics` in the Prometheus
 /// text format.
-pub fn metrics_app(router: Arc<Router>) -> AxumRouter {
+pub fn metrics_app(metrics: Arc<Metrics>, sessions: Arc<dyn SessionStore>) -> AxumRouter {
     AxumRouter::new().route(
         "/metrics",
         get(move || {
-            let router = router.clone();
+            let (metrics, sessions) = (metrics.clone(), sessions.clone());
             async move {
-                router
-                    .metrics
-                    .sessions_active
-                    .set(router.sessions.len() as i64);
+                metrics.sessions_active.set(sessions.len() as i64);
                 (
                     [(
                         header::CONTENT_TYPE,
                         "text/plain; version=0.0.4; charset=utf-8",
                     )],
-                    router.metrics.render(),
+                    metrics.render(),
                 )
             }
         }),

@@ -5,7 +5,7 @@
 //! field, which axum's writer omits. Every event carries an id `{stream}-{seq}`,
 //! unique within the session and naming its stream (MCP 2025-11-25 transports,
 //! resumability). Idle streams get `: keep-alive` comments so load balancers do not
-//! cut long tool calls (BR-06), and responses carry `X-Accel-Buffering: no` (BR-05).
+//! cut long tool calls , and responses carry `X-Accel-Buffering: no` .
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -139,7 +139,7 @@ pub async fn stream_reply(
         Ok(Some(m)) => Some(m),
         Ok(None) | Err(_) => None,
     };
-    let (stream, live) = session.events.open();
+    let (stream, live) = session.events().open();
     tokio::spawn(pump(session.clone(), stream, first, rx));
     let attached = Attached {
         stream,
@@ -148,7 +148,7 @@ pub async fn stream_reply(
     };
     sse_response(
         slot,
-        session.version.primes_streams(),
+        session.version().primes_streams(),
         attached,
         keep_alive,
         metrics,
@@ -195,15 +195,15 @@ async fn pump(
                 Some(m) => m,
                 None => {
                     // Cancelled by the host: the stream ends without a response.
-                    session.events.finish(stream);
+                    session.events().finish(stream);
                     return;
                 }
             },
         };
         match m {
-            Outbound::Message(b) => session.events.push(stream, b, false),
+            Outbound::Message(b) => session.events().push(stream, b, false),
             Outbound::Final(b) => {
-                session.events.push(stream, b, true);
+                session.events().push(stream, b, true);
                 return;
             }
         }

@@ -53,6 +53,7 @@ pub struct Frame {
 
 impl Frame {
     /// The SSE event id, `{stream}-{seq}`.
+    #[cfg(test)]
     pub fn id(&self) -> String {
         format!("{}-{}", self.stream, self.seq)
     }

@@ -1,55 +1,45 @@
-//! Host sessions (MCP 2025-11-25 basic/transports, session management): ids, the
-//! per-session state the router needs, and the store behind a trait.
+//! Host sessions (MCP 2025-11-25 basic/transports, session management).
+//!
+//! A [`Session`] has two parts. The durable part ([`SessionRecord`]) is plain data:
+//! who created it, the negotiated revision, the host's capabilities, and what the
+//! host changed since (log level, backend sessions, subscriptions, tasks). The
+//! live part is bound to this process: backend connections, SSE streams and their
+//! event log, host calls in flight, relayed server→client requests. Callers use
+//! named operations; the fields are private (like mini-redis's `Db`).
+//!
+//! Locks are `std::sync::Mutex`: each is held for a map operation only, never
+//! across an `.await`.
 
+mod call;
 mod events;
+mod record;
 mod store;
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
 use base64::Engine;
 use bytes::Bytes;
 use serde_json::Value;
-use tokio::sync::mpsc;
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
+use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
 
+pub use call::{HostCall, Outbound};
 pub use events::{Attached, EventLog, Frame, ResumeError};
-pub use store::{MemoryStore, SessionStore, StoreFull};
+pub use record::{SessionRecord, TaskRoute, UpstreamSession};
+pub use store::{MemoryStore, SessionStore};
 
 use crate::auth::policy::ViewKey;
 use crate::auth::{Principal, PrincipalId};
 use crate::backend::{Connection, Slot};
 use crate::jsonrpc::Id;
-use crate::protocol::ProtocolVersion;
-
-/// Log levels of MCP server/utilities/logging, in RFC 5424 order of severity.
-pub const LOG_LEVELS: [&str; 8] = [
-    "debug",
-    "info",
-    "notice",
-    "warning",
-    "error",
-    "critical",
-    "alert",
-    "emergency",
-];
+use crate::mcp::{LogLevel, ProtocolVersion};
 
 /// A short, non-reversible form of a session id for logs (ids are bearer secrets).
 pub fn log_id(id: &str) -> String {
     let d = <sha2::Sha256 as sha2::Digest>::digest(id.as_bytes());
     d[..4].iter().map(|b| format!("{b:02x}")).collect()
-}
-
-/// A message for a host: one serialized JSON-RPC message.
-#[derive(Debug, Clone)]
-pub enum Outbound {
-    /// A notification or request related to the host request (goes before the
-    /// response on its stream).
-    Message(Bytes),
-    /// The response that ends the host request's stream.
-    Final(Bytes),
 }
 
 /// Generates a session id: 128 random bits, base64url (22 visible ASCII chars,
@@ -76,44 +66,47 @@ pub struct ClientRequest {
     pub upstream_id: Id,
 }
 
-/// One host session.
-pub struct Session {
-    /// The `Mcp-Session-Id`.
-    pub id: Arc<str>,
-    /// A short hash of the id, for logs (the id itself is a bearer secret).
-    pub log_id: String,
-    /// The revision negotiated with the host.
-    pub version: ProtocolVersion,
-    /// The host's `initialize` capabilities.
-    pub client_capabilities: Value,
-    /// The host's `clientInfo`.
-    pub client_info: Value,
+/// What of the durable record changes after `initialize`.
+#[derive(Default)]
+struct Changes {
+    log_level: Option<LogLevel>,
+    upstream_sessions: std::collections::BTreeMap<String, UpstreamSession>,
+    subscriptions: std::collections::BTreeSet<(String, String)>,
+    tasks: std::collections::BTreeMap<String, TaskRoute>,
+}
+
+/// The process-bound part of a session.
+struct Live {
     last_seen: Mutex<Instant>,
-    /// Per-session backend connections, by backend index.
-    pub upstreams: Mutex<HashMap<usize, Arc<Slot>>>,
+    /// Per-session backend connections, by backend registry index.
+    upstreams: Mutex<HashMap<usize, Arc<Slot>>>,
     /// Host requests being served, by host id (for cancellation).
-    pub inflight: Mutex<HashMap<Id, Arc<HostCall>>>,
+    inflight: Mutex<HashMap<Id, Arc<HostCall>>>,
     /// Server→client requests awaiting the host's answer, by the id the host saw.
-    pub client_requests: Mutex<HashMap<Id, ClientRequest>>,
+    client_requests: Mutex<HashMap<Id, ClientRequest>>,
     next_client_id: AtomicI64,
-    /// SSE streams and the events recorded for resumption.
-    pub events: EventLog,
-    /// Stream slots taken: SSE streams open toward the host, and requests being
-    /// answered (see [`Session::reserve_stream`]).
-    pub open_streams: std::sync::atomic::AtomicUsize,
-    /// Tasks this session created, by exposed task id.
-    pub tasks: Mutex<HashMap<String, crate::router::tasks::TaskRoute>>,
-    log_level: Mutex<Option<usize>>,
+    events: EventLog,
+    /// Stream slots taken (see [`Session::reserve_stream`]).
+    open_streams: AtomicUsize,
     /// Cancelled when the session ends (DELETE, expiry, shutdown).
-    pub closed: CancellationToken,
-    /// The principal (issuer + subject) that created the session; only it may
-    /// use the session (`None` when the endpoint is open).
-    pub principal: Option<PrincipalId>,
-    /// The authorization view the session sees (re-derived on every request).
+    closed: CancellationToken,
+    /// The authorization view, re-derived from the token on every request.
     view_key: Mutex<ViewKey>,
     /// The token of the latest request, kept only for RFC 8693 token exchange
     /// toward backends configured for it; never forwarded as is.
     subject_token: Mutex<Option<Arc<str>>>,
+}
+
+/// One host session; see the module docs.
+pub struct Session {
+    id: Arc<str>,
+    log_id: String,
+    principal: Option<PrincipalId>,
+    version: ProtocolVersion,
+    client_capabilities: Value,
+    client_info: Value,
+    changes: Mutex<Changes>,
+    live: Live,
 }
 
 /// One of a session's `max_streams_per_session` stream slots, taken before a
@@ -123,66 +116,196 @@ pub struct StreamSlot(Arc<Session>);
 
 impl Drop for StreamSlot {
     fn drop(&mut self) {
-        self.0
-            .open_streams
-            .fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+        self.0.live.open_streams.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
 impl Session {
-    /// Takes a stream slot if fewer than `max` are taken: one atomic step, so
-    /// concurrent requests cannot all pass a check made before any of them opened
-    /// its stream. `Err(n)`: all `n` slots are taken.
-    pub fn reserve_stream(self: &Arc<Self>, max: usize) -> Result<StreamSlot, usize> {
-        use std::sync::atomic::Ordering;
-        self.open_streams
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
-                (n < max).then_some(n + 1)
-            })
-            .map(|_| StreamSlot(self.clone()))
-    }
-
     /// A new session for a host that sent `initialize`.
     pub fn new(version: ProtocolVersion, client_capabilities: Value, client_info: Value) -> Self {
         let id = new_session_id();
         Session {
             log_id: log_id(&id),
             id,
+            principal: None,
             version,
             client_capabilities,
             client_info,
-            last_seen: Mutex::new(Instant::now()),
-            upstreams: Mutex::new(HashMap::new()),
-            inflight: Mutex::new(HashMap::new()),
-            client_requests: Mutex::new(HashMap::new()),
-            next_client_id: AtomicI64::new(1),
-            events: EventLog::default(),
-            tasks: Mutex::new(HashMap::new()),
-            open_streams: std::sync::atomic::AtomicUsize::new(0),
-            log_level: Mutex::new(None),
-            closed: CancellationToken::new(),
-            principal: None,
-            view_key: Mutex::new(ViewKey::default()),
-            subject_token: Mutex::new(None),
+            changes: Mutex::default(),
+            live: Live {
+                last_seen: Mutex::new(Instant::now()),
+                upstreams: Mutex::default(),
+                inflight: Mutex::default(),
+                client_requests: Mutex::default(),
+                next_client_id: AtomicI64::new(1),
+                events: EventLog::default(),
+                open_streams: AtomicUsize::new(0),
+                closed: CancellationToken::new(),
+                view_key: Mutex::new(ViewKey::default()),
+                subject_token: Mutex::new(None),
+            },
         }
     }
 
     /// Binds the session to `principal` with its view `key` (at `initialize`).
     pub fn with_principal(mut self, principal: Option<&Principal>, key: ViewKey) -> Self {
         self.principal = principal.map(Principal::id);
-        self.view_key = Mutex::new(key);
-        self.subject_token = Mutex::new(principal.map(|p| p.token().clone()));
+        self.live.view_key = Mutex::new(key);
+        self.live.subject_token = Mutex::new(principal.map(|p| p.token().clone()));
         self
+    }
+
+    /// The `Mcp-Session-Id` (a bearer secret: never log it, use [`Session::log_id`]).
+    pub fn id(&self) -> &Arc<str> {
+        &self.id
+    }
+
+    /// A short hash of the id, for logs.
+    pub fn log_id(&self) -> &str {
+        &self.log_id
+    }
+
+    /// The revision negotiated with the host.
+    pub fn version(&self) -> ProtocolVersion {
+        self.version
+    }
+
+    /// The principal that created the session (`None`: open endpoint).
+    pub fn principal(&self) -> Option<&PrincipalId> {
+        self.principal.as_ref()
+    }
+
+    /// The host's `initialize` capabilities.
+    pub fn client_capabilities(&self) -> &Value {
+        &self.client_capabilities
+    }
+
+    /// Whether the host declared client capability `name` (e.g. `"sampling"`).
+    pub fn has_capability(&self, name: &str) -> bool {
+        self.client_capabilities
+            .get(name)
+            .is_some_and(|v| !v.is_null())
+    }
+
+    /// The durable part, as plain data: what a store shared by several
+    /// replicas holds (only the in-memory store exists so far, which keeps the
+    /// live session itself; the round trip is tested below).
+    #[allow(dead_code)]
+    pub fn record(&self) -> SessionRecord {
+        let mut r = SessionRecord::new(
+            self.version,
+            self.client_capabilities.clone(),
+            self.client_info.clone(),
+        );
+        r.principal = self.principal.clone();
+        if let Ok(c) = self.changes.lock() {
+            r.log_level = c.log_level;
+            r.upstream_sessions = c.upstream_sessions.clone();
+            r.subscriptions = c.subscriptions.clone();
+            r.tasks = c.tasks.clone();
+        }
+        r
+    }
+
+    fn change<T>(&self, f: impl FnOnce(&mut Changes) -> T) -> Option<T> {
+        self.changes.lock().ok().map(|mut c| f(&mut c))
+    }
+
+    // --- durable changes ------------------------------------------------------
+
+    /// Records the level set with `logging/setLevel`.
+    pub fn set_log_level(&self, level: LogLevel) {
+        self.change(|c| c.log_level = Some(level));
+    }
+
+    /// Whether a `notifications/message` at `level` (wire name) should reach the
+    /// host: at or above the level it set; everything when it set none, or when
+    /// the level is not one MCP defines.
+    pub fn wants_log(&self, level: &str) -> bool {
+        let min = self.change(|c| c.log_level).flatten();
+        match (min, LogLevel::parse(level)) {
+            (Some(min), Some(at)) => at >= min,
+            _ => true,
+        }
+    }
+
+    /// Records the backend session opened for this session on backend `backend`.
+    pub fn set_upstream_session(&self, backend: &str, upstream: Option<UpstreamSession>) {
+        self.change(|c| match upstream {
+            Some(u) => c.upstream_sessions.insert(backend.to_owned(), u),
+            None => c.upstream_sessions.remove(backend),
+        });
+    }
+
+    /// Records a resource subscription (`subscribed = false`: its end).
+    pub fn note_subscription(&self, backend: &str, uri: &str, subscribed: bool) {
+        let key = (backend.to_owned(), uri.to_owned());
+        self.change(|c| {
+            if subscribed {
+                c.subscriptions.insert(key);
+            } else {
+                c.subscriptions.remove(&key);
+            }
+        });
+    }
+
+    /// Registers a task this session created, under its exposed id.
+    pub fn add_task(&self, exposed: &str, route: TaskRoute) {
+        self.change(|c| c.tasks.insert(exposed.to_owned(), route));
+    }
+
+    /// Where the session's task `exposed` leads.
+    pub fn task(&self, exposed: &str) -> Option<TaskRoute> {
+        self.change(|c| c.tasks.get(exposed).cloned()).flatten()
+    }
+
+    /// Whether the session created the task exposed as `exposed`.
+    pub fn owns_task(&self, exposed: &str) -> bool {
+        self.change(|c| c.tasks.contains_key(exposed))
+            .unwrap_or(false)
+    }
+
+    /// Every task of the session: (exposed id, route).
+    pub fn tasks(&self) -> Vec<(String, TaskRoute)> {
+        self.change(|c| {
+            c.tasks
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect()
+        })
+        .unwrap_or_default()
+    }
+
+    // --- liveness and identity of the caller ----------------------------------
+
+    /// Marks the session as used now.
+    pub fn touch(&self) {
+        if let Ok(mut t) = self.live.last_seen.lock() {
+            *t = Instant::now();
+        }
+    }
+
+    /// When the session was last used.
+    pub fn last_seen(&self) -> Instant {
+        self.live
+            .last_seen
+            .lock()
+            .map(|t| *t)
+            .unwrap_or_else(|_| Instant::now())
     }
 
     /// The session's authorization view.
     pub fn view_key(&self) -> ViewKey {
-        self.view_key.lock().map(|k| k.clone()).unwrap_or_default()
+        self.live
+            .view_key
+            .lock()
+            .map(|k| k.clone())
+            .unwrap_or_default()
     }
 
     /// Sets the view key; returns whether it changed.
     pub fn set_view_key(&self, key: ViewKey) -> bool {
-        match self.view_key.lock() {
+        match self.live.view_key.lock() {
             Ok(mut k) if *k != key => {
                 *k = key;
                 true
@@ -193,175 +316,171 @@ impl Session {
 
     /// The host's latest access token (for token exchange only).
     pub fn subject_token(&self) -> Option<Arc<str>> {
-        self.subject_token.lock().ok()?.clone()
+        self.live.subject_token.lock().ok()?.clone()
     }
 
     /// Records the host's latest access token.
     pub fn set_subject_token(&self, token: Option<Arc<str>>) {
-        if let Ok(mut t) = self.subject_token.lock() {
+        if let Ok(mut t) = self.live.subject_token.lock() {
             *t = token;
         }
     }
 
-    /// Records the level set with `logging/setLevel` (one of [`LOG_LEVELS`]).
-    pub fn set_log_level(&self, level: &str) {
-        if let Ok(mut l) = self.log_level.lock() {
-            *l = LOG_LEVELS.iter().position(|x| *x == level);
-        }
+    // --- streams --------------------------------------------------------------
+
+    /// The session's SSE streams and the events recorded for resumption.
+    pub fn events(&self) -> &EventLog {
+        &self.live.events
     }
 
-    /// Whether a `notifications/message` at `level` should reach the host (at or
-    /// above the level it set; everything when it set none).
-    pub fn wants_log(&self, level: &str) -> bool {
-        let min = self.log_level.lock().ok().and_then(|l| *l);
-        match (min, LOG_LEVELS.iter().position(|x| *x == level)) {
-            (Some(min), Some(at)) => at >= min,
-            _ => true,
-        }
-    }
-
-    /// Marks the session as used now.
-    pub fn touch(&self) {
-        if let Ok(mut t) = self.last_seen.lock() {
-            *t = Instant::now();
-        }
-    }
-
-    /// When the session was last used.
-    pub fn last_seen(&self) -> Instant {
-        self.last_seen
-            .lock()
-            .map(|t| *t)
-            .unwrap_or_else(|_| Instant::now())
-    }
-
-    /// Whether host requests are in flight (such a session is never idle).
-    pub fn is_busy(&self) -> bool {
-        self.inflight.lock().is_ok_and(|m| !m.is_empty())
-    }
-
-    /// Whether the host declared client capability `name` (e.g. `"sampling"`).
-    pub fn has_capability(&self, name: &str) -> bool {
-        self.client_capabilities
-            .get(name)
-            .is_some_and(|v| !v.is_null())
-    }
-
-    /// The next id for a server→client request sent to this host.
-    pub fn next_client_id(&self) -> Id {
-        Id::Num(self.next_client_id.fetch_add(1, Ordering::Relaxed))
+    /// Takes a stream slot if fewer than `max` are taken: one atomic step, so
+    /// concurrent requests cannot all pass a check made before any of them opened
+    /// its stream. `Err(n)`: all `n` slots are taken.
+    pub fn reserve_stream(self: &Arc<Self>, max: usize) -> Result<StreamSlot, usize> {
+        self.live
+            .open_streams
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < max).then_some(n + 1)
+            })
+            .map(|_| StreamSlot(self.clone()))
     }
 
     /// Sends a message unrelated to any host request on the standalone (GET)
     /// stream; queued (bounded) until the host opens one.
     pub fn send_unrelated(&self, msg: Bytes) -> bool {
-        self.events.push_standalone(msg);
+        self.live.events.push_standalone(msg);
         true
+    }
+
+    // --- host calls in flight -------------------------------------------------
+
+    /// Registers a host call. `false`: a call with that id is already in flight
+    /// (ids are unique per requestor, MCP basic/index).
+    pub fn start_call(&self, call: &Arc<HostCall>) -> bool {
+        let Ok(mut m) = self.live.inflight.lock() else {
+            return false;
+        };
+        if m.contains_key(&call.id) {
+            return false;
+        }
+        m.insert(call.id.clone(), call.clone());
+        true
+    }
+
+    /// Forgets host call `id`; the call, if it was still in flight.
+    pub fn take_call(&self, id: &Id) -> Option<Arc<HostCall>> {
+        self.live.inflight.lock().ok()?.remove(id)
+    }
+
+    /// Whether host request `id` is still in flight as `call` (not cancelled).
+    pub fn is_current_call(&self, id: &Id, call: &Arc<HostCall>) -> bool {
+        self.live
+            .inflight
+            .lock()
+            .is_ok_and(|m| m.get(id).is_some_and(|c| Arc::ptr_eq(c, call)))
+    }
+
+    /// Number of host requests in flight.
+    pub fn calls_in_flight(&self) -> usize {
+        self.live.inflight.lock().map(|m| m.len()).unwrap_or(0)
+    }
+
+    /// Whether host requests are in flight (such a session is never idle).
+    pub fn is_busy(&self) -> bool {
+        self.calls_in_flight() > 0
+    }
+
+    // --- relayed server→client requests ---------------------------------------
+
+    /// The next id for a server→client request sent to this host.
+    pub fn next_client_id(&self) -> Id {
+        Id::Num(self.live.next_client_id.fetch_add(1, Ordering::Relaxed))
+    }
+
+    /// Remembers a relayed request under the id the host saw.
+    pub fn add_client_request(&self, ours: Id, request: ClientRequest) {
+        if let Ok(mut m) = self.live.client_requests.lock() {
+            m.insert(ours, request);
+        }
+    }
+
+    /// Forgets the relayed request the host saw as `ours` and returns it.
+    pub fn take_client_request(&self, ours: &Id) -> Option<ClientRequest> {
+        self.live.client_requests.lock().ok()?.remove(ours)
+    }
+
+    /// Forgets the relayed request that `conn` sent as `upstream` and returns the
+    /// id the host saw.
+    pub fn take_client_request_from(&self, conn: &Arc<Connection>, upstream: &Id) -> Option<Id> {
+        let mut m = self.live.client_requests.lock().ok()?;
+        let conn = Arc::downgrade(conn);
+        let key = m
+            .iter()
+            .find(|(_, r)| r.upstream_id == *upstream && r.conn.ptr_eq(&conn))
+            .map(|(k, _)| k.clone())?;
+        m.remove(&key).map(|_| key)
+    }
+
+    // --- per-session backend connections --------------------------------------
+
+    /// The slot for this session's own connection to backend `idx` (created empty
+    /// on first use).
+    pub fn slot(&self, idx: usize) -> Option<Arc<Slot>> {
+        let mut u = self.live.upstreams.lock().ok()?;
+        Some(u.entry(idx).or_default().clone())
+    }
+
+    /// The session's backend slots, by backend index.
+    pub fn slots(&self) -> Vec<(usize, Arc<Slot>)> {
+        self.live
+            .upstreams
+            .lock()
+            .map(|u| u.iter().map(|(i, s)| (*i, s.clone())).collect())
+            .unwrap_or_default()
+    }
+
+    /// The session's live backend connections.
+    pub fn connections(&self) -> Vec<Arc<Connection>> {
+        self.slots()
+            .iter()
+            .filter_map(|(_, s)| s.current())
+            .collect()
+    }
+
+    /// Takes the slot of backend `idx` out (the backend was removed).
+    pub fn take_slot(&self, idx: usize) -> Option<Arc<Slot>> {
+        self.live.upstreams.lock().ok()?.remove(&idx)
+    }
+
+    // --- the end --------------------------------------------------------------
+
+    /// Whether the session ended.
+    pub fn is_ended(&self) -> bool {
+        self.live.closed.is_cancelled()
+    }
+
+    /// Resolves when the session ends.
+    pub fn ended(&self) -> WaitForCancellationFuture<'_> {
+        self.live.closed.cancelled()
     }
 
     /// Ends the session's streams and forgets its in-flight state; returns the
-    /// per-session backend connections, which the caller closes.
-    pub fn end(&self) -> Vec<Arc<Slot>> {
-        self.closed.cancel();
-        self.events.close_all();
-        if let Ok(mut m) = self.client_requests.lock() {
+    /// per-session backend connections and the host calls that were in flight,
+    /// which the caller closes and cancels.
+    pub fn end(&self) -> (Vec<Arc<Slot>>, Vec<Arc<HostCall>>) {
+        self.live.closed.cancel();
+        self.live.events.close_all();
+        if let Ok(mut m) = self.live.client_requests.lock() {
             m.clear();
         }
-        match self.upstreams.lock() {
+        let calls = match self.live.inflight.lock() {
+            Ok(mut m) => m.drain().map(|(_, c)| c).collect(),
+            Err(_) => Vec::new(),
+        };
+        let slots = match self.live.upstreams.lock() {
             Ok(mut u) => u.drain().map(|(_, s)| s).collect(),
             Err(_) => Vec::new(),
-        }
-    }
-}
-
-/// One host request being served by a backend: where related messages and the
-/// response go, and which upstream request it became (for cancellation).
-pub struct HostCall {
-    /// The session.
-    pub session: Arc<Session>,
-    /// The host's id for the request.
-    pub id: Id,
-    /// The host's progress token, if it asked for progress.
-    pub progress_token: Option<Value>,
-    sink: mpsc::Sender<Outbound>,
-    upstream: Mutex<Option<(Weak<Connection>, u64)>>,
-    last_progress: Mutex<Option<f64>>,
-    cancelled: std::sync::atomic::AtomicBool,
-}
-
-impl HostCall {
-    /// A call whose messages go to `sink`.
-    pub fn new(
-        session: Arc<Session>,
-        id: Id,
-        progress_token: Option<Value>,
-        sink: mpsc::Sender<Outbound>,
-    ) -> Self {
-        HostCall {
-            session,
-            id,
-            progress_token,
-            sink,
-            upstream: Mutex::new(None),
-            last_progress: Mutex::new(None),
-            cancelled: std::sync::atomic::AtomicBool::new(false),
-        }
-    }
-
-    /// Marks the call cancelled by the host. Returns the upstream request it
-    /// became, if any, so the caller can cancel that too. A request started after
-    /// this sees [`HostCall::is_cancelled`] and gives up by itself.
-    pub fn mark_cancelled(&self) -> Option<(Arc<Connection>, u64)> {
-        self.cancelled
-            .store(true, std::sync::atomic::Ordering::SeqCst);
-        self.upstream()
-    }
-
-    /// Whether the host cancelled this call.
-    pub fn is_cancelled(&self) -> bool {
-        self.cancelled.load(std::sync::atomic::Ordering::SeqCst)
-    }
-
-    /// Records the upstream request this call became.
-    pub fn set_upstream(&self, conn: Weak<Connection>, id: u64) {
-        if let Ok(mut u) = self.upstream.lock() {
-            *u = Some((conn, id));
-        }
-    }
-
-    /// The upstream request, if it is still known.
-    pub fn upstream(&self) -> Option<(Arc<Connection>, u64)> {
-        let u = self.upstream.lock().ok()?;
-        let (conn, id) = u.as_ref()?;
-        Some((conn.upgrade()?, *id))
-    }
-
-    /// Accepts a progress value only if it increases (MCP basic/utilities/progress:
-    /// progress MUST increase with each notification).
-    pub fn accept_progress(&self, progress: f64) -> bool {
-        let Ok(mut last) = self.last_progress.lock() else {
-            return false;
         };
-        if last.is_some_and(|l| progress <= l) {
-            return false;
-        }
-        *last = Some(progress);
-        true
-    }
-
-    /// Sends a related message to the host (dropped, and counted, if the host is
-    /// not reading).
-    pub fn send_related(&self, msg: Bytes) -> bool {
-        let sent = self.sink.try_send(Outbound::Message(msg));
-        if matches!(sent, Err(mpsc::error::TrySendError::Full(_))) {
-            tracing::debug!("host call queue full; related message dropped");
-            self.session.events.count_drop();
-        }
-        sent.is_ok()
-    }
-
-    /// Sends the response; returns false if the host no longer listens.
-    pub async fn finish(&self, msg: Bytes) -> bool {
-        self.sink.send(Outbound::Final(msg)).await.is_ok()
+        (slots, calls)
     }
 }

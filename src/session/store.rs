@@ -27,10 +27,6 @@ pub trait SessionStore: Send + Sync + 'static {
     fn remove(&self, id: &str) -> Option<Arc<Session>>;
     /// Number of sessions.
     fn len(&self) -> usize;
-    /// Whether there are no sessions.
-    fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
     /// Every session (for notifications that concern all of them).
     fn all(&self) -> Vec<Arc<Session>>;
     /// Removes and returns sessions idle for longer than `ttl` at `now` (sessions
@@ -92,7 +88,8 @@ impl SessionStore for MemoryStore {
         let gone: Vec<Arc<Session>> = expired.iter().filter_map(|id| self.remove(id)).collect();
         if gone.len() >= 64 {
             // After a mass expiry, give the table's memory back (a map never
-            // shrinks by itself; issue 6: memory returns after sessions expire).
+            // shrinks by itself, and a gateway that held a burst of sessions would
+            // keep their memory for good).
             self.map.shrink_to_fit();
         }
         gone
@@ -104,7 +101,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::protocol::ProtocolVersion;
+    use crate::mcp::ProtocolVersion;
 
     fn session() -> Arc<Session> {
         Arc::new(Session::new(ProtocolVersion::LATEST, json!({}), json!({})))

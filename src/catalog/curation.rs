@@ -1,4 +1,4 @@
-//! Tool curation (issue 4 item 5, independent of auth): per backend, a tool may
+//! Tool curation (independent of auth): per backend, a tool may
 //! be renamed (the exposed name is still `{prefix}__{name}` and obeys the name
 //! rules, checked at config load), get a new title and description, and have
 //! fixed argument values that the host never sees: they are removed from the

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use serde_json::{Map, Value, json};
 
 use crate::backend::{BackendError, Connection, InitInfo};
+use crate::mcp::{ListKind, Method};
 
 /// Upper bound on pages fetched per list, against a backend that never ends.
 const MAX_PAGES: usize = 1000;
@@ -35,15 +36,10 @@ pub async fn fetch(conn: &Arc<Connection>) -> Result<BackendCatalog, BackendErro
         .ok_or_else(|| BackendError::closed(&conn.backend, "not initialized"))?;
     let want = |cap: &str| init.has(cap);
     let (tools, prompts, resources, templates) = tokio::join!(
-        list_if(conn, want("tools"), "tools/list", "tools"),
-        list_if(conn, want("prompts"), "prompts/list", "prompts"),
-        list_if(conn, want("resources"), "resources/list", "resources"),
-        list_if(
-            conn,
-            want("resources"),
-            "resources/templates/list",
-            "resourceTemplates"
-        ),
+        list_if(conn, want("tools"), ListKind::Tools),
+        list_if(conn, want("prompts"), ListKind::Prompts),
+        list_if(conn, want("resources"), ListKind::Resources),
+        list_if(conn, want("resources"), ListKind::Templates),
     );
     let tools = tools?
         .into_iter()
@@ -61,18 +57,18 @@ pub async fn fetch(conn: &Arc<Connection>) -> Result<BackendCatalog, BackendErro
 async fn list_if(
     conn: &Arc<Connection>,
     wanted: bool,
-    method: &str,
-    key: &str,
+    kind: ListKind,
 ) -> Result<Vec<Value>, BackendError> {
     if !wanted {
         return Ok(Vec::new());
     }
-    match list_all(conn, method, key).await {
+    let method = kind.method();
+    match list_all(conn, &method, kind.key()).await {
         Ok(items) => Ok(items),
         // A dead connection means no catalogue at all.
         Err(e @ (BackendError::Unavailable { .. } | BackendError::Timeout { .. })) => Err(e),
         Err(e) => {
-            tracing::warn!(backend = %conn.backend, method, cause = %e, "cannot list; treating as empty");
+            tracing::warn!(backend = %conn.backend, %method, cause = %e, "cannot list; treating as empty");
             Ok(Vec::new())
         }
     }
@@ -81,7 +77,7 @@ async fn list_if(
 /// Follows `nextCursor` until the end (MCP server/utilities/pagination).
 async fn list_all(
     conn: &Arc<Connection>,
-    method: &str,
+    method: &Method,
     key: &str,
 ) -> Result<Vec<Value>, BackendError> {
     let mut items = Vec::new();
@@ -109,12 +105,12 @@ async fn list_all(
             _ => return Ok(items),
         }
     }
-    tracing::warn!(backend = %conn.backend, method, "more than {MAX_PAGES} pages; rest ignored");
+    tracing::warn!(backend = %conn.backend, %method, "more than {MAX_PAGES} pages; rest ignored");
     Ok(items)
 }
 
-/// Makes a tool acceptable to strict hosts (BR-19: one bad `inputSchema` must not
-/// make a host drop every tool). MCP 2025-11-25 server/tools: `inputSchema` MUST be
+/// Makes a tool acceptable to strict hosts (one bad `inputSchema` must not make a
+/// host drop every tool: some hosts reject the whole list). MCP 2025-11-25 server/tools: `inputSchema` MUST be
 /// a JSON Schema object with `"type": "object"` at the root, never `null`.
 ///
 /// Missing, `null` or non-object schemas become `{"type":"object"}`; an object

@@ -9,11 +9,12 @@ use std::sync::{Arc, Mutex};
 
 use serde_json::{Value, json};
 
-use super::{Reply, Router};
 use crate::backend::Connection;
+use crate::catalog::{BackendState, Catalog};
 use crate::config::ConnectionMode;
-use crate::jsonrpc::{self, ErrorObject, Id};
-use crate::session::Session;
+use crate::jsonrpc;
+use crate::mcp::{Method, names};
+use crate::session::{Session, SessionStore};
 
 /// Session ids by (backend index, backend URI).
 type SubscriberMap = HashMap<(usize, String), HashSet<Arc<str>>>;
@@ -87,7 +88,7 @@ impl Subscriptions {
 
     /// Drops every subscription of `session`; returns the (backend, URI) pairs that
     /// lost their last subscriber.
-    pub fn drop_session(&self, session: &str) -> Vec<(usize, String)> {
+    fn forget_session(&self, session: &str) -> Vec<(usize, String)> {
         let Ok(mut m) = self.map.lock() else {
             return Vec::new();
         };
@@ -105,85 +106,34 @@ impl Subscriptions {
     }
 }
 
-impl Router {
-    /// `resources/subscribe` and `resources/unsubscribe`.
-    pub(super) async fn subscription(
-        self: &Arc<Self>,
-        session: &Arc<Session>,
-        id: &Id,
-        method: &str,
-        params: &Value,
-    ) -> Reply {
-        let now = |bytes: Vec<u8>| Reply::Now(bytes.into());
-        let Some(uri) = params.get("uri").and_then(Value::as_str) else {
-            let e = ErrorObject::new(jsonrpc::INVALID_PARAMS, "params.uri must be a string");
-            return now(jsonrpc::error_bytes(Some(id), &e));
-        };
-        let Some((backend, original)) = self.view_for(session).route_uri(uri) else {
-            let e = ErrorObject::new(jsonrpc::RESOURCE_NOT_FOUND, "Resource not found")
-                .with_data(json!({ "uri": uri }));
-            return now(jsonrpc::error_bytes(Some(id), &e));
-        };
-        let b = &self.backends.at(backend);
-        let supported = b.catalog().is_some_and(|c| {
-            c.init.capabilities.pointer("/resources/subscribe") == Some(&Value::Bool(true))
-        });
-        if !supported {
-            let e = ErrorObject::new(
-                jsonrpc::METHOD_NOT_FOUND,
-                "Resource subscriptions are not supported for this resource",
-            );
-            return now(jsonrpc::error_bytes(Some(id), &e));
-        }
-        let shared = b.mode == ConnectionMode::Shared;
-        let subscribe = method == "resources/subscribe";
-        let upstream_needed = if subscribe {
-            let first = self.subs.add(backend, &original, &session.id);
-            !shared || first
-        } else {
-            let last = self.subs.remove(backend, &original, &session.id);
-            !shared || last
-        };
-        if !upstream_needed {
-            return now(jsonrpc::result_value_bytes(id, &json!({})));
-        }
-        let outcome = match self.connection_for(backend, session).await {
-            Ok(conn) => {
-                let timeout = conn.timeout();
-                conn.request(method, Some(json!({ "uri": original })), None, timeout)
-                    .await
-            }
-            Err(e) => Err(e),
-        };
-        match outcome {
-            Ok(raw) => now(jsonrpc::result_bytes(id, &raw)),
-            Err(e) => {
-                if subscribe {
-                    self.subs.remove(backend, &original, &session.id);
-                }
-                now(jsonrpc::error_bytes(Some(id), &e.to_error_object()))
-            }
-        }
+impl Subscriptions {
+    /// Records `session`'s subscription to `uri` of backend `backend` (also in the
+    /// session's record); true if it is the first subscriber.
+    pub fn subscribe(&self, backend: &BackendState, uri: &str, session: &Session) -> bool {
+        session.note_subscription(&backend.spec.name, uri, true);
+        self.add(backend.index, uri, session.id())
+    }
+
+    /// Ends `session`'s subscription; true if it was the last subscriber.
+    pub fn unsubscribe(&self, backend: &BackendState, uri: &str, session: &Session) -> bool {
+        session.note_subscription(&backend.spec.name, uri, false);
+        self.remove(backend.index, uri, session.id())
     }
 
     /// Forgets a session's subscriptions, unsubscribing shared backends from URIs
     /// nobody else watches.
-    pub(super) fn drop_subscriptions(&self, session: &Session) {
-        for (backend, uri) in self.subs.drop_session(&session.id) {
-            let b = &self.backends.at(backend);
+    pub fn drop_session(&self, catalog: &Catalog, session: &Session) {
+        for (backend, uri) in self.forget_session(session.id()) {
+            let b = catalog.backend(backend);
             if b.mode != ConnectionMode::Shared {
                 continue;
             }
-            if let Some(conn) = b.shared.current() {
+            if let Some(conn) = b.shared().current() {
                 tokio::spawn(async move {
                     let timeout = conn.timeout();
+                    let params = json!({ "uri": uri });
                     let _ = conn
-                        .request(
-                            "resources/unsubscribe",
-                            Some(json!({ "uri": uri })),
-                            None,
-                            timeout,
-                        )
+                        .request(&Method::ResourcesUnsubscribe, Some(params), None, timeout)
                         .await;
                 });
             }
@@ -192,21 +142,17 @@ impl Router {
 
     /// A shared backend's connection was replaced (restart): the new one is
     /// subscribed to every URI that still has subscribers.
-    pub(super) fn resubscribe(&self, backend: usize, conn: &Arc<Connection>) {
-        if self.backends.at(backend).mode != ConnectionMode::Shared {
+    pub fn resubscribe(&self, catalog: &Catalog, backend: usize, conn: &Arc<Connection>) {
+        if catalog.backend(backend).mode != ConnectionMode::Shared {
             return;
         }
-        for uri in self.subs.uris_of(backend) {
+        for uri in self.uris_of(backend) {
             let conn = conn.clone();
             tokio::spawn(async move {
                 let timeout = conn.timeout();
+                let params = json!({ "uri": uri });
                 if let Err(e) = conn
-                    .request(
-                        "resources/subscribe",
-                        Some(json!({ "uri": uri })),
-                        None,
-                        timeout,
-                    )
+                    .request(&Method::ResourcesSubscribe, Some(params), None, timeout)
                     .await
                 {
                     tracing::warn!(backend = %conn.backend, cause = %e, "resubscribing after a restart failed");
@@ -215,25 +161,27 @@ impl Router {
         }
     }
 
-    /// `notifications/resources/updated` from a backend: to its subscribers only.
-    pub(super) fn resource_updated(
+    /// `notifications/resources/updated` from backend `backend`: to its
+    /// subscribers only (only to the owner, for a per-session connection), with
+    /// the URI in the host's namespace.
+    pub fn updated(
         &self,
-        conn: &Arc<Connection>,
+        catalog: &Catalog,
+        sessions: &dyn SessionStore,
         backend: usize,
+        owner: Option<&str>,
         mut params: Value,
     ) {
         let Some(uri) = params.get("uri").and_then(Value::as_str).map(str::to_owned) else {
             return;
         };
-        params["uri"] =
-            super::names::expose_uri(&self.backends.at(backend).uri_prefix, &uri).into();
-        let bytes = jsonrpc::notification_bytes("notifications/resources/updated", Some(&params));
-        let owner = conn.owner_session();
-        for sid in self.subs.subscribers(backend, &uri) {
-            if owner.as_ref().is_some_and(|o| o.id != sid) {
+        params["uri"] = names::expose_uri(&catalog.backend(backend).uri_prefix, &uri).into();
+        let bytes = jsonrpc::notification_bytes(Method::ResourcesUpdated.as_str(), Some(&params));
+        for sid in self.subscribers(backend, &uri) {
+            if owner.is_some_and(|o| o != &*sid) {
                 continue;
             }
-            if let Some(session) = self.sessions.get(&sid) {
+            if let Some(session) = sessions.get(&sid) {
                 session.send_unrelated(bytes.clone().into());
             }
         }
@@ -256,6 +204,6 @@ mod tests {
         assert_eq!(subs.subscribers(0, "x://1"), vec![b.clone()]);
         assert!(subs.remove(0, "x://1", "b"));
         assert!(!subs.remove(0, "x://1", "b"), "already gone");
-        assert_eq!(subs.drop_session("a"), vec![(1, "x://1".to_string())]);
+        assert_eq!(subs.forget_session("a"), vec![(1, "x://1".to_string())]);
     }
 }

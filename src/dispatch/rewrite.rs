@@ -1,12 +1,17 @@
-//! Rewriting backend results for hosts: resource URIs inside results get the
-//! backend's URI prefix so they route back (BR-21), and fields a host's revision
-//! does not know are removed (MCP 2025-11-25 checklist §8.10).
+//! Rewriting backend answers for hosts: resource URIs inside results get the
+//! backend's URI prefix so a host that follows a `resource_link` or embedded
+//! resource reaches the same backend again, ids minted by the backend get its
+//! namespace, and fields a host's revision does not know are removed (MCP
+//! 2025-11-25 checklist §8.10; the revision rules are in `mcp::version`).
 
+use serde_json::Value;
 use serde_json::value::RawValue;
-use serde_json::{Value, json};
 
-use super::names;
-use crate::protocol::ProtocolVersion;
+use crate::jsonrpc::ErrorObject;
+
+use crate::mcp::ProtocolVersion;
+use crate::mcp::names;
+use crate::mcp::version;
 
 /// Which result shape to rewrite.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -31,7 +36,7 @@ pub fn rewrite_result(
 ) -> Box<RawValue> {
     let needs_uris =
         !uri_prefix.is_empty() && kind != ResultKind::Opaque && raw.get().contains("\"uri");
-    let needs_downgrade = host < ProtocolVersion::V2025_06_18 && kind == ResultKind::ToolCall;
+    let needs_downgrade = host.needs_tool_result_downgrade() && kind == ResultKind::ToolCall;
     if !needs_uris && !needs_downgrade {
         return raw;
     }
@@ -64,9 +69,36 @@ pub fn rewrite_result(
         }
     }
     if needs_downgrade {
-        downgrade_tool_result(&mut v);
+        version::downgrade_tool_result(&mut v);
     }
     serde_json::value::to_raw_value(&v).unwrap_or(raw)
+}
+
+/// A backend's JSON-RPC error, in the host's namespace:
+/// - `URLElicitationRequiredError` (-32042, MCP 2025-11-25 client/elicitation):
+///   the `elicitationId`s in `data.elicitations[]` get the backend's namespace,
+///   like those of relayed `elicitation/create` requests;
+/// - an error about a resource (-32002 "Resource not found" carries `data.uri`,
+///   MCP 2025-11-25 server/resources "Error Handling") names the URI as the host
+///   knows it, with the backend's prefix, never the backend's own.
+pub fn expose_error(error: &mut ErrorObject, backend: &str, uri_prefix: &str) {
+    let Some(data) = error.data.as_mut() else {
+        return;
+    };
+    if error.code == -32042
+        && let Some(list) = data.get_mut("elicitations").and_then(Value::as_array_mut)
+    {
+        for e in list {
+            if let Some(Value::String(id)) = e.get_mut("elicitationId") {
+                *id = names::expose_id(backend, id);
+            }
+        }
+    }
+    if !uri_prefix.is_empty()
+        && let Some(Value::String(uri)) = data.get_mut("uri")
+    {
+        *uri = names::expose_uri(uri_prefix, uri);
+    }
 }
 
 fn array_mut<'a>(v: &'a mut Value, key: &str) -> impl Iterator<Item = &'a mut Value> {
@@ -96,46 +128,10 @@ fn prefix_block(block: &mut Value, uri_prefix: &str) {
     }
 }
 
-/// A 2025-03-26 host knows neither `structuredContent` nor `resource_link`
-/// blocks: structured output becomes text (it is already mirrored in `content` by
-/// conforming servers) and links become text naming the URI.
-fn downgrade_tool_result(v: &mut Value) {
-    if let Some(obj) = v.as_object_mut() {
-        obj.remove("structuredContent");
-    }
-    for block in array_mut(v, "content") {
-        if block.get("type").and_then(Value::as_str) == Some("resource_link") {
-            let uri = block.get("uri").and_then(Value::as_str).unwrap_or_default();
-            let name = block.get("name").and_then(Value::as_str).unwrap_or(uri);
-            *block = json!({"type": "text", "text": format!("{name}: {uri}")});
-        }
-    }
-}
-
-/// Removes from a list item (tool, prompt, resource, template) the fields a host
-/// on `host` does not know: `icons` and `execution` before 2025-11-25; `title`
-/// (also on prompt arguments) and `outputSchema` before 2025-06-18.
-pub fn downgrade_item(item: &mut Value, host: ProtocolVersion) {
-    let Some(obj) = item.as_object_mut() else {
-        return;
-    };
-    if host < ProtocolVersion::V2025_11_25 {
-        obj.remove("icons");
-        obj.remove("execution");
-    }
-    if host < ProtocolVersion::V2025_06_18 {
-        obj.remove("title");
-        obj.remove("outputSchema");
-        if let Some(args) = obj.get_mut("arguments").and_then(Value::as_array_mut) {
-            for a in args.iter_mut().filter_map(Value::as_object_mut) {
-                a.remove("title");
-            }
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
 
     fn raw(v: &Value) -> Box<RawValue> {
@@ -190,26 +186,6 @@ mod tests {
         let r = RawValue::from_string(text.into()).unwrap();
         let out = rewrite_result(r, ResultKind::Resource, "", ProtocolVersion::LATEST);
         assert_eq!(out.get(), text);
-    }
-
-    #[test]
-    fn downgrades_list_items() {
-        let tool = json!({"name":"t","title":"T","icons":[{"src":"https://x/i.png"}],"execution":{"taskSupport":"optional"},"outputSchema":{"type":"object"},"inputSchema":{"type":"object"}});
-        let mut v = tool.clone();
-        downgrade_item(&mut v, ProtocolVersion::V2025_06_18);
-        assert_eq!(
-            v,
-            json!({"name":"t","title":"T","outputSchema":{"type":"object"},"inputSchema":{"type":"object"}})
-        );
-        let mut v = tool.clone();
-        downgrade_item(&mut v, ProtocolVersion::V2025_03_26);
-        assert_eq!(v, json!({"name":"t","inputSchema":{"type":"object"}}));
-        let mut p = json!({"name":"p","arguments":[{"name":"a","title":"A"}]});
-        downgrade_item(&mut p, ProtocolVersion::V2025_03_26);
-        assert_eq!(p, json!({"name":"p","arguments":[{"name":"a"}]}));
-        let mut v = tool;
-        downgrade_item(&mut v, ProtocolVersion::V2025_11_25);
-        assert!(v.get("icons").is_some());
     }
 
     #[test]

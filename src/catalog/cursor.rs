@@ -17,8 +17,11 @@ const TAG: usize = 8;
 pub struct CursorKey(Arc<[u8; 32]>);
 
 impl CursorKey {
-    /// A fresh random key (cursors do not survive a restart, nor should they:
-    /// they are never valid across sessions either).
+    /// A fresh random key, per process: a cursor opens only in the process that
+    /// sealed it, and only for the catalogue epoch it names. Cursors are not bound
+    /// to a session: any caller of this process that presents one gets the page
+    /// it names from the view it is served (pages hold nothing the caller's own
+    /// view does not hold).
     pub fn random() -> Self {
         let mut key = [0u8; 32];
         if getrandom::fill(&mut key).is_err() {
@@ -29,6 +32,7 @@ impl CursorKey {
     }
 
     /// A fixed key (tests).
+    #[cfg(test)]
     pub fn fixed(byte: u8) -> Self {
         CursorKey(Arc::new([byte; 32]))
     }

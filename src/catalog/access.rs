@@ -1,5 +1,5 @@
-//! Per-authorization-view catalogues (issue 4 item 4): the policy maps a
-//! principal to a [`ViewKey`]; the router builds one filtered [`View`] per key
+//! Per-authorization-view catalogues: the policy maps a
+//! principal to a [`ViewKey`]; the catalogue builds one filtered [`View`] per key
 //! from the same catalogue snapshot as the aggregated view, caches it until the
 //! catalogue changes, and serves lists and name lookups from it. Hidden items
 //! are absent from lists and name tables, so calling one answers exactly as a
@@ -8,13 +8,13 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};
 
-use super::Router;
-use super::catalog::BackendCatalog;
-use super::view::{ItemFilter, ListKind, View};
+use super::Catalog;
+use super::fetch::BackendCatalog;
+use super::view::{ItemFilter, View};
 use crate::auth::Principal;
 use crate::auth::policy::{ItemKind, Policy, ViewKey};
 use crate::config::PolicyConfig;
-use crate::session::Session;
+use crate::mcp::ListKind;
 
 /// Distinct views cached at most (one per combination of applicable rules).
 const MAX_VIEWS: usize = 1024;
@@ -68,15 +68,10 @@ fn item_kind(kind: ListKind) -> ItemKind {
     }
 }
 
-impl Router {
+impl Catalog {
     /// The view key of a principal (`None`: unauthenticated).
     pub fn view_key(&self, principal: Option<&Principal>) -> ViewKey {
         self.access.policy.key(principal)
-    }
-
-    /// The catalogue `session` may see.
-    pub fn view_for(&self, session: &Session) -> Arc<View> {
-        self.view_for_key(&session.view_key())
     }
 
     /// The catalogue for a view key: the aggregated view when the policy is
@@ -116,12 +111,12 @@ impl Router {
                 .get(idx)
                 .is_some_and(|b| policy.allows(&key, b, item_kind(kind), name))
         });
-        let inputs = super::backends::view_inputs(&backends, &snap.catalogs);
+        let inputs = super::registry::view_inputs(&backends, &snap.catalogs);
         View::build_filtered(
             &inputs,
             snap.epoch,
-            self.server.page_size,
-            self.server.max_name_len,
+            self.page_size,
+            self.max_name_len,
             self.key.clone(),
             Some(filter),
         )

@@ -8,54 +8,11 @@ use std::sync::{Arc, OnceLock};
 use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
-use super::catalog::BackendCatalog;
 use super::curation::ToolFilterSet;
 use super::cursor::CursorKey;
-use super::names;
-
-/// The four paginated lists of MCP 2025-11-25 (server/utilities/pagination).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ListKind {
-    /// `tools/list`.
-    Tools = 0,
-    /// `prompts/list`.
-    Prompts = 1,
-    /// `resources/list`.
-    Resources = 2,
-    /// `resources/templates/list`.
-    Templates = 3,
-}
-
-impl ListKind {
-    /// All kinds, in index order.
-    pub const ALL: [ListKind; 4] = [
-        ListKind::Tools,
-        ListKind::Prompts,
-        ListKind::Resources,
-        ListKind::Templates,
-    ];
-
-    /// The kind served by `method`, if it is a list method.
-    pub fn from_method(method: &str) -> Option<ListKind> {
-        Some(match method {
-            "tools/list" => ListKind::Tools,
-            "prompts/list" => ListKind::Prompts,
-            "resources/list" => ListKind::Resources,
-            "resources/templates/list" => ListKind::Templates,
-            _ => return None,
-        })
-    }
-
-    /// The result member holding the items.
-    pub fn key(self) -> &'static str {
-        match self {
-            ListKind::Tools => "tools",
-            ListKind::Prompts => "prompts",
-            ListKind::Resources => "resources",
-            ListKind::Templates => "resourceTemplates",
-        }
-    }
-}
+use super::fetch::BackendCatalog;
+use crate::mcp::ListKind;
+use crate::mcp::names;
 
 /// Where an exposed tool or prompt name leads.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -67,7 +24,7 @@ pub struct Route {
 }
 
 /// Which items a view shows, by (backend index, list, the backend's own name or
-/// URI); see `router/access.rs`.
+/// URI); see `catalog/access.rs`.
 pub type ItemFilter = Arc<dyn Fn(usize, ListKind, &str) -> bool + Send + Sync>;
 
 /// What the view needs to know about one backend.
@@ -387,14 +344,13 @@ mod tests {
 
     use super::*;
     use crate::backend::InitInfo;
-    use crate::protocol::ProtocolVersion;
+    use crate::mcp::ProtocolVersion;
 
     fn catalog(tools: &[&str], resources: &[&str], templates: &[&str]) -> BackendCatalog {
         BackendCatalog {
             init: InitInfo {
                 version: ProtocolVersion::LATEST,
                 capabilities: json!({"tools": {}, "resources": {"subscribe": true}}),
-                server_info: json!({}),
                 instructions: None,
             },
             tools: tools

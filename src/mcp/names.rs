@@ -7,6 +7,8 @@
 //! name is appended, so distinct originals stay distinct (`天气预报` ≠ `天气查询`,
 //! `café` ≠ `cafe`). The router keeps exposed → original in a table; nothing is
 //! ever parsed back out of an exposed name. URIs become `{uri_prefix}+{uri}`.
+//! Ids that backends mint and hosts echo back (task ids, URL-elicitation ids)
+//! become `{backend}:{id}` ([`expose_id`]), so equal ids of two backends stay apart.
 
 use sha2::{Digest, Sha256};
 
@@ -64,6 +66,13 @@ pub fn expose_uri(uri_prefix: &str, uri: &str) -> String {
     } else {
         format!("{uri_prefix}+{uri}")
     }
+}
+
+/// The exposed form of an id minted by backend `backend` (a task id or an
+/// `elicitationId`): `{backend}:{id}`. Exposed task ids are looked up in the
+/// session's table, never split.
+pub fn expose_id(backend: &str, id: &str) -> String {
+    format!("{backend}:{id}")
 }
 
 /// Splits an exposed URI into `(uri_prefix, original)` when it has the

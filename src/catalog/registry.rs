@@ -6,10 +6,10 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
-use super::catalog::BackendCatalog;
 use super::curation::ToolFilterSet;
-use crate::backend::{BackendError, BackendSpec, Slot};
-use crate::config::{BackendConfig, ConnectionMode, uri_prefix};
+use super::fetch::BackendCatalog;
+use crate::backend::{BackendError, BackendSpec, Connection, Slot};
+use crate::config::{BackendConfig, ConnectionMode, ToolOverride, uri_prefix};
 
 /// Runtime state of one configured backend.
 pub struct BackendState {
@@ -25,19 +25,19 @@ pub struct BackendState {
     pub mode: ConnectionMode,
     pub(super) tools: ToolFilterSet,
     /// The shared connection (shared mode) or the catalogue connection.
-    pub(super) shared: Slot,
-    pub(super) catalog: Mutex<Option<Arc<BackendCatalog>>>,
-    pub(super) refreshing: tokio::sync::Mutex<()>,
-    pub(super) refresh_scheduled: AtomicBool,
+    shared: Slot,
+    catalog: Mutex<Option<Arc<BackendCatalog>>>,
+    refreshing: tokio::sync::Mutex<()>,
+    refresh_scheduled: AtomicBool,
     /// Concurrency limit (`max_concurrency`), if configured.
     permits: Option<Arc<tokio::sync::Semaphore>>,
     /// Set when a reload removed (or replaced) this backend.
     removed: AtomicBool,
     /// Set for backends added by a reload: their first catalogue is news to the
     /// sessions already running, so it is announced with `list_changed`.
-    pub(super) late: AtomicBool,
+    late: AtomicBool,
     /// Open per-session connections (bounded by `max_connections`).
-    pub(super) per_session_open: std::sync::atomic::AtomicUsize,
+    per_session_open: std::sync::atomic::AtomicUsize,
 }
 
 impl BackendState {
@@ -76,7 +76,7 @@ impl BackendState {
     }
 
     /// Marks the backend removed and forgets its catalogue.
-    pub(super) fn mark_removed(&self) {
+    pub fn mark_removed(&self) {
         self.removed.store(true, Ordering::Release);
         if let Ok(mut c) = self.catalog.lock() {
             *c = None;
@@ -93,10 +93,10 @@ impl BackendState {
             .await
         {
             Ok(Ok(p)) => Ok(Some(p)),
-            _ => Err(BackendError::Unavailable {
+            _ => Err(BackendError::Busy {
                 backend: self.spec.name.to_string(),
                 reason: format!(
-                    "busy: {} calls in flight, none finished within {:?}",
+                    "{} calls in flight, none finished within {:?}",
                     self.spec.config.max_concurrency.unwrap_or_default(),
                     self.spec.config.queue_timeout
                 ),
@@ -112,6 +112,79 @@ impl BackendState {
     /// The backend's catalogue, if fetched.
     pub fn catalog(&self) -> Option<Arc<BackendCatalog>> {
         self.catalog.lock().ok()?.clone()
+    }
+
+    pub(super) fn set_catalog(&self, c: Option<Arc<BackendCatalog>>) {
+        if let Ok(mut cur) = self.catalog.lock() {
+            *cur = c;
+        }
+    }
+
+    /// Whether the backend declared server capability `name` (`false` until its
+    /// catalogue was fetched).
+    pub fn has_capability(&self, name: &str) -> bool {
+        self.catalog().is_some_and(|c| c.init.has(name))
+    }
+
+    /// The shared connection (shared mode), or the catalogue connection
+    /// (per-session mode: the gateway's own, for lists and health).
+    pub fn shared(&self) -> &Slot {
+        &self.shared
+    }
+
+    /// Held while the backend's lists are fetched: one refresh at a time.
+    pub async fn refreshing(&self) -> tokio::sync::MutexGuard<'_, ()> {
+        self.refreshing.lock().await
+    }
+
+    /// Marks a refresh as scheduled; `false` if one already is (bursts of
+    /// `list_changed` coalesce into one refresh).
+    pub fn schedule_refresh(&self) -> bool {
+        !self.refresh_scheduled.swap(true, Ordering::AcqRel)
+    }
+
+    /// The scheduled refresh starts: later `list_changed` schedule a new one.
+    pub fn refresh_started(&self) {
+        self.refresh_scheduled.store(false, Ordering::Release);
+    }
+
+    /// Whether a reload added this backend (its first lists are news to the
+    /// sessions already running).
+    pub fn is_late(&self) -> bool {
+        self.late.load(Ordering::Acquire)
+    }
+
+    /// Marks the backend as added by a reload.
+    pub fn mark_late(&self) {
+        self.late.store(true, Ordering::Release);
+    }
+
+    /// The curated form of tool `original`, if configured.
+    pub fn tool_override(&self, original: &str) -> Option<&ToolOverride> {
+        self.tools.override_for(original)
+    }
+
+    /// Fails when `max_connections` per-session connections are open.
+    pub fn check_connection_limit(&self) -> Result<(), BackendError> {
+        let limit = self.spec.config.max_connections;
+        if self.per_session_open.load(Ordering::Acquire) >= limit {
+            return Err(BackendError::Busy {
+                backend: self.spec.name.to_string(),
+                reason: format!("{limit} per-session connections are open (max_connections)"),
+            });
+        }
+        Ok(())
+    }
+
+    /// Counts a new per-session connection until it closes.
+    pub fn count_connection(self: &Arc<Self>, conn: &Arc<Connection>) {
+        self.per_session_open.fetch_add(1, Ordering::AcqRel);
+        let b = self.clone();
+        let closed = conn.closed.clone();
+        tokio::spawn(async move {
+            closed.cancelled().await;
+            b.per_session_open.fetch_sub(1, Ordering::AcqRel);
+        });
     }
 }
 
@@ -167,7 +240,7 @@ impl Backends {
 
 /// The view inputs for `backends` (the whole registry, so view indices are
 /// registry indices). Removed backends contribute nothing.
-pub fn view_inputs<'a>(
+pub(super) fn view_inputs<'a>(
     backends: &'a [Arc<BackendState>],
     catalogs: &'a [Option<Arc<BackendCatalog>>],
 ) -> Vec<super::view::ViewInput<'a>> {

@@ -5,9 +5,10 @@
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
-use super::rewrite::downgrade_item;
-use super::view::{ListKind, View};
-use crate::protocol::ProtocolVersion;
+use super::view::View;
+use crate::mcp::ListKind;
+use crate::mcp::ProtocolVersion;
+use crate::mcp::version::downgrade_item;
 
 impl View {
     pub(super) fn paginate(

@@ -1,0 +1,368 @@
+//! The dispatch: the route phase of a host request. A request is answered by the
+//! gateway itself (`ping`, the four lists from the pre-serialized catalogue,
+//! `logging/setLevel`, refusals) or routed — by a table lookup of the exposed
+//! name or URI in the caller's view — to the backend that owns it, and forwarded
+//! there ([`forward`]). The answer's outcome is typed and recorded once, by the
+//! request's [`RequestContext`].
+
+mod forward;
+mod rewrite;
+mod tasks;
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+
+use crate::catalog::{Catalog, View, inject_overrides};
+use crate::config::ConnectionMode;
+use crate::error::RpcError;
+use crate::jsonrpc::{self, Id, Request};
+use crate::mcp::{ListKind, LogLevel, Method};
+use crate::relay::Relay;
+use crate::request::{Outcome, RequestContext};
+use crate::session::{Outbound, Session};
+use crate::supervisor::Supervisor;
+use rewrite::ResultKind;
+
+/// How the answer to a host request is delivered.
+pub enum Reply {
+    /// The complete JSON-RPC response.
+    Now(Bytes),
+    /// Messages related to the request, ending with [`Outbound::Final`]; the
+    /// channel closes without a final message when the host cancelled.
+    Stream(mpsc::Receiver<Outbound>),
+}
+
+/// A request the route phase sends to a backend.
+struct Upstream {
+    /// Registry index of the backend.
+    backend: usize,
+    method: Method,
+    /// The params with the backend's own names.
+    params: Value,
+    /// What in the result needs the backend's namespace.
+    kind: ResultKind,
+    /// For `tasks/get|result|cancel`: the exposed task id the result must carry.
+    task: Option<String>,
+}
+
+/// What the route phase decided.
+enum Routed {
+    /// The gateway answers: the complete response, or an error for it.
+    Answer(Result<Bytes, RpcError>),
+    /// A backend answers.
+    Forward(Upstream),
+}
+
+/// The dispatch; see the module docs.
+pub struct Dispatch {
+    catalog: Arc<Catalog>,
+    supervisor: Arc<Supervisor>,
+    relay: Arc<Relay>,
+}
+
+fn str_param<'a>(params: &'a Value, key: &str) -> Result<&'a str, RpcError> {
+    params
+        .get(key)
+        .and_then(Value::as_str)
+        .ok_or_else(|| RpcError::invalid_params(format!("params.{key} must be a string")))
+}
+
+fn result(id: &Id, v: &Value) -> Routed {
+    Routed::Answer(Ok(jsonrpc::result_value_bytes(id, v).into()))
+}
+
+impl Dispatch {
+    /// The dispatch over `catalog`, opening connections through `supervisor`.
+    pub fn new(
+        catalog: Arc<Catalog>,
+        supervisor: Arc<Supervisor>,
+        relay: Arc<Relay>,
+    ) -> Arc<Dispatch> {
+        Arc::new(Dispatch {
+            catalog,
+            supervisor,
+            relay,
+        })
+    }
+
+    /// Answers or routes one host request on `session`; `ctx` is finished when
+    /// the answer is known (now, or when the backend answers).
+    pub async fn handle(
+        self: &Arc<Self>,
+        mut ctx: RequestContext,
+        session: &Arc<Session>,
+        req: Request,
+    ) -> Reply {
+        let Request { id, method, params } = req;
+        let params = params.unwrap_or_else(|| json!({}));
+        match self.route(&mut ctx, session, &id, &method, params).await {
+            Routed::Answer(Ok(bytes)) => {
+                ctx.finish(Outcome::Ok);
+                Reply::Now(bytes)
+            }
+            Routed::Answer(Err(e)) => {
+                ctx.finish(Outcome::of(&e));
+                Reply::Now(jsonrpc::error_bytes(Some(&id), &e.to_error_object()).into())
+            }
+            Routed::Forward(up) => self.forward(ctx, session, &id, up),
+        }
+    }
+
+    async fn route(
+        &self,
+        ctx: &mut RequestContext,
+        session: &Arc<Session>,
+        id: &Id,
+        method: &Method,
+        params: Value,
+    ) -> Routed {
+        if let Some(kind) = method.list_kind() {
+            return Routed::Answer(self.list(session, id, kind, &params));
+        }
+        let routed = match method {
+            Method::Ping => return result(id, &json!({})),
+            Method::ToolsCall | Method::PromptsGet => {
+                self.route_named(ctx, session, method, params)
+            }
+            Method::ResourcesRead => self.route_uri(ctx, session, method, params),
+            Method::ResourcesSubscribe | Method::ResourcesUnsubscribe => {
+                return Routed::Answer(self.subscription(ctx, session, id, method, params).await);
+            }
+            Method::CompletionComplete => self.route_completion(ctx, session, id, params),
+            Method::LoggingSetLevel => return Routed::Answer(self.set_level(session, id, &params)),
+            Method::TasksGet | Method::TasksResult | Method::TasksCancel => {
+                self.route_task(ctx, session, method, params)
+            }
+            Method::TasksList => return Routed::Answer(self.task_list(session, id).await),
+            Method::Initialize => Err(RpcError::InvalidRequest(
+                "session is already initialized".into(),
+            )),
+            other => Err(RpcError::MethodNotFound(other.as_str().to_owned())),
+        };
+        match routed {
+            Ok(r) => r,
+            Err(e) => Routed::Answer(Err(e)),
+        }
+    }
+
+    /// The catalogue `session` may see.
+    fn view_for(&self, session: &Session) -> Arc<View> {
+        self.catalog.view_for_key(&session.view_key())
+    }
+
+    /// The four lists, from the caller's pre-serialized view.
+    fn list(
+        &self,
+        session: &Session,
+        id: &Id,
+        kind: ListKind,
+        params: &Value,
+    ) -> Result<Bytes, RpcError> {
+        let cursor = match params.get("cursor") {
+            None | Some(Value::Null) => None,
+            Some(Value::String(c)) => Some(c.as_str()),
+            Some(_) => return Err(RpcError::invalid_params("cursor must be a string")),
+        };
+        let view = self.view_for(session);
+        let page = view
+            .page(kind, cursor, session.version())
+            .ok_or(RpcError::InvalidCursor)?;
+        Ok(jsonrpc::result_bytes(id, page).into())
+    }
+
+    /// `tools/call` and `prompts/get`: route by exposed name.
+    fn route_named(
+        &self,
+        ctx: &mut RequestContext,
+        session: &Session,
+        method: &Method,
+        mut params: Value,
+    ) -> Result<Routed, RpcError> {
+        let name = str_param(&params, "name")?;
+        tracing::Span::current().record("tool", name);
+        let view = self.view_for(session);
+        let (table, what, kind) = if *method == Method::ToolsCall {
+            (&view.tools, "tool", ResultKind::ToolCall)
+        } else {
+            (&view.prompts, "prompt", ResultKind::Prompt)
+        };
+        let Some(route) = table.get(name) else {
+            return Err(RpcError::UnknownName {
+                what,
+                name: name.to_owned(),
+            });
+        };
+        let b = self.catalog.backend(route.backend);
+        ctx.set_route(&b.spec.name, Some(name));
+        params["name"] = route.original.clone().into();
+        if kind == ResultKind::ToolCall
+            && let Some(o) = b.tool_override(&route.original)
+        {
+            inject_overrides(&mut params, o);
+        }
+        Ok(Routed::Forward(Upstream {
+            backend: route.backend,
+            method: method.clone(),
+            params,
+            kind,
+            task: None,
+        }))
+    }
+
+    /// `resources/read`: route by exposed URI.
+    fn route_uri(
+        &self,
+        ctx: &mut RequestContext,
+        session: &Session,
+        method: &Method,
+        mut params: Value,
+    ) -> Result<Routed, RpcError> {
+        let uri = str_param(&params, "uri")?;
+        let Some((backend, original)) = self.view_for(session).route_uri(uri) else {
+            return Err(RpcError::ResourceNotFound {
+                uri: uri.to_owned(),
+            });
+        };
+        ctx.set_route(&self.catalog.backend(backend).spec.name, Some(uri));
+        params["uri"] = original.into();
+        Ok(Routed::Forward(Upstream {
+            backend,
+            method: method.clone(),
+            params,
+            kind: ResultKind::Resource,
+            task: None,
+        }))
+    }
+
+    /// `completion/complete`: `ref/prompt` by name, `ref/resource` by template URI.
+    fn route_completion(
+        &self,
+        ctx: &mut RequestContext,
+        session: &Session,
+        id: &Id,
+        mut params: Value,
+    ) -> Result<Routed, RpcError> {
+        let view = self.view_for(session);
+        let target = match params.pointer("/ref/type").and_then(Value::as_str) {
+            Some("ref/prompt") => params
+                .pointer("/ref/name")
+                .and_then(Value::as_str)
+                .and_then(|n| view.prompts.get(n))
+                .map(|r| (r.backend, "name", r.original.clone())),
+            Some("ref/resource") => params
+                .pointer("/ref/uri")
+                .and_then(Value::as_str)
+                .and_then(|u| view.route_uri(u))
+                .map(|(b, u)| (b, "uri", u)),
+            _ => {
+                return Err(RpcError::invalid_params(
+                    "params.ref must be ref/prompt or ref/resource",
+                ));
+            }
+        };
+        let (backend, field, original) = target.ok_or(RpcError::UnknownReference)?;
+        let b = self.catalog.backend(backend);
+        if !b.has_capability("completions") {
+            // What a server without the capability answers (MCP server/utilities/completion).
+            return Ok(result(
+                id,
+                &json!({"completion": {"values": [], "hasMore": false}}),
+            ));
+        }
+        ctx.set_route(&b.spec.name, None);
+        params["ref"][field] = original.into();
+        Ok(Routed::Forward(Upstream {
+            backend,
+            method: Method::CompletionComplete,
+            params,
+            kind: ResultKind::Opaque,
+            task: None,
+        }))
+    }
+
+    /// `logging/setLevel`: kept on the session (messages below it are not relayed)
+    /// and sent to the session's own backend connections that log.
+    fn set_level(&self, session: &Session, id: &Id, params: &Value) -> Result<Bytes, RpcError> {
+        let level = str_param(params, "level")
+            .ok()
+            .and_then(LogLevel::parse)
+            .ok_or_else(|| RpcError::invalid_params("params.level must be a log level"))?;
+        session.set_log_level(level);
+        for conn in session.connections() {
+            if conn.info().is_some_and(|i| i.has("logging")) {
+                let params = json!({ "level": level.as_str() });
+                tokio::spawn(async move {
+                    let timeout = conn.timeout();
+                    if let Err(e) = conn
+                        .request(&Method::LoggingSetLevel, Some(params), None, timeout)
+                        .await
+                    {
+                        tracing::debug!(backend = %conn.backend, cause = %e, "logging/setLevel refused");
+                    }
+                });
+            }
+        }
+        Ok(jsonrpc::result_value_bytes(id, &json!({})).into())
+    }
+
+    /// `resources/subscribe` and `resources/unsubscribe`: refcounted per (backend,
+    /// URI) on shared connections, so the backend is subscribed once and
+    /// unsubscribed with the last subscriber (MCP 2025-11-25 server/resources,
+    /// subscriptions).
+    async fn subscription(
+        &self,
+        ctx: &mut RequestContext,
+        session: &Arc<Session>,
+        id: &Id,
+        method: &Method,
+        params: Value,
+    ) -> Result<Bytes, RpcError> {
+        let uri = str_param(&params, "uri")?;
+        let Some((backend, original)) = self.view_for(session).route_uri(uri) else {
+            return Err(RpcError::ResourceNotFound {
+                uri: uri.to_owned(),
+            });
+        };
+        let b = self.catalog.backend(backend);
+        ctx.set_route(&b.spec.name, Some(uri));
+        let supported = b.catalog().is_some_and(|c| {
+            c.init.capabilities.pointer("/resources/subscribe") == Some(&Value::Bool(true))
+        });
+        if !supported {
+            return Err(RpcError::Unsupported(
+                "Resource subscriptions are not supported for this resource".into(),
+            ));
+        }
+        let subs = self.relay.subscriptions();
+        let shared = b.mode == ConnectionMode::Shared;
+        let subscribe = *method == Method::ResourcesSubscribe;
+        let upstream_needed = if subscribe {
+            subs.subscribe(&b, &original, session) || !shared
+        } else {
+            subs.unsubscribe(&b, &original, session) || !shared
+        };
+        if !upstream_needed {
+            return Ok(jsonrpc::result_value_bytes(id, &json!({})).into());
+        }
+        let outcome = match self.supervisor.connection_for(backend, session).await {
+            Ok(conn) => {
+                let timeout = conn.timeout();
+                let params = json!({ "uri": original });
+                conn.request(method, Some(params), None, timeout).await
+            }
+            Err(e) => Err(e),
+        };
+        match outcome {
+            Ok(raw) => Ok(jsonrpc::result_bytes(id, &raw).into()),
+            Err(e) => {
+                if subscribe {
+                    subs.unsubscribe(&b, &original, session);
+                }
+                Err(RpcError::Backend(e))
+            }
+        }
+    }
+}

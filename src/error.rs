@@ -1,0 +1,115 @@
+//! The JSON-RPC error plane: every error the gateway answers inside a JSON-RPC
+//! response (with the host's id, HTTP 200 or on the SSE stream), as one type.
+//! Errors decided before a request id is trusted (transport, auth, session) are
+//! the HTTP plane, `http::HttpError`; the two never mix.
+//!
+//! Codes: JSON-RPC 2.0 §5.1 (-32600, -32601, -32602, -32603) and MCP 2025-11-25
+//! server/resources "Error Handling" (-32002 resource not found).
+
+use std::borrow::Cow;
+
+use serde_json::json;
+
+use crate::backend::BackendError;
+use crate::jsonrpc::{self, ErrorObject};
+
+/// A JSON-RPC error answered to a host.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum RpcError {
+    /// `params` do not fit the method (-32602).
+    #[error("{0}")]
+    InvalidParams(Cow<'static, str>),
+    /// No tool or prompt of that exposed name in the caller's view (-32602). The
+    /// message does not say whether it exists but is hidden.
+    #[error("Unknown {what}: {name}")]
+    UnknownName {
+        /// `"tool"` or `"prompt"`.
+        what: &'static str,
+        /// The name the host asked for.
+        name: String,
+    },
+    /// A task id this session never created (-32602).
+    #[error("Unknown task: {0}")]
+    UnknownTask(String),
+    /// A `completion/complete` reference to nothing in the caller's view (-32602).
+    #[error("Unknown reference")]
+    UnknownReference,
+    /// A cursor that is forged, from another list, or from an older catalogue (-32602).
+    #[error("Invalid or expired cursor")]
+    InvalidCursor,
+    /// No resource of that exposed URI (-32002, `data.uri` = the URI asked for).
+    #[error("Resource not found")]
+    ResourceNotFound {
+        /// The URI as the host sent it.
+        uri: String,
+    },
+    /// The method is not served (-32601).
+    #[error("Method not found: {0}")]
+    MethodNotFound(String),
+    /// A capability the gateway cannot serve for this item (-32601).
+    #[error("{0}")]
+    Unsupported(Cow<'static, str>),
+    /// The request is not acceptable in this state (-32600).
+    #[error("{0}")]
+    InvalidRequest(Cow<'static, str>),
+    /// The backend failed or answered with an error (passed on unchanged, or
+    /// -32603 with `data.backend`).
+    #[error(transparent)]
+    Backend(#[from] BackendError),
+}
+
+impl RpcError {
+    /// The JSON-RPC error code.
+    pub fn code(&self) -> i64 {
+        match self {
+            RpcError::InvalidParams(_)
+            | RpcError::UnknownName { .. }
+            | RpcError::UnknownTask(_)
+            | RpcError::UnknownReference
+            | RpcError::InvalidCursor => jsonrpc::INVALID_PARAMS,
+            RpcError::ResourceNotFound { .. } => jsonrpc::RESOURCE_NOT_FOUND,
+            RpcError::MethodNotFound(_) | RpcError::Unsupported(_) => jsonrpc::METHOD_NOT_FOUND,
+            RpcError::InvalidRequest(_) => jsonrpc::INVALID_REQUEST,
+            RpcError::Backend(e) => e.to_error_object().code,
+        }
+    }
+
+    /// The error object the host receives.
+    pub fn to_error_object(&self) -> ErrorObject {
+        match self {
+            RpcError::Backend(e) => e.to_error_object(),
+            RpcError::ResourceNotFound { uri } => {
+                ErrorObject::new(self.code(), self.to_string()).with_data(json!({ "uri": uri }))
+            }
+            _ => ErrorObject::new(self.code(), self.to_string()),
+        }
+    }
+
+    /// A -32602 error with `message`.
+    pub fn invalid_params(message: impl Into<Cow<'static, str>>) -> Self {
+        RpcError::InvalidParams(message.into())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_and_messages() {
+        let e = RpcError::UnknownName {
+            what: "tool",
+            name: "x__y".into(),
+        };
+        assert_eq!(e.code(), -32602);
+        assert_eq!(e.to_error_object().message, "Unknown tool: x__y");
+        let e = RpcError::ResourceNotFound {
+            uri: "a+b://c".into(),
+        };
+        let o = e.to_error_object();
+        assert_eq!((o.code, o.data), (-32002, Some(json!({"uri": "a+b://c"}))));
+        assert_eq!(RpcError::MethodNotFound("x/y".into()).code(), -32601);
+        let backend = RpcError::Backend(BackendError::Rpc(ErrorObject::new(-32099, "custom")));
+        assert_eq!(backend.code(), -32099, "backend errors pass through");
+    }
+}

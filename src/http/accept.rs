@@ -1,0 +1,163 @@
+//! The accept and authenticate phases of every request to the MCP endpoint, in
+//! this order: Origin/Host (403, the DNS-rebinding guard), the bearer token
+//! (401 / 403 / 400 with an RFC 6750 `WWW-Authenticate` challenge naming the RFC
+//! 9728 metadata URL, MCP 2025-11-25 basic/authorization), the client's rate
+//! limit (429 with `Retry-After`), then the body within its size (413) and time
+//! (408) limits. `Authorization` is taken out of the request here, so nothing
+//! after this point can log or forward it.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::body::{Body, Bytes};
+use axum::extract::{ConnectInfo, Request};
+use axum::http::request::Parts;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+
+use super::{AppState, HttpError, headers};
+use crate::auth::{AuthError, Authenticator, Principal};
+use crate::jsonrpc;
+use crate::request::Rejection;
+
+/// A request that passed the accept and authenticate phases.
+pub struct Accepted {
+    /// The request head, without `Authorization`.
+    pub parts: Parts,
+    /// The body, not read yet.
+    pub body: Body,
+    /// The authenticated caller (`None`: the endpoint is open).
+    pub principal: Option<Arc<Principal>>,
+}
+
+/// Runs the Origin check, authentication and the rate limit.
+///
+/// Errors: the [`HttpError`] to answer. A request refused by authentication has
+/// its body read first (bounded): hyper closes a connection whose request body
+/// was not read, and a host that sends its first request without a token (every
+/// OAuth client does) has often reused that connection already for the retry.
+pub async fn accept(st: &AppState, req: Request) -> Result<Accepted, HttpError> {
+    let (mut parts, body) = req.into_parts();
+    let presented = parts.headers.remove(header::AUTHORIZATION);
+    headers::check_origin(&parts.headers, &st.origins)?;
+    let principal = match &st.auth {
+        None => None,
+        Some(auth) => {
+            let result = auth
+                .authenticate(
+                    presented.as_ref().map(HeaderValue::as_bytes),
+                    parts.uri.query(),
+                )
+                .await;
+            match result {
+                Ok(p) => Some(Arc::new(p)),
+                Err(e) => {
+                    tracing::debug!(cause = %e, method = %parts.method, "request not authenticated");
+                    let limit = st.server.max_body_bytes;
+                    let drained = axum::body::to_bytes(body, limit).await.is_ok();
+                    let mut refused = auth_error(auth, &e);
+                    if !drained {
+                        // The unread rest of the body makes the connection unusable.
+                        refused = refused
+                            .with_header(header::CONNECTION, HeaderValue::from_static("close"));
+                    }
+                    return Err(refused);
+                }
+            }
+        }
+    };
+    if let Some(limiter) = &st.limiter {
+        let peer = parts
+            .extensions
+            .get::<ConnectInfo<SocketAddr>>()
+            .map(|c| c.0);
+        limiter.check(principal.as_deref(), peer)?;
+    }
+    Ok(Accepted {
+        parts,
+        body,
+        principal,
+    })
+}
+
+/// The one place an [`AuthError`] becomes an HTTP rejection.
+pub fn auth_error(auth: &Authenticator, e: &AuthError) -> HttpError {
+    let (reason, status, message) = match e {
+        AuthError::Missing | AuthError::Invalid(_) => (
+            Rejection::Unauthorized,
+            StatusCode::UNAUTHORIZED,
+            "Unauthorized",
+        ),
+        AuthError::QueryToken => (
+            Rejection::QueryToken,
+            StatusCode::BAD_REQUEST,
+            "Bad Request: access tokens are accepted only in the Authorization header",
+        ),
+        AuthError::InsufficientScope(_) => (
+            Rejection::InsufficientScope,
+            StatusCode::FORBIDDEN,
+            "Forbidden: insufficient scope",
+        ),
+    };
+    let refused = HttpError::new(reason, status, jsonrpc::TRANSPORT_ERROR, message);
+    match HeaderValue::try_from(auth.metadata.challenge(e)) {
+        Ok(v) => refused.with_header(header::WWW_AUTHENTICATE, v),
+        Err(_) => refused,
+    }
+}
+
+/// Reads the body: 413 at once for a `Content-Length` above `server.max_body_bytes`
+/// (a client that announces 5 MB and sends 2 bytes would otherwise wait for the
+/// body read timeout); bodies without a length are cut off at the limit while
+/// they are read (`DefaultBodyLimit`); 408 when the body does not arrive within
+/// `server.body_read_timeout`.
+pub async fn read_body(st: &AppState, head: &HeaderMap, body: Body) -> Result<Bytes, HttpError> {
+    let limit = st.server.max_body_bytes;
+    let announced = head
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    if announced.is_some_and(|n| n > limit as u64) {
+        return Err(HttpError::new(
+            Rejection::BodyTooLarge,
+            StatusCode::PAYLOAD_TOO_LARGE,
+            jsonrpc::INVALID_REQUEST,
+            format!("request body larger than {limit} bytes (server.max_body_bytes)"),
+        ));
+    }
+    match axum::body::to_bytes(body, limit).await {
+        Ok(b) => {
+            st.metrics.bytes_in.inc_by(b.len() as u64);
+            Ok(b)
+        }
+        Err(e) if caused_by::<tower_http::timeout::TimeoutError>(&e) => Err(HttpError::new(
+            Rejection::BodyTimeout,
+            StatusCode::REQUEST_TIMEOUT,
+            jsonrpc::INVALID_REQUEST,
+            "the request body did not arrive within server.body_read_timeout",
+        )),
+        Err(e) if caused_by::<http_body_util::LengthLimitError>(&e) => Err(HttpError::new(
+            Rejection::BodyTooLarge,
+            StatusCode::PAYLOAD_TOO_LARGE,
+            jsonrpc::INVALID_REQUEST,
+            format!("request body larger than {limit} bytes (server.max_body_bytes)"),
+        )),
+        Err(e) => Err(HttpError::new(
+            Rejection::Other,
+            StatusCode::BAD_REQUEST,
+            jsonrpc::INVALID_REQUEST,
+            format!("cannot read the request body: {e}"),
+        )),
+    }
+}
+
+/// Whether `e` or one of its sources is an `E`.
+fn caused_by<E: std::error::Error + 'static>(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cause = Some(e);
+    while let Some(c) = cause {
+        if c.is::<E>() {
+            return true;
+        }
+        cause = c.source();
+    }
+    false
+}

@@ -1,0 +1,157 @@
+//! The session phase of the Streamable HTTP transport (MCP 2025-11-25
+//! basic/transports, session management): `Mcp-Session-Id` → the [`Session`],
+//! bound to the principal that created it, and the two requests that are about
+//! the session itself: `GET` (the standalone SSE stream, or the resumption of an
+//! interrupted one) and `DELETE` (the end of the session).
+
+use std::sync::Arc;
+
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+
+use super::accept::accept;
+use super::sse::sse_response;
+use super::{AppState, HttpError, headers};
+use crate::auth::Principal;
+use crate::jsonrpc;
+use crate::request::{Outcome, Rejection, RequestContext};
+use crate::session::{ResumeError, Session, StreamSlot};
+
+/// Answers a request refused on the HTTP plane, recording why.
+pub(super) fn reject(ctx: RequestContext, e: HttpError) -> Response {
+    tracing::debug!(
+        status = e.status.as_u16(),
+        reason = e.reason.label(),
+        "request refused"
+    );
+    ctx.reject(e.reason);
+    e.into_response()
+}
+
+/// The session named by `Mcp-Session-Id`: 400 without the header, 404 when
+/// unknown, expired or ended (the host then re-initializes), or when it belongs
+/// to another principal.
+pub(super) fn lookup(
+    st: &AppState,
+    h: &HeaderMap,
+    principal: Option<&Arc<Principal>>,
+) -> Result<Arc<Session>, HttpError> {
+    match h.get_all(headers::SESSION).iter().count() {
+        0 => return Err(HttpError::missing_session()),
+        1 => {}
+        _ => {
+            return Err(HttpError::new(
+                Rejection::InvalidMessage,
+                StatusCode::BAD_REQUEST,
+                jsonrpc::TRANSPORT_ERROR,
+                "Bad Request: more than one Mcp-Session-Id header",
+            ));
+        }
+    }
+    // Present but not visible ASCII: no session of ours has such an id.
+    let id = headers::session_id(h).ok_or_else(HttpError::unknown_session)?;
+    let session = st.sessions.get(id).ok_or_else(HttpError::unknown_session)?;
+    super::auth::bind(st, &session, principal)?;
+    Ok(session)
+}
+
+/// A stream slot for a request about to be answered (POST) or a GET stream;
+/// 429 when the session already holds `max_streams_per_session` of them.
+pub(super) fn reserve_stream(
+    st: &AppState,
+    session: &Arc<Session>,
+) -> Result<StreamSlot, HttpError> {
+    session
+        .reserve_stream(st.server.max_streams_per_session)
+        .map_err(|open| {
+            HttpError::new(
+                Rejection::TooManyStreams,
+                StatusCode::TOO_MANY_REQUESTS,
+                jsonrpc::TRANSPORT_ERROR,
+                format!(
+                    "Too Many Requests: this session already holds {open} open streams \
+                     (server.max_streams_per_session)"
+                ),
+            )
+        })
+}
+
+/// `GET /mcp`: the standalone SSE stream for messages unrelated to any request,
+/// or, with `Last-Event-ID`, the resumption of an interrupted stream (its events
+/// after that id, on that stream only).
+pub async fn get(State(st): State<AppState>, req: Request) -> Response {
+    let mut ctx = RequestContext::new(&st.metrics);
+    match open_stream(&st, &mut ctx, req).await {
+        Ok(resp) => {
+            ctx.finish(Outcome::Ok);
+            resp
+        }
+        Err(e) => reject(ctx, e),
+    }
+}
+
+async fn open_stream(
+    st: &AppState,
+    ctx: &mut RequestContext,
+    req: Request,
+) -> Result<Response, HttpError> {
+    let a = accept(st, req).await?;
+    let h = &a.parts.headers;
+    headers::check_get_accept(h)?;
+    let session = lookup(st, h, a.principal.as_ref())?;
+    ctx.set_session(session.log_id());
+    headers::protocol_version(h)?;
+    session.touch();
+    let slot = reserve_stream(st, &session)?;
+    let keep_alive = st.server.sse_keep_alive;
+    let last_event = h
+        .get("last-event-id")
+        .map(|v| v.to_str().unwrap_or("invalid"));
+    let Some(id) = last_event else {
+        let prime = session.version().primes_streams();
+        let attached = session.events().attach_standalone();
+        return Ok(sse_response(slot, prime, attached, keep_alive, &st.metrics));
+    };
+    match session.events().resume(id) {
+        Ok(attached) => Ok(sse_response(slot, false, attached, keep_alive, &st.metrics)),
+        Err(e) => {
+            let status = match e {
+                ResumeError::Malformed => StatusCode::BAD_REQUEST,
+                ResumeError::Gone => StatusCode::GONE,
+            };
+            Err(HttpError::new(
+                Rejection::Resume,
+                status,
+                jsonrpc::TRANSPORT_ERROR,
+                e.to_string(),
+            ))
+        }
+    }
+}
+
+/// `DELETE /mcp`: ends the session and its backend state (HTTP backends get a
+/// `DELETE` of their own session, per-session stdio children are stopped).
+pub async fn delete(State(st): State<AppState>, req: Request) -> Response {
+    let mut ctx = RequestContext::new(&st.metrics);
+    let found = async {
+        let a = accept(&st, req).await?;
+        let session = lookup(&st, &a.parts.headers, a.principal.as_ref())?;
+        headers::protocol_version(&a.parts.headers)?;
+        Ok::<_, HttpError>(session)
+    };
+    match found.await {
+        Ok(session) => {
+            ctx.set_session(session.log_id());
+            tracing::info!(session = %session.log_id(), "session deleted by the client");
+            // Unknown from now on; backend connections close in the background
+            // (a child that ignores SIGTERM must not hold up the answer).
+            st.sessions.remove(session.id());
+            let supervisor = st.supervisor.clone();
+            tokio::spawn(async move { supervisor.end_session(&session).await });
+            ctx.finish(Outcome::Ok);
+            StatusCode::OK.into_response()
+        }
+        Err(e) => reject(ctx, e),
+    }
+}

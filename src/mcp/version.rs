@@ -1,0 +1,198 @@
+//! MCP protocol revisions and everything that differs between them: the one place
+//! where the gateway decides what a host of a given revision may see. Older hosts
+//! get results and list items shaped to their revision (MCP 2025-11-25 changelog,
+//! 2025-06-18 changelog: fields and content types each revision added).
+
+use std::fmt;
+
+use serde_json::{Value, json};
+
+/// A legacy-era (initialize-based) MCP revision the gateway speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum ProtocolVersion {
+    /// 2024-11-05 (HTTP+SSE era; accepted from backends only).
+    V2024_11_05,
+    /// 2025-03-26 (Streamable HTTP, batches).
+    V2025_03_26,
+    /// 2025-06-18 (no batches, structured output, elicitation).
+    V2025_06_18,
+    /// 2025-11-25 (tasks, URL elicitation, icons).
+    V2025_11_25,
+}
+
+impl ProtocolVersion {
+    /// The newest revision; offered to backends and answered to hosts that ask for
+    /// something unknown (MCP 2025-11-25 basic/lifecycle, version negotiation).
+    pub const LATEST: ProtocolVersion = ProtocolVersion::V2025_11_25;
+
+    /// Revisions accepted from hosts, newest first.
+    pub const HOST_SUPPORTED: [ProtocolVersion; 3] = [
+        ProtocolVersion::V2025_11_25,
+        ProtocolVersion::V2025_06_18,
+        ProtocolVersion::V2025_03_26,
+    ];
+
+    /// Assumed when a host sends no `MCP-Protocol-Version` header and nothing else
+    /// tells (MCP 2025-11-25 basic/transports, protocol version header).
+    pub const DEFAULT_HTTP: ProtocolVersion = ProtocolVersion::V2025_03_26;
+
+    /// The wire string, e.g. `"2025-11-25"`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ProtocolVersion::V2024_11_05 => "2024-11-05",
+            ProtocolVersion::V2025_03_26 => "2025-03-26",
+            ProtocolVersion::V2025_06_18 => "2025-06-18",
+            ProtocolVersion::V2025_11_25 => "2025-11-25",
+        }
+    }
+
+    /// Parses a wire string; `None` for anything the gateway does not speak.
+    pub fn parse(s: &str) -> Option<ProtocolVersion> {
+        Some(match s {
+            "2024-11-05" => ProtocolVersion::V2024_11_05,
+            "2025-03-26" => ProtocolVersion::V2025_03_26,
+            "2025-06-18" => ProtocolVersion::V2025_06_18,
+            "2025-11-25" => ProtocolVersion::V2025_11_25,
+            _ => return None,
+        })
+    }
+
+    /// Whether JSON-RPC batches are allowed (removed in 2025-06-18).
+    pub fn allows_batches(self) -> bool {
+        self <= ProtocolVersion::V2025_03_26
+    }
+
+    /// Whether SSE streams should start with a priming event (2025-11-25, SEP-1699).
+    pub fn primes_streams(self) -> bool {
+        self >= ProtocolVersion::V2025_11_25
+    }
+}
+
+impl serde::Serialize for ProtocolVersion {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for ProtocolVersion {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = <std::borrow::Cow<'de, str>>::deserialize(d)?;
+        ProtocolVersion::parse(&s)
+            .ok_or_else(|| serde::de::Error::custom(format!("unknown protocol revision {s:?}")))
+    }
+}
+
+impl fmt::Display for ProtocolVersion {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The stateless 2026-07-28 ("modern") revision (MCP 2026-07-28 basic/versioning).
+pub const MODERN_VERSION: &str = "2026-07-28";
+
+pub const META_PROTOCOL_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
+
+impl ProtocolVersion {
+    /// Whether this revision knows tasks (added in 2025-11-25).
+    pub fn has_tasks(self) -> bool {
+        self >= ProtocolVersion::V2025_11_25
+    }
+
+    /// Whether a tool result must be downgraded for this revision: 2025-03-26
+    /// knows neither `structuredContent` nor `resource_link` blocks.
+    pub fn needs_tool_result_downgrade(self) -> bool {
+        self < ProtocolVersion::V2025_06_18
+    }
+}
+
+/// The server capabilities shown to a host of revision `host`: `tasks` only from
+/// 2025-11-25.
+pub fn shape_capabilities(caps: &mut Value, host: ProtocolVersion) {
+    if !host.has_tasks()
+        && let Some(c) = caps.as_object_mut()
+    {
+        c.remove("tasks");
+    }
+}
+
+fn array_mut<'a>(v: &'a mut Value, key: &str) -> impl Iterator<Item = &'a mut Value> {
+    v.get_mut(key)
+        .and_then(Value::as_array_mut)
+        .into_iter()
+        .flatten()
+}
+
+/// A 2025-03-26 host knows neither `structuredContent` nor `resource_link`
+/// blocks: structured output becomes text (it is already mirrored in `content` by
+/// conforming servers) and links become text naming the URI.
+pub fn downgrade_tool_result(v: &mut Value) {
+    if let Some(obj) = v.as_object_mut() {
+        obj.remove("structuredContent");
+    }
+    for block in array_mut(v, "content") {
+        if block.get("type").and_then(Value::as_str) == Some("resource_link") {
+            let uri = block.get("uri").and_then(Value::as_str).unwrap_or_default();
+            let name = block.get("name").and_then(Value::as_str).unwrap_or(uri);
+            *block = json!({"type": "text", "text": format!("{name}: {uri}")});
+        }
+    }
+}
+
+/// Removes from a list item (tool, prompt, resource, template) the fields a host
+/// on `host` does not know: `icons` and `execution` before 2025-11-25; `title`
+/// (also on prompt arguments) and `outputSchema` before 2025-06-18.
+pub fn downgrade_item(item: &mut Value, host: ProtocolVersion) {
+    let Some(obj) = item.as_object_mut() else {
+        return;
+    };
+    if host < ProtocolVersion::V2025_11_25 {
+        obj.remove("icons");
+        obj.remove("execution");
+    }
+    if host < ProtocolVersion::V2025_06_18 {
+        obj.remove("title");
+        obj.remove("outputSchema");
+        if let Some(args) = obj.get_mut("arguments").and_then(Value::as_array_mut) {
+            for a in args.iter_mut().filter_map(Value::as_object_mut) {
+                a.remove("title");
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trips_and_orders() {
+        for v in ProtocolVersion::HOST_SUPPORTED {
+            assert_eq!(ProtocolVersion::parse(v.as_str()), Some(v));
+        }
+        assert!(ProtocolVersion::V2025_03_26.allows_batches());
+        assert!(!ProtocolVersion::V2025_06_18.allows_batches());
+        assert_eq!(ProtocolVersion::parse("2026-07-28"), None);
+        assert_eq!(ProtocolVersion::parse("banana"), None);
+    }
+
+    #[test]
+    fn downgrades_list_items() {
+        let tool = json!({"name":"t","title":"T","icons":[{"src":"https://x/i.png"}],"execution":{"taskSupport":"optional"},"outputSchema":{"type":"object"},"inputSchema":{"type":"object"}});
+        let mut v = tool.clone();
+        downgrade_item(&mut v, ProtocolVersion::V2025_06_18);
+        assert_eq!(
+            v,
+            json!({"name":"t","title":"T","outputSchema":{"type":"object"},"inputSchema":{"type":"object"}})
+        );
+        let mut v = tool.clone();
+        downgrade_item(&mut v, ProtocolVersion::V2025_03_26);
+        assert_eq!(v, json!({"name":"t","inputSchema":{"type":"object"}}));
+        let mut p = json!({"name":"p","arguments":[{"name":"a","title":"A"}]});
+        downgrade_item(&mut p, ProtocolVersion::V2025_03_26);
+        assert_eq!(p, json!({"name":"p","arguments":[{"name":"a"}]}));
+        let mut v = tool;
+        downgrade_item(&mut v, ProtocolVersion::V2025_11_25);
+        assert!(v.get("icons").is_some());
+    }
+}

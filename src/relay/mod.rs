@@ -1,0 +1,287 @@
+//! The relay: everything between hosts and backends outside plain
+//! request/response. Backend notifications and server→client requests go to
+//! exactly the right host; the host's notifications and answers go back to
+//! exactly the right backend request (DESIGN decisions 3–4; MCP 2025-11-25
+//! checklist §8.1–8.4). Nothing from one host session ever reaches another.
+//!
+//! The relay is the [`UpstreamHandler`] of every backend connection: the client
+//! face reports what a backend sends through it, with the [`HostCall`] the
+//! message relates to when the connection could tell.
+
+mod requests;
+mod subscriptions;
+mod tasks;
+
+use std::sync::{Arc, Weak};
+
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+
+pub use subscriptions::Subscriptions;
+pub use tasks::EarlyStatuses;
+
+use crate::backend::{Caller, Connection, UpstreamHandler};
+use crate::catalog::Catalog;
+use crate::jsonrpc::{self, ErrorObject, Notification, Request};
+use crate::mcp::{Method, names};
+use crate::session::{HostCall, Session, SessionStore};
+
+/// The relay; see the module docs.
+pub struct Relay {
+    catalog: Arc<Catalog>,
+    sessions: Arc<dyn SessionStore>,
+    subs: Subscriptions,
+    early: EarlyStatuses,
+    /// Backends whose lists changed, for the supervisor to re-read.
+    refresh: mpsc::UnboundedSender<usize>,
+}
+
+/// What the client face holds: the relay, without keeping it alive.
+struct Sink(Weak<Relay>);
+
+/// The host call a backend message relates to, if the connection could tell.
+fn host_call(call: Option<Arc<dyn Caller>>) -> Option<Arc<HostCall>> {
+    call?.into_any().downcast::<HostCall>().ok()
+}
+
+impl UpstreamHandler for Sink {
+    fn on_notification(
+        &self,
+        conn: &Arc<Connection>,
+        call: Option<Arc<dyn Caller>>,
+        n: Notification,
+    ) {
+        if let Some(r) = self.0.upgrade() {
+            r.on_backend_notification(conn, host_call(call), n);
+        }
+    }
+
+    fn on_request(&self, conn: &Arc<Connection>, call: Option<Arc<dyn Caller>>, req: Request) {
+        match self.0.upgrade() {
+            Some(r) => r.on_backend_request(conn, host_call(call).as_ref(), &req),
+            None => conn.respond(
+                &req.id,
+                Err(&ErrorObject::new(
+                    jsonrpc::INTERNAL_ERROR,
+                    "gateway is shutting down",
+                )),
+            ),
+        }
+    }
+
+    fn on_closed(&self, _conn: &Arc<Connection>) {}
+
+    fn subject_token(&self, conn: &Connection) -> Option<Arc<str>> {
+        self.0.upgrade()?.owner_session(conn)?.subject_token()
+    }
+}
+
+impl Relay {
+    /// A relay over `catalog` and `sessions`; backends whose lists changed are
+    /// sent on `refresh`.
+    pub fn new(
+        catalog: Arc<Catalog>,
+        sessions: Arc<dyn SessionStore>,
+        refresh: mpsc::UnboundedSender<usize>,
+    ) -> Arc<Relay> {
+        Arc::new(Relay {
+            catalog,
+            sessions,
+            subs: Subscriptions::default(),
+            early: EarlyStatuses::default(),
+            refresh,
+        })
+    }
+
+    /// The handler to give a new backend connection.
+    pub fn handler(self: &Arc<Self>) -> Arc<dyn UpstreamHandler> {
+        Arc::new(Sink(Arc::downgrade(self)))
+    }
+
+    /// The refcounted resource subscriptions.
+    pub fn subscriptions(&self) -> &Subscriptions {
+        &self.subs
+    }
+
+    /// Task statuses that arrived before their task was registered.
+    pub fn early_statuses(&self) -> &EarlyStatuses {
+        &self.early
+    }
+
+    /// The host session that owns `conn` (per-session connections).
+    fn owner_session(&self, conn: &Connection) -> Option<Arc<Session>> {
+        self.sessions.get(conn.owner_key()?)
+    }
+
+    /// The session a backend message belongs to: the related call's, else the
+    /// connection owner's.
+    fn session_of(&self, conn: &Connection, call: Option<&Arc<HostCall>>) -> Option<Arc<Session>> {
+        match call {
+            Some(c) => Some(c.session.clone()),
+            None => self.owner_session(conn),
+        }
+    }
+
+    fn backend_index(&self, conn: &Connection) -> Option<usize> {
+        self.catalog
+            .backends()
+            .by_name(&conn.backend)
+            .map(|b| b.index)
+    }
+
+    /// A notification from a backend.
+    fn on_backend_notification(
+        &self,
+        conn: &Arc<Connection>,
+        call: Option<Arc<HostCall>>,
+        n: Notification,
+    ) {
+        let Notification { method, params } = n;
+        let mut params = params.unwrap_or_else(|| json!({}));
+        match method {
+            Method::Progress => relay_progress(conn, call, params),
+            Method::LogMessage => self.relay_log(conn, call, params),
+            Method::ToolsListChanged
+            | Method::PromptsListChanged
+            | Method::ResourcesListChanged => {
+                if let Some(idx) = self.backend_index(conn) {
+                    let _ = self.refresh.send(idx);
+                }
+            }
+            Method::ResourcesUpdated => {
+                if let Some(idx) = self.backend_index(conn) {
+                    let owner = conn.owner_key().cloned();
+                    self.subs.updated(
+                        &self.catalog,
+                        &*self.sessions,
+                        idx,
+                        owner.as_deref(),
+                        params,
+                    );
+                }
+            }
+            Method::Cancelled => self.backend_cancelled(conn, call.as_ref(), &params),
+            Method::TaskStatus => self.relay_task_status(conn, call, params),
+            Method::ElicitationComplete => {
+                if let Some(Value::String(id)) = params.get_mut("elicitationId") {
+                    *id = names::expose_id(&conn.backend, id);
+                }
+                if let Some(session) = self.session_of(conn, call.as_ref()) {
+                    session.send_unrelated(notification(&method, &params));
+                }
+            }
+            _ => {
+                if let Some(session) = self.session_of(conn, call.as_ref()) {
+                    session.send_unrelated(notification(&method, &params));
+                }
+            }
+        }
+    }
+
+    /// `notifications/message`: the logger names the backend; delivered with the
+    /// call it relates to, else to the owning session's GET stream, at or above
+    /// the level the host set. A shared connection cannot tell whose log it is.
+    fn relay_log(&self, conn: &Connection, call: Option<Arc<HostCall>>, mut params: Value) {
+        let logger = match params.get("logger").and_then(Value::as_str) {
+            Some(l) => format!("{}/{l}", conn.backend),
+            None => conn.backend.to_string(),
+        };
+        params["logger"] = logger.into();
+        let level = params
+            .get("level")
+            .and_then(Value::as_str)
+            .unwrap_or("info")
+            .to_owned();
+        let bytes = notification(&Method::LogMessage, &params);
+        match (call, self.owner_session(conn)) {
+            (Some(call), _) => {
+                if call.session.wants_log(&level) {
+                    call.send_related(bytes);
+                }
+            }
+            (None, Some(session)) => {
+                if session.wants_log(&level) {
+                    session.send_unrelated(bytes);
+                }
+            }
+            (None, None) => {
+                tracing::debug!(backend = %conn.backend, "unattributable log message dropped")
+            }
+        }
+    }
+
+    /// `notifications/tasks/status`: the task id becomes the exposed one of the
+    /// session that created the task.
+    fn relay_task_status(&self, conn: &Connection, call: Option<Arc<HostCall>>, mut params: Value) {
+        let Some(idx) = self.backend_index(conn) else {
+            return;
+        };
+        let original = params
+            .get("taskId")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned();
+        let hint = self.session_of(conn, call.as_ref());
+        let Some((session, exposed)) = self.task_owner(&conn.backend, &original, hint) else {
+            // Possibly a task whose CreateTaskResult is still on its way:
+            // held until it is registered (bounded), else dropped.
+            tracing::debug!(backend = %conn.backend, "status of a task no session owns (yet); held");
+            self.early.hold(idx, &original, params);
+            return;
+        };
+        params["taskId"] = exposed.into();
+        let bytes = notification(&Method::TaskStatus, &params);
+        match call {
+            Some(c) if Arc::ptr_eq(&c.session, &session) => {
+                c.send_related(bytes);
+            }
+            _ => {
+                session.send_unrelated(bytes);
+            }
+        }
+    }
+
+    /// The session and exposed id of task `original` of backend `backend`.
+    fn task_owner(
+        &self,
+        backend: &str,
+        original: &str,
+        hint: Option<Arc<Session>>,
+    ) -> Option<(Arc<Session>, String)> {
+        let exposed = names::expose_id(backend, original);
+        if let Some(s) = hint {
+            return s.owns_task(&exposed).then_some((s, exposed));
+        }
+        self.sessions
+            .all()
+            .into_iter()
+            .find(|s| s.owns_task(&exposed))
+            .map(|s| (s, exposed))
+    }
+}
+
+/// `notifications/progress` for a call that asked for it: the host's token
+/// replaces the upstream one; non-increasing progress is dropped.
+fn relay_progress(conn: &Connection, call: Option<Arc<HostCall>>, mut params: Value) {
+    let Some(call) = call else {
+        tracing::debug!(backend = %conn.backend, "progress for a token we never gave; dropped");
+        return;
+    };
+    let (Some(token), Some(progress)) = (
+        call.progress_token.clone(),
+        params.get("progress").and_then(Value::as_f64),
+    ) else {
+        return;
+    };
+    if !call.accept_progress(progress) {
+        tracing::debug!(backend = %conn.backend, progress, "non-increasing progress dropped");
+        return;
+    }
+    params["progressToken"] = token;
+    call.send_related(notification(&Method::Progress, &params));
+}
+
+/// A serialized notification.
+fn notification(method: &Method, params: &Value) -> bytes::Bytes {
+    jsonrpc::notification_bytes(method.as_str(), Some(params)).into()
+}

@@ -1,0 +1,195 @@
+//! Server→client requests (`sampling/createMessage`, `elicitation/create`,
+//! `roots/list`) relayed to the host they belong to, the host's answers routed
+//! back to the backend request, and the host's own notifications (cancel, roots
+//! changed) delivered to the backend requests and connections they concern
+//! (MCP 2025-11-25 client/sampling, client/elicitation, client/roots,
+//! basic/utilities/cancellation).
+
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+
+use super::{Relay, notification};
+use crate::backend::Connection;
+use crate::jsonrpc::{self, ErrorObject, Id, Notification, Request, Response};
+use crate::mcp::{Method, names};
+use crate::session::{ClientRequest, HostCall, Session};
+
+impl Relay {
+    /// A backend cancels a server→client request it sent: forward with our id.
+    pub(super) fn backend_cancelled(
+        &self,
+        conn: &Arc<Connection>,
+        call: Option<&Arc<HostCall>>,
+        params: &Value,
+    ) {
+        let Some(upstream) = params.get("requestId").and_then(Id::from_value) else {
+            return;
+        };
+        let Some(session) = self.session_of(conn, call) else {
+            return;
+        };
+        if let Some(ours) = session.take_client_request_from(conn, &upstream) {
+            let mut p = params.clone();
+            p["requestId"] = ours.to_value();
+            session.send_unrelated(notification(&Method::Cancelled, &p));
+        }
+    }
+
+    /// A request from a backend (server→client): answered locally (`ping`) or
+    /// relayed to the host session it belongs to, if that host declared the
+    /// capability it needs. Refusals are answered to the backend.
+    pub(super) fn on_backend_request(
+        &self,
+        conn: &Arc<Connection>,
+        call: Option<&Arc<HostCall>>,
+        req: &Request,
+    ) {
+        let refuse = |code: i64, msg: &str| {
+            conn.respond(&req.id, Err(&ErrorObject::new(code, msg)));
+        };
+        if req.method == Method::Ping {
+            conn.respond(&req.id, Ok(&json!({})));
+            return;
+        }
+        let Some(needed) = req.method.client_capability() else {
+            return refuse(jsonrpc::METHOD_NOT_FOUND, "Method not found");
+        };
+        let Some(session) = self.session_of(conn, call) else {
+            return refuse(
+                jsonrpc::METHOD_NOT_FOUND,
+                "this backend connection is shared by several clients; client requests cannot be routed",
+            );
+        };
+        if !session.has_capability(needed) {
+            return refuse(
+                jsonrpc::METHOD_NOT_FOUND,
+                &format!("Client does not support {needed}"),
+            );
+        }
+        let mut params = req.params.clone();
+        if let Some(p) = params.as_mut() {
+            super::tasks::expose_related_task(p, &conn.backend);
+            if let Some(Value::String(id)) = p.get_mut("elicitationId") {
+                *id = names::expose_id(&conn.backend, id);
+            }
+        }
+        if req.method == Method::ElicitationCreate
+            && !elicitation_mode_declared(&session, params.as_ref())
+        {
+            return refuse(
+                jsonrpc::INVALID_PARAMS,
+                "Client does not support this elicitation mode",
+            );
+        }
+        let ours = session.next_client_id();
+        let pending = ClientRequest {
+            conn: Arc::downgrade(conn),
+            upstream_id: req.id.clone(),
+        };
+        session.add_client_request(ours.clone(), pending);
+        let bytes = jsonrpc::request_bytes(&ours, req.method.as_str(), params.as_ref());
+        let delivered = match call {
+            Some(c) => c.send_related(bytes.into()),
+            None => session.send_unrelated(bytes.into()),
+        };
+        if !delivered {
+            session.take_client_request(&ours);
+            return refuse(
+                jsonrpc::INTERNAL_ERROR,
+                "no open stream to reach the client",
+            );
+        }
+        // Expire before the backend's own call times out, so it can still handle
+        // the refusal.
+        tokio::spawn(expire_client_request(
+            session,
+            ours,
+            conn.timeout().mul_f64(0.9),
+        ));
+    }
+
+    /// A notification from the host: a cancel reaches the backend request the host
+    /// call became; a roots change reaches the session's own connections.
+    pub fn handle_notification(&self, session: &Arc<Session>, n: &Notification) {
+        let param = |key: &str| n.params.as_ref().and_then(|p| p.get(key));
+        match n.method {
+            Method::Cancelled => {
+                let Some(id) = param("requestId").and_then(Id::from_value) else {
+                    return;
+                };
+                let reason = param("reason").and_then(Value::as_str);
+                match session.take_call(&id).and_then(|c| c.mark_cancelled()) {
+                    Some((conn, upstream)) => conn.cancel(upstream, reason),
+                    None => tracing::debug!(%id, "cancel for a request not in flight; ignored"),
+                }
+            }
+            Method::RootsListChanged => {
+                for conn in session.connections() {
+                    conn.notify(&Method::RootsListChanged, None);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// The host answers a server→client request: route the answer to the backend
+    /// request it belongs to. Unknown or repeated ids are ignored.
+    pub fn handle_response(&self, session: &Arc<Session>, r: Response) {
+        let Some(id) = r.id else { return };
+        let Some(entry) = session.take_client_request(&id) else {
+            tracing::debug!(%id, "answer to an unknown or already answered request; ignored");
+            return;
+        };
+        let Some(conn) = entry.conn.upgrade() else {
+            return;
+        };
+        match r.outcome {
+            Ok(raw) => {
+                let v = serde_json::from_str::<Value>(raw.get()).unwrap_or(Value::Null);
+                conn.respond(&entry.upstream_id, Ok(&v));
+            }
+            Err(e) => conn.respond(&entry.upstream_id, Err(&e)),
+        }
+    }
+}
+
+/// URL-mode elicitation needs `elicitation.url`; form mode needs `form` or the
+/// empty object (MCP 2025-11-25 client/elicitation).
+fn elicitation_mode_declared(session: &Session, params: Option<&Value>) -> bool {
+    let caps = session.client_capabilities().get("elicitation");
+    let mode = params
+        .and_then(|p| p.get("mode"))
+        .and_then(Value::as_str)
+        .unwrap_or("form");
+    let declared = |m: &str| caps.and_then(|c| c.get(m)).is_some();
+    let empty = caps
+        .and_then(Value::as_object)
+        .is_some_and(|o| o.is_empty());
+    match mode {
+        "url" => declared("url"),
+        _ => declared("form") || empty,
+    }
+}
+
+/// Fails a relayed request the host never answered and tells the host to stop.
+async fn expire_client_request(session: Arc<Session>, ours: Id, after: std::time::Duration) {
+    tokio::select! {
+        _ = tokio::time::sleep(after) => {}
+        _ = session.ended() => {}
+    }
+    let Some(entry) = session.take_client_request(&ours) else {
+        return;
+    };
+    if let Some(conn) = entry.conn.upgrade() {
+        conn.respond(
+            &entry.upstream_id,
+            Err(&ErrorObject::new(
+                jsonrpc::INTERNAL_ERROR,
+                "the client did not answer in time",
+            )),
+        );
+    }
+    let p = json!({"requestId": ours.to_value(), "reason": "timed out"});
+    session.send_unrelated(notification(&Method::Cancelled, &p));
+}

@@ -1,0 +1,390 @@
+//! One host request as it travels through the phases (accept → authenticate →
+//! frame → route → forward → respond), and how it ended.
+//!
+//! Every HTTP request to the MCP endpoint gets one [`RequestContext`]; each phase
+//! fills in what it learns (method, session, backend, exposed name) and the phase
+//! that knows the end sets the typed [`Outcome`]. The context records itself
+//! exactly once, when it is dropped: request metrics, rejection metrics and the
+//! access log line are written there and nowhere else (pingora's `logging` hook).
+//! A context dropped without an outcome (the host went away, a task was
+//! cancelled) is recorded as [`Outcome::Cancelled`].
+
+use std::sync::Arc;
+
+use tokio::time::Instant;
+
+use crate::backend::BackendError;
+use crate::error::RpcError;
+use crate::mcp::Method;
+use crate::metrics::Metrics;
+
+/// Why a request was refused on the HTTP plane, before routing (metric label
+/// `mcpgate_rejections_total{reason}`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rejection {
+    /// 403: Origin not allowed (DNS-rebinding guard).
+    Origin,
+    /// 403: Host not allowed.
+    Host,
+    /// 406: Accept lacks the required media types.
+    Accept,
+    /// 415: Content-Type is not `application/json`.
+    ContentType,
+    /// 413: body larger than `server.max_body_bytes`.
+    BodyTooLarge,
+    /// 408: body did not arrive within `server.body_read_timeout`.
+    BodyTimeout,
+    /// 400: not a JSON-RPC message (-32700 / -32600).
+    InvalidMessage,
+    /// 400: a 2026-07-28 request the endpoint does not serve.
+    ModernProbe,
+    /// 400: `MCP-Protocol-Version` missing a supported value.
+    Version,
+    /// 400: no `Mcp-Session-Id` where one is required.
+    SessionMissing,
+    /// 404: unknown, expired or foreign session.
+    SessionUnknown,
+    /// 400 / 410: `Last-Event-ID` malformed or no longer replayable.
+    Resume,
+    /// 503: `server.max_sessions` reached.
+    TooManySessions,
+    /// 429: `server.max_streams_per_session` reached.
+    TooManyStreams,
+    /// 429: the client's rate limit.
+    RateLimited,
+    /// 401: no or invalid bearer token.
+    Unauthorized,
+    /// 403: token lacks a required scope.
+    InsufficientScope,
+    /// 400: token in the query string.
+    QueryToken,
+    /// Anything else on the HTTP plane.
+    Other,
+}
+
+impl Rejection {
+    /// The metric label.
+    pub fn label(self) -> &'static str {
+        match self {
+            Rejection::Origin | Rejection::Host => "origin",
+            Rejection::Accept => "accept",
+            Rejection::ContentType => "content_type",
+            Rejection::BodyTooLarge => "body_too_large",
+            Rejection::BodyTimeout => "body_timeout",
+            Rejection::InvalidMessage => "invalid_message",
+            Rejection::ModernProbe => "modern_probe",
+            Rejection::Version => "version",
+            Rejection::SessionMissing => "session_missing",
+            Rejection::SessionUnknown => "session_unknown",
+            Rejection::Resume => "resume",
+            Rejection::TooManySessions => "too_many_sessions",
+            Rejection::TooManyStreams => "too_many_streams",
+            Rejection::RateLimited => "rate_limited",
+            Rejection::Unauthorized => "unauthorized",
+            Rejection::InsufficientScope => "insufficient_scope",
+            Rejection::QueryToken => "query_token",
+            Rejection::Other => "other",
+        }
+    }
+
+    /// Whether this is an authentication or authorization refusal (also counted
+    /// in `mcpgate_auth_failures_total`).
+    pub fn is_auth(self) -> bool {
+        matches!(
+            self,
+            Rejection::Unauthorized | Rejection::InsufficientScope | Rejection::QueryToken
+        )
+    }
+}
+
+/// How a host request ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// A result.
+    Ok,
+    /// A JSON-RPC error decided by the gateway (unknown tool, bad params …).
+    Error,
+    /// A JSON-RPC error from the backend, passed on.
+    RpcError,
+    /// The backend did not answer in time.
+    Timeout,
+    /// The backend could not be reached; the class names how
+    /// (`mcpgate_upstream_errors_total{class}`).
+    Unavailable(&'static str),
+    /// The gateway's own limit for the backend refused the call (counted as
+    /// unavailable, and as a `backend_busy` rejection).
+    Busy,
+    /// The host cancelled, or went away before the answer.
+    Cancelled,
+    /// Refused on the HTTP plane, before routing.
+    Rejected(Rejection),
+}
+
+impl Outcome {
+    /// The `outcome` label of `mcpgate_requests_total`.
+    pub fn label(self) -> &'static str {
+        match self {
+            Outcome::Ok => "ok",
+            Outcome::Error => "error",
+            Outcome::RpcError => "rpc_error",
+            Outcome::Timeout => "timeout",
+            Outcome::Unavailable(_) | Outcome::Busy => "unavailable",
+            Outcome::Cancelled => "cancelled",
+            Outcome::Rejected(_) => "rejected",
+        }
+    }
+
+    /// The outcome of answering `e`.
+    pub fn of(e: &RpcError) -> Outcome {
+        match e {
+            RpcError::Backend(b) => Outcome::of_backend(b),
+            _ => Outcome::Error,
+        }
+    }
+
+    /// The outcome of a failed backend call.
+    pub fn of_backend(e: &BackendError) -> Outcome {
+        match e {
+            BackendError::Rpc(_) => Outcome::RpcError,
+            BackendError::Cancelled => Outcome::Cancelled,
+            BackendError::Timeout { .. } => Outcome::Timeout,
+            BackendError::Busy { .. } => Outcome::Busy,
+            BackendError::Unavailable { .. } => Outcome::Unavailable("closed"),
+            BackendError::Protocol { .. } => Outcome::Unavailable("protocol"),
+            BackendError::HttpStatus { status, .. } if *status >= 500 => {
+                Outcome::Unavailable("http_5xx")
+            }
+            BackendError::HttpStatus { .. } => Outcome::Unavailable("http_4xx"),
+        }
+    }
+
+    /// The `class` label of `mcpgate_upstream_errors_total`, for backend failures.
+    fn upstream_class(self) -> Option<&'static str> {
+        match self {
+            Outcome::Timeout => Some("timeout"),
+            Outcome::Unavailable(class) => Some(class),
+            _ => None,
+        }
+    }
+}
+
+/// One host request in flight through the gateway; see the module docs.
+pub struct RequestContext {
+    metrics: Arc<Metrics>,
+    started: Instant,
+    method: Option<Method>,
+    session: Option<String>,
+    backend: Option<Arc<str>>,
+    target: Option<String>,
+    outcome: Option<Outcome>,
+    /// A JSON-RPC request (counted in `mcpgate_requests_total`); notifications,
+    /// responses and GET/DELETE get only the access log line unless refused.
+    is_request: bool,
+}
+
+impl RequestContext {
+    /// A context for a request that arrived now.
+    pub fn new(metrics: &Arc<Metrics>) -> Self {
+        RequestContext {
+            metrics: metrics.clone(),
+            started: Instant::now(),
+            method: None,
+            session: None,
+            backend: None,
+            target: None,
+            outcome: None,
+            is_request: false,
+        }
+    }
+
+    /// The frame phase read a JSON-RPC request of `method`.
+    pub fn set_request(&mut self, method: &Method) {
+        self.method = Some(method.clone());
+        self.is_request = true;
+    }
+
+    /// The frame phase read a notification of `method` (or a response: `None`).
+    pub fn set_notification(&mut self, method: Option<&Method>) {
+        self.method = method.cloned();
+        self.is_request = false;
+    }
+
+    /// The session phase found the session (`log_id`: its short, non-secret form).
+    pub fn set_session(&mut self, log_id: &str) {
+        self.session = Some(log_id.to_owned());
+    }
+
+    /// The route phase chose `backend` for the exposed name or URI `target`.
+    pub fn set_route(&mut self, backend: &Arc<str>, target: Option<&str>) {
+        self.backend = Some(backend.clone());
+        self.target = target.map(str::to_owned);
+        tracing::Span::current().record("backend", &**backend);
+    }
+
+    /// The forward phase calls the backend chosen by [`RequestContext::set_route`]:
+    /// counts the call in flight toward it until the guard drops, and records
+    /// the time spent (`mcpgate_upstream_inflight`, `mcpgate_upstream_duration_seconds`).
+    pub fn upstream_call(&self) -> UpstreamCall {
+        let backend = self.backend.as_deref().unwrap_or("none");
+        let inflight = self.metrics.upstream_inflight.with_label_values(&[backend]);
+        inflight.inc();
+        UpstreamCall {
+            inflight,
+            duration: self.metrics.upstream_duration.with_label_values(&[backend]),
+            started: Instant::now(),
+        }
+    }
+
+    /// Ends the request with `outcome` (recorded now).
+    pub fn finish(mut self, outcome: Outcome) {
+        self.outcome = Some(outcome);
+    }
+
+    /// Ends the request as refused on the HTTP plane.
+    pub fn reject(self, why: Rejection) {
+        self.finish(Outcome::Rejected(why));
+    }
+
+    fn record(&self, outcome: Outcome) {
+        let m = &self.metrics;
+        let secs = self.started.elapsed().as_secs_f64();
+        let method = self.method.as_ref().map_or("none", Method::label);
+        let backend = self.backend.as_deref().unwrap_or("none");
+        match outcome {
+            Outcome::Rejected(why) => {
+                m.rejections.with_label_values(&[why.label()]).inc();
+                if why.is_auth() {
+                    m.auth_failures.with_label_values(&[why.label()]).inc();
+                }
+            }
+            _ if !self.is_request => {}
+            _ => {
+                m.requests
+                    .with_label_values(&[method, backend, outcome.label()])
+                    .inc();
+                m.request_duration
+                    .with_label_values(&[method])
+                    .observe(secs);
+                if let (Some(class), Some(b)) = (outcome.upstream_class(), &self.backend) {
+                    m.upstream_errors.with_label_values(&[b, class]).inc();
+                }
+                if outcome == Outcome::Busy {
+                    m.rejections.with_label_values(&["backend_busy"]).inc();
+                }
+                let listed = self
+                    .method
+                    .as_ref()
+                    .is_some_and(|m| m.list_kind().is_some());
+                if listed && outcome == Outcome::Ok && self.backend.is_none() {
+                    m.list_cache.with_label_values(&["hit"]).inc();
+                }
+            }
+        }
+        tracing::debug!(
+            target: "mcpgate::access",
+            method,
+            session = self.session.as_deref().unwrap_or("-"),
+            backend,
+            name = self.target.as_deref().unwrap_or("-"),
+            outcome = outcome.label(),
+            reason = match outcome {
+                Outcome::Rejected(why) => why.label(),
+                _ => "-",
+            },
+            ms = (secs * 1000.0) as u64,
+            "request"
+        );
+    }
+}
+
+/// One upstream call in flight; see [`RequestContext::upstream_call`].
+pub struct UpstreamCall {
+    inflight: prometheus::IntGauge,
+    duration: prometheus::Histogram,
+    started: Instant,
+}
+
+impl Drop for UpstreamCall {
+    fn drop(&mut self) {
+        self.inflight.dec();
+        self.duration.observe(self.started.elapsed().as_secs_f64());
+    }
+}
+
+impl Drop for RequestContext {
+    fn drop(&mut self) {
+        let outcome = self.outcome.unwrap_or(Outcome::Cancelled);
+        self.record(outcome);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(method: &str, backend: Option<&str>, outcome: Outcome) -> String {
+        let m = Arc::new(Metrics::new());
+        let mut ctx = RequestContext::new(&m);
+        ctx.set_request(&Method::parse(method));
+        if let Some(b) = backend {
+            ctx.backend = Some(b.into());
+        }
+        ctx.finish(outcome);
+        m.render()
+    }
+
+    #[test]
+    fn records_requests_once_with_bounded_labels() {
+        let text = record("tools/call", Some("time"), Outcome::Ok);
+        assert!(
+            text.contains(
+                r#"mcpgate_requests_total{backend="time",method="tools/call",outcome="ok"} 1"#
+            ),
+            "{text}"
+        );
+        assert!(text.contains("mcpgate_request_duration_seconds_bucket"));
+        let text = record("made/up", None, Outcome::Error);
+        assert!(text.contains(r#"method="other""#), "{text}");
+        let text = record("evil/\"label", None, Outcome::Error);
+        assert!(!text.contains("evil"), "{text}");
+    }
+
+    #[test]
+    fn classifies_failures_and_counts_refusals() {
+        let text = record("tools/call", Some("b"), Outcome::Timeout);
+        assert!(
+            text.contains(r#"mcpgate_upstream_errors_total{backend="b",class="timeout"} 1"#),
+            "{text}"
+        );
+        let text = record("tools/call", Some("b"), Outcome::Busy);
+        assert!(
+            text.contains(r#"mcpgate_rejections_total{reason="backend_busy"} 1"#),
+            "{text}"
+        );
+        assert!(text.contains(r#"outcome="unavailable""#), "{text}");
+        let m = Arc::new(Metrics::new());
+        RequestContext::new(&m).reject(Rejection::Unauthorized);
+        let text = m.render();
+        assert!(
+            text.contains(r#"mcpgate_rejections_total{reason="unauthorized"} 1"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"mcpgate_auth_failures_total{reason="unauthorized"} 1"#),
+            "{text}"
+        );
+        assert!(
+            !text.contains("mcpgate_requests_total{"),
+            "a refusal is not a request: {text}"
+        );
+    }
+
+    #[test]
+    fn a_dropped_context_counts_as_cancelled() {
+        let m = Arc::new(Metrics::new());
+        let mut ctx = RequestContext::new(&m);
+        ctx.set_request(&Method::ToolsCall);
+        drop(ctx);
+        assert!(m.render().contains(r#"outcome="cancelled"} 1"#));
+    }
+}

@@ -1,0 +1,297 @@
+//! The supervisor: the lifetime of backends and of host sessions' backend state.
+//! It connects every backend, keeps shared connections healthy (ping, restart
+//! with backoff), fetches catalogues into the [`Catalog`] and announces changes,
+//! opens per-session connections on first use, ends and expires sessions, reloads
+//! the backend set, reports readiness and shuts everything down.
+//!
+//! Per-request work is not here: that is the dispatch (host → backend) and the
+//! relay (backend → host).
+
+mod reload;
+mod sessions;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tokio::sync::{mpsc, watch};
+
+pub use reload::{ReloadReport, reload};
+
+use crate::backend::{BackendError, Connection, Owner, backoff};
+use crate::catalog::{BackendState, Catalog, fetch};
+use crate::config::{ConnectionMode, ServerConfig};
+use crate::jsonrpc;
+use crate::mcp::{Changed, Method};
+use crate::metrics::Metrics;
+use crate::relay::Relay;
+use crate::session::SessionStore;
+
+/// The supervisor; see the module docs.
+pub struct Supervisor {
+    server: Arc<ServerConfig>,
+    catalog: Arc<Catalog>,
+    sessions: Arc<dyn SessionStore>,
+    relay: Arc<Relay>,
+    metrics: Arc<Metrics>,
+    /// Backends whose first connection attempt finished.
+    loaded: watch::Sender<usize>,
+    /// Backends whose first connection attempt `loaded` waits for.
+    expected: AtomicUsize,
+    stopping: AtomicBool,
+}
+
+impl Supervisor {
+    /// A supervisor for `catalog`'s backends; call [`Supervisor::start`].
+    pub fn new(
+        server: Arc<ServerConfig>,
+        catalog: Arc<Catalog>,
+        sessions: Arc<dyn SessionStore>,
+        relay: Arc<Relay>,
+        metrics: Arc<Metrics>,
+    ) -> Arc<Supervisor> {
+        Arc::new(Supervisor {
+            server,
+            catalog,
+            sessions,
+            relay,
+            metrics,
+            loaded: watch::channel(0).0,
+            expected: AtomicUsize::new(0),
+            stopping: AtomicBool::new(false),
+        })
+    }
+
+    /// Connects every backend in the background and keeps the shared ones alive;
+    /// `refreshes` carries the backends whose lists changed (from the relay).
+    pub fn start(self: &Arc<Self>, refreshes: mpsc::UnboundedReceiver<usize>) {
+        // Every backend's URI prefix routes from the start, so a backend that is
+        // down answers with an error naming it, not "Resource not found".
+        self.catalog.rebuild();
+        for b in self.catalog.backends().active().iter() {
+            self.launch(b);
+        }
+        tokio::spawn(self.clone().refresh_on_request(refreshes));
+    }
+
+    /// Starts supervising a backend (first connection, health checks, restarts).
+    fn launch(self: &Arc<Self>, b: &Arc<BackendState>) {
+        self.expected.fetch_add(1, Ordering::AcqRel);
+        tokio::spawn(self.clone().supervise(b.index));
+    }
+
+    /// Waits until every backend's first connection attempt finished, at most
+    /// `limit`. Hosts that initialize right after start see complete lists.
+    pub async fn wait_loaded(&self, limit: Duration) {
+        let want = self.expected.load(Ordering::Acquire);
+        let mut rx = self.loaded.subscribe();
+        let _ = tokio::time::timeout(limit, rx.wait_for(|n| *n >= want)).await;
+    }
+
+    /// Keeps backend `idx`'s shared (or catalogue) connection alive: connects,
+    /// health-checks it with `ping`, and reconnects with exponential backoff and
+    /// jitter when it fails. A connection that dies within seconds counts as a
+    /// failure, so a crash-looping child is backed off and reported down.
+    async fn supervise(self: Arc<Self>, idx: usize) {
+        let name = self.catalog.backend(idx).spec.name.clone();
+        let up = self.metrics.backend_up.with_label_values(&[&name]);
+        let mut first = true;
+        let mut failures = 0u32;
+        while !self.is_stopping() && !self.catalog.backend(idx).is_removed() {
+            let outcome = self.refresh(idx).await;
+            if first {
+                self.loaded.send_modify(|n| *n += 1);
+            } else {
+                self.metrics
+                    .backend_restarts
+                    .with_label_values(&[&name])
+                    .inc();
+            }
+            let restarted = !first;
+            first = false;
+            match outcome {
+                Ok(conn) => {
+                    up.set(1);
+                    if restarted {
+                        self.relay
+                            .subscriptions()
+                            .resubscribe(&self.catalog, idx, &conn);
+                    }
+                    let started = tokio::time::Instant::now();
+                    self.watch(&conn).await;
+                    up.set(0);
+                    if self.is_stopping() {
+                        return;
+                    }
+                    if self.catalog.backend(idx).is_removed() {
+                        // A reload removed or replaced it: closed on purpose.
+                        tracing::info!(backend = %name, "backend connection closed (removed by reload)");
+                        break;
+                    }
+                    if started.elapsed() < Duration::from_secs(10) {
+                        failures = failures.saturating_add(1);
+                    } else {
+                        failures = 0;
+                    }
+                    tracing::warn!(backend = %name, "backend connection lost; reconnecting");
+                }
+                Err(e) => {
+                    up.set(0);
+                    failures = failures.saturating_add(1);
+                    self.metrics.fanout_partial_failures.inc();
+                    tracing::warn!(backend = %name, cause = %e, failures, "backend not available");
+                }
+            }
+            if failures > 0 {
+                tokio::time::sleep(backoff(failures)).await;
+            }
+        }
+        up.set(0);
+    }
+
+    /// Waits until `conn` closes, pinging it every `backend_ping_interval`; a
+    /// backend that does not answer a ping within its timeout is closed (a dead
+    /// child must not be reported healthy while requests to it hang).
+    async fn watch(&self, conn: &Arc<Connection>) {
+        let every = self.server.backend_ping_interval;
+        loop {
+            tokio::select! {
+                _ = conn.closed.cancelled() => return,
+                _ = tokio::time::sleep(every) => {}
+            }
+            let limit = conn.timeout().min(Duration::from_secs(10));
+            if let Err(e) = conn.request(&Method::Ping, None, None, limit).await {
+                if matches!(e, BackendError::Rpc(_)) {
+                    continue; // it answered, if only with an error
+                }
+                tracing::warn!(backend = %conn.backend, cause = %e, "backend failed its health ping; restarting it");
+                conn.close().await;
+                return;
+            }
+        }
+    }
+
+    /// Re-fetches a backend's catalogue (connecting its shared or catalogue
+    /// connection first) and, if it changed, tells every session which lists
+    /// changed.
+    async fn refresh(&self, idx: usize) -> Result<Arc<Connection>, BackendError> {
+        let b = self.catalog.backend(idx);
+        let _one_at_a_time = b.refreshing().await;
+        let removed = || BackendError::closed(&b.spec.name, "removed by a configuration reload");
+        if b.is_removed() {
+            return Err(removed());
+        }
+        let conn = b
+            .shared()
+            .get(&b.spec, Owner::Shared, self.relay.handler(), json!({}))
+            .await?;
+        self.metrics.list_cache.with_label_values(&["miss"]).inc();
+        let fresh = fetch(&conn).await?;
+        if b.is_removed() {
+            // Removed while connecting: this connection belongs to no one.
+            if let Some(c) = b.shared().take() {
+                c.close().await;
+            }
+            return Err(removed());
+        }
+        let first = b.catalog().is_none();
+        let changed = self.catalog.install(idx, fresh);
+        if !changed.is_empty() && (!first || b.is_late()) {
+            self.announce_changes(&changed);
+        }
+        Ok(conn)
+    }
+
+    /// Serves the relay's requests to re-read a backend's lists (after its
+    /// `list_changed`), coalescing bursts into one refresh shortly after.
+    async fn refresh_on_request(self: Arc<Self>, mut refreshes: mpsc::UnboundedReceiver<usize>) {
+        while let Some(idx) = refreshes.recv().await {
+            if !self.catalog.backend(idx).schedule_refresh() {
+                continue;
+            }
+            let me = self.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                let b = me.catalog.backend(idx);
+                b.refresh_started();
+                if let Err(e) = me.refresh(idx).await {
+                    tracing::warn!(backend = %b.spec.name, cause = %e, "catalogue refresh after list_changed failed");
+                }
+            });
+        }
+    }
+
+    /// Tells every session that the `changed` lists changed.
+    fn announce_changes(&self, changed: &[Changed]) {
+        for session in self.sessions.all() {
+            for c in changed {
+                session
+                    .send_unrelated(jsonrpc::notification_bytes(c.method().as_str(), None).into());
+            }
+        }
+    }
+
+    /// Whether shutdown has begun.
+    pub fn is_stopping(&self) -> bool {
+        self.stopping.load(Ordering::Relaxed)
+    }
+
+    /// Marks the gateway as shutting down (`/readyz` answers 503 from now on).
+    pub fn begin_shutdown(&self) {
+        self.stopping.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether every backend's first connection attempt has finished.
+    pub fn is_loaded(&self) -> bool {
+        *self.loaded.borrow() >= self.expected.load(Ordering::Acquire)
+    }
+
+    /// Readiness report: ready when loaded, not stopping, and every backend with
+    /// `required = true` is up. The JSON lists each backend's state.
+    pub fn readiness(&self) -> (bool, Value) {
+        let mut backends = serde_json::Map::new();
+        let mut ready = self.is_loaded() && !self.is_stopping();
+        for b in self.catalog.backends().active().iter() {
+            let up = b.is_up();
+            let required = b.spec.config.required;
+            ready &= up || !required;
+            let catalog = b.catalog();
+            backends.insert(
+                b.spec.name.to_string(),
+                json!({
+                    "state": if up { "up" } else { "down" },
+                    "required": required,
+                    "mode": match b.mode { ConnectionMode::Shared => "shared", ConnectionMode::PerSession => "per_session" },
+                    "tools": catalog.as_ref().map_or(0, |c| c.tools.len()),
+                    "prompts": catalog.as_ref().map_or(0, |c| c.prompts.len()),
+                    "resources": catalog.as_ref().map_or(0, |c| c.resources.len()),
+                }),
+            );
+        }
+        let status = if self.is_stopping() {
+            "stopping"
+        } else if ready {
+            "ready"
+        } else {
+            "not_ready"
+        };
+        (
+            ready,
+            json!({"status": status, "sessions": self.sessions.len(), "backends": backends}),
+        )
+    }
+
+    /// Stops everything: ends every session and closes the shared connections.
+    pub async fn shutdown(&self) {
+        self.begin_shutdown();
+        for s in self.sessions.all() {
+            self.end_session(&s).await;
+        }
+        for b in self.catalog.backends().active().iter() {
+            if let Some(conn) = b.shared().take() {
+                conn.close().await;
+            }
+        }
+    }
+}
