@@ -12,7 +12,11 @@
 #   promtool     deploy/prometheus/prometheus.yml, and every PromQL expression of the
 #                Grafana dashboards (as recording rules)             (if installed)
 #   check-config deploy/config/mcpgate.toml and the ConfigMap's mcpgate.toml, with the
-#                gateway binary ($MCPGATE_BIN, else $CARGO_TARGET_DIR/debug/mcpgate) if built
+#                gateway binary ($MCPGATE_BIN, else $CARGO_TARGET_DIR/debug/mcpgate) if built;
+#                and `mcpgate config-schema` equals config/mcpgate.schema.json
+#   config schema every gateway TOML config (config/, deploy/, tests/e2e/configs/, the
+#                ConfigMap's mcpgate.toml) against config/mcpgate.schema.json
+#                (Python jsonschema from tests/requirements.txt, TOML read with tomllib)
 #
 # The linters are installed into tests/.venv (created if missing) when absent or at
 # another version. `--fix` first rewrites the Kubernetes copy of haproxy.cfg from the
@@ -89,8 +93,58 @@ PY
     # The ConfigMap's http backend reads its key from the Secret at run time.
     REMOTE_MCP_TOKEN=lint "$bin" check-config --config "$cfg" || rc=1
   done
+  "$bin" config-schema >"$tmp/schema.json" || rc=1
+  if ! cmp -s "$tmp/schema.json" config/mcpgate.schema.json; then
+    echo "config/mcpgate.schema.json differs from \`mcpgate config-schema\`:" \
+      "cargo run -- config-schema > config/mcpgate.schema.json"
+    rc=1
+  fi
   rm -rf "$tmp"
   return "$rc"
+}
+
+# Validates every gateway TOML config against the shipped JSON Schema, and checks that
+# the schema rejects a broken config (so that a vacuous schema cannot pass).
+check_config_schema() {
+  "$PY" - <<'PY'
+import glob, json, sys, tomllib, yaml
+import jsonschema
+
+schema = json.load(open("config/mcpgate.schema.json"))
+jsonschema.Draft7Validator.check_schema(schema)
+validator = jsonschema.Draft7Validator(schema)
+
+docs = {}
+for path in sorted(set(glob.glob("config/**/*.toml", recursive=True)
+                       + glob.glob("deploy/**/*.toml", recursive=True)
+                       + glob.glob("tests/e2e/configs/*.toml"))):
+    with open(path, "rb") as f:
+        docs[path] = tomllib.load(f)
+for path in sorted(glob.glob("deploy/kubernetes/*.yaml")):
+    for doc in yaml.safe_load_all(open(path)):
+        if doc and doc.get("kind") == "ConfigMap" and "mcpgate.toml" in doc.get("data", {}):
+            docs[f"{path} (ConfigMap {doc['metadata']['name']})"] = tomllib.loads(doc["data"]["mcpgate.toml"])
+
+failed = 0
+for name, doc in docs.items():
+    errors = sorted(validator.iter_errors(doc), key=lambda e: list(e.absolute_path))
+    for e in errors:
+        where = ".".join(str(p) for p in e.absolute_path) or "(top level)"
+        print(f"{name}: {where}: {e.message}")
+    failed += bool(errors)
+print(f"{len(docs) - failed} of {len(docs)} configs valid")
+
+broken = {"server": {"listen": "localhost:8080", "session_idle_timeout": "30",
+                     "max_sessions": -1, "unknown_option": 1},
+          "backends": {"x": {"type": "ftp", "auth": {"type": "client_credentials"}}}}
+caught = {".".join(str(p) for p in e.absolute_path) for e in validator.iter_errors(broken)}
+want = {"server", "server.listen", "server.session_idle_timeout", "server.max_sessions",
+        "backends.x.type", "backends.x.auth"}
+if not want <= caught:
+    print(f"the schema accepts broken values at {sorted(want - caught)}")
+    failed += 1
+sys.exit(1 if failed or not docs else 0)
+PY
 }
 
 check_haproxy_copy() {
@@ -179,6 +233,7 @@ check "kubernetes haproxy.cfg copy" check_haproxy_copy
 check "grafana JSON" check_json
 check "promtool (prometheus.yml, dashboard queries)" check_promtool
 check "mcpgate check-config (deploy configs)" check_configs
+check "config schema (every TOML config)" check_config_schema
 
 if ((${#FAILED[@]})); then
   printf 'lint-deploy: %d check(s) failed: %s\n' "${#FAILED[@]}" "${FAILED[*]}"
