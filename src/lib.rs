@@ -93,6 +93,7 @@ impl Gateway {
         }
         let sessions = Arc::new(MemoryStore::new(config.server.max_sessions));
         let router = Router::new(&config, sessions);
+        router.metrics.config_loaded(config.server.max_sessions);
         router.start();
         let limiter = config
             .server

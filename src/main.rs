@@ -181,8 +181,10 @@ async fn watch_config(gateway: Arc<mcpgate::Gateway>, path: PathBuf) {
             Ok(config) => {
                 tracing::info!(trigger = why, path = %path.display(), "reloading configuration");
                 gateway.reload(&config).await;
+                gateway.router.metrics.reload_succeeded();
             }
             Err(e) => {
+                gateway.router.metrics.reload_failed();
                 tracing::error!(trigger = why, cause = %e, "new configuration refused; the running one stays")
             }
         }
