@@ -9,8 +9,11 @@
 #   haproxy -c   deploy/haproxy/haproxy.cfg                   (if installed)
 #   consistency  the copy of haproxy.cfg in deploy/kubernetes/haproxy.yaml is identical;
 #                deploy/grafana/*.json parse
-#   promtool     deploy/prometheus/prometheus.yml, and every PromQL expression of the
-#                Grafana dashboards (as recording rules)             (if installed)
+#   promtool     deploy/prometheus/prometheus.yml, the alerting rules
+#                deploy/prometheus/alerts.yaml (check rules, and the unit tests
+#                alerts.test.yaml with `promtool test rules`), and every PromQL expression
+#                of the Grafana dashboards (as recording rules)
+#                (Debian package prometheus, installed with apt-get if missing)
 #   check-config deploy/config/mcpgate.toml and the ConfigMap's mcpgate.toml, with the
 #                gateway binary ($MCPGATE_BIN, else $CARGO_TARGET_DIR/debug/mcpgate) if built;
 #                and `mcpgate config-schema` equals config/mcpgate.schema.json
@@ -173,14 +176,33 @@ check_json() {
   return "$rc"
 }
 
-check_promtool() {
-  if ! command -v promtool >/dev/null 2>&1; then
-    echo "skipped: promtool not installed (Debian package prometheus)"
-    return 0
+# promtool comes with Debian's `prometheus` package (its service is not started).
+ensure_promtool() {
+  command -v promtool >/dev/null 2>&1 && return 0
+  local sudo=()
+  if [[ "$(id -u)" != 0 ]]; then
+    command -v sudo >/dev/null 2>&1 || {
+      echo "promtool is missing and this user cannot install it (Debian package prometheus)"
+      return 1
+    }
+    sudo=(sudo -n)
   fi
+  echo "installing promtool (Debian package prometheus)"
+  if ! DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq --no-install-recommends prometheus >/dev/null; then
+    "${sudo[@]}" apt-get update -qq &&
+      DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq --no-install-recommends prometheus >/dev/null
+  fi
+  command -v promtool >/dev/null 2>&1
+}
+
+check_promtool() {
+  ensure_promtool || return 1
   local tmp rc=0
   tmp="$(mktemp -d)"
+  promtool --version | head -1
   promtool check config deploy/prometheus/prometheus.yml || rc=1
+  promtool check rules deploy/prometheus/alerts.yaml || rc=1
+  promtool test rules deploy/prometheus/alerts.test.yaml || rc=1
   # Grafana's variables become plain values so that promtool can parse the queries.
   "$PY" - "$tmp/dashboards.rules.yml" <<'PY' || rc=1
 import glob, json, sys
@@ -231,7 +253,7 @@ check "shellcheck" check_shell
 check "haproxy -c deploy/haproxy/haproxy.cfg" check_haproxy
 check "kubernetes haproxy.cfg copy" check_haproxy_copy
 check "grafana JSON" check_json
-check "promtool (prometheus.yml, dashboard queries)" check_promtool
+check "promtool (prometheus.yml, alert rules and their tests, dashboard queries)" check_promtool
 check "mcpgate check-config (deploy configs)" check_configs
 check "config schema (every TOML config)" check_config_schema
 
