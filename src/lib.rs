@@ -52,6 +52,7 @@ pub struct Gateway {
     pub metrics_addr: Option<SocketAddr>,
     sessions: Arc<dyn SessionStore>,
     supervisor: Arc<Supervisor>,
+    metrics: Arc<Metrics>,
     shutdown_grace: Duration,
     stop: CancellationToken,
     server: JoinHandle<()>,
@@ -109,6 +110,7 @@ impl Gateway {
         }
         let server = Arc::new(config.server.clone());
         let metrics = Arc::new(Metrics::new());
+        metrics.config_loaded(server.max_sessions);
         let sessions: Arc<dyn SessionStore> = Arc::new(MemoryStore::new(server.max_sessions));
         let catalog = Arc::new(Catalog::new(&config));
         let (refresh_tx, refresh_rx) = tokio::sync::mpsc::unbounded_channel();
@@ -157,7 +159,7 @@ impl Gateway {
         ));
         let metrics_addr = match server.metrics_listen {
             Some(addr) => {
-                let app = http::metrics_app(metrics, sessions.clone());
+                let app = http::metrics_app(metrics.clone(), sessions.clone());
                 serve_metrics(addr, app, server.header_read_timeout, stop.clone()).await
             }
             None => None,
@@ -168,6 +170,7 @@ impl Gateway {
             metrics_addr,
             sessions,
             supervisor,
+            metrics,
             shutdown_grace: server.shutdown_grace,
             stop,
             server: server_task,
@@ -178,7 +181,15 @@ impl Gateway {
     /// reload): added, removed and changed backends take effect without touching
     /// the sessions of the others. Returns what changed.
     pub async fn reload(&self, config: &Config) -> ReloadReport {
-        supervisor::reload(&self.supervisor, config).await
+        let report = supervisor::reload(&self.supervisor, config).await;
+        self.metrics.reload_succeeded();
+        report
+    }
+
+    /// Records a new configuration that was refused (it did not load or
+    /// validate): the running one stays (`mcpgate_config_reloads_total`).
+    pub fn reload_refused(&self) {
+        self.metrics.reload_failed();
     }
 
     /// Number of host sessions.

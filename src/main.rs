@@ -1,4 +1,4 @@
-//! The `mcpgate` command line: `serve`, `check-config` and `demo-server`.
+//! The `mcpgate` command line: `serve`, `check-config`, `config-schema` and `demo-server`.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -43,6 +43,8 @@ enum Command {
         #[arg(long, short, env = "MCPGATE_CONFIG")]
         config: Option<PathBuf>,
     },
+    /// Print the JSON Schema of the TOML config file (config/mcpgate.schema.json).
+    ConfigSchema,
     /// Run the built-in demo MCP server (stdio by default).
     DemoServer {
         /// Serve Streamable HTTP on this address instead of stdio.
@@ -75,6 +77,14 @@ fn main() -> ExitCode {
             runtime.block_on(serve(config, listen))
         }
         Command::CheckConfig { config } => return check_config(config),
+        Command::ConfigSchema => {
+            let schema = mcpgate::config::json_schema();
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&schema).unwrap_or_default()
+            );
+            return ExitCode::SUCCESS;
+        }
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -173,6 +183,7 @@ async fn watch_config(gateway: Arc<mcpgate::Gateway>, path: PathBuf) {
                 gateway.reload(&config).await;
             }
             Err(e) => {
+                gateway.reload_refused();
                 tracing::error!(trigger = why, cause = %e, "new configuration refused; the running one stays")
             }
         }

@@ -7,8 +7,8 @@
 //! are recorded in one place, when a `request::RequestContext` ends.
 
 use prometheus::{
-    Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
-    Registry, TextEncoder,
+    Encoder, Gauge, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec,
+    Opts, Registry, TextEncoder,
 };
 
 /// All gateway metrics (names `mcpgate_<noun>_<unit>`).
@@ -49,7 +49,24 @@ pub struct Metrics {
     pub bytes_in: IntCounter,
     /// Response bytes sent to hosts.
     pub bytes_out: IntCounter,
+    /// Always 1, labelled with the version and source revision of this build.
+    pub build_info: IntGaugeVec,
+    /// Configuration reloads by result (`success`, `failure`).
+    pub config_reloads: IntCounterVec,
+    /// 1 if the last configuration load (start or reload) succeeded, else 0.
+    pub config_last_reload_successful: IntGauge,
+    /// Unix time (seconds) of the last successful configuration load.
+    pub config_last_reload_success_timestamp: Gauge,
+    /// `server.max_sessions`: the session cap (`mcpgate_sessions_active` reaches it).
+    pub sessions_max: IntGauge,
 }
+
+/// The source revision baked in at build time (`MCPGATE_REVISION=$(git rev-parse
+/// --short HEAD) cargo build`), else `unknown`.
+const REVISION: &str = match option_env!("MCPGATE_REVISION") {
+    Some(r) => r,
+    None => "unknown",
+};
 
 fn counter_vec(r: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
     let m = IntCounterVec::new(Opts::new(name, help), labels)
@@ -82,6 +99,19 @@ fn counter(r: &Registry, name: &str, help: &str) -> IntCounter {
     m
 }
 
+fn float_gauge(r: &Registry, name: &str, help: &str) -> Gauge {
+    let m = Gauge::new(name, help).unwrap_or_else(|_| unreachable_metric(name));
+    let _ = r.register(Box::new(m.clone()));
+    m
+}
+
+/// Seconds since the Unix epoch (0 if the clock is before it).
+fn unix_now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
+
 fn gauge(r: &Registry, name: &str, help: &str) -> IntGauge {
     let m = IntGauge::new(name, help).unwrap_or_else(|_| unreachable_metric(name));
     let _ = r.register(Box::new(m.clone()));
@@ -99,7 +129,7 @@ impl Metrics {
     pub fn new() -> Self {
         let r = Registry::new();
         let backend = &["backend"];
-        Metrics {
+        let m = Metrics {
             requests: counter_vec(
                 &r,
                 "mcpgate_requests_total",
@@ -187,8 +217,64 @@ impl Metrics {
                 "mcpgate_sent_bytes_total",
                 "Response bytes sent to hosts.",
             ),
+            build_info: gauge_vec(
+                &r,
+                "mcpgate_build_info",
+                "Always 1: the version and source revision of the running build.",
+                &["version", "revision"],
+            ),
+            config_reloads: counter_vec(
+                &r,
+                "mcpgate_config_reloads_total",
+                "Configuration reloads (SIGHUP or file change) by result.",
+                &["result"],
+            ),
+            config_last_reload_successful: gauge(
+                &r,
+                "mcpgate_config_last_reload_successful",
+                "1 if the last configuration load or reload succeeded, 0 if it was refused.",
+            ),
+            config_last_reload_success_timestamp: float_gauge(
+                &r,
+                "mcpgate_config_last_reload_success_timestamp_seconds",
+                "Unix time of the last successful configuration load or reload.",
+            ),
+            sessions_max: gauge(
+                &r,
+                "mcpgate_sessions_max",
+                "The session cap (server.max_sessions).",
+            ),
             registry: r,
+        };
+        m.build_info
+            .with_label_values(&[env!("CARGO_PKG_VERSION"), REVISION])
+            .set(1);
+        for result in ["success", "failure"] {
+            m.config_reloads.with_label_values(&[result]);
         }
+        m
+    }
+
+    /// Records the configuration the gateway started with: loaded now, and its
+    /// session cap (`server.max_sessions`).
+    pub fn config_loaded(&self, max_sessions: usize) {
+        self.sessions_max
+            .set(i64::try_from(max_sessions).unwrap_or(i64::MAX));
+        self.config_last_reload_successful.set(1);
+        self.config_last_reload_success_timestamp.set(unix_now());
+    }
+
+    /// Records a reload whose new configuration was applied.
+    pub fn reload_succeeded(&self) {
+        self.config_reloads.with_label_values(&["success"]).inc();
+        self.config_last_reload_successful.set(1);
+        self.config_last_reload_success_timestamp.set(unix_now());
+    }
+
+    /// Records a reload that was refused (the running configuration stays).
+    pub fn reload_failed(&self) {
+        self.config_reloads.with_label_values(&["failure"]).inc();
+        self.config_last_reload_successful.set(0);
     }
 
     /// The text exposition of every metric.
@@ -202,5 +288,34 @@ impl Metrics {
 impl Default for Metrics {
     fn default() -> Self {
         Metrics::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn build_info_and_reload_results() {
+        let m = Metrics::new();
+        let text = m.render();
+        let info = format!(
+            r#"mcpgate_build_info{{revision="{REVISION}",version="{}"}} 1"#,
+            env!("CARGO_PKG_VERSION")
+        );
+        assert!(text.contains(&info), "{text}");
+        assert!(text.contains(r#"mcpgate_config_reloads_total{result="failure"} 0"#));
+        m.config_loaded(7);
+        m.reload_failed();
+        let text = m.render();
+        assert!(text.contains("mcpgate_sessions_max 7"), "{text}");
+        assert!(text.contains(r#"mcpgate_config_reloads_total{result="failure"} 1"#));
+        assert!(text.contains("mcpgate_config_last_reload_successful 0"));
+        m.reload_succeeded();
+        assert!(
+            m.render()
+                .contains("mcpgate_config_last_reload_successful 1")
+        );
+        assert!(m.config_last_reload_success_timestamp.get() > 1.7e9);
     }
 }

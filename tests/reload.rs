@@ -187,3 +187,112 @@ async fn sighup_storm_and_a_broken_file_leave_the_gateway_serving() {
         .unwrap();
     assert!(status.success(), "{status:?}");
 }
+
+/// The value of the sample `series` (name with its labels, as rendered) in a scrape.
+fn sample(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+}
+
+#[tokio::test]
+async fn reload_results_build_info_and_session_cap_are_exported() {
+    use std::process::Stdio;
+
+    use nix::sys::signal::{Signal, kill};
+    use nix::unistd::Pid;
+
+    let free_port = || {
+        std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port()
+    };
+    let (port, metrics_port) = (free_port(), free_port());
+    let dir = common::TestDir::new();
+    let cfg = dir.path("gw.toml");
+    let body = ONE
+        .replace("${FAKE_STDIO}", common::FAKE_STDIO)
+        .replace("${TEST_DIR}", &dir.0.to_string_lossy())
+        .replace(
+            "metrics_listen = \"off\"",
+            &format!("metrics_listen = \"127.0.0.1:{metrics_port}\"\nmax_sessions = 7"),
+        );
+    std::fs::write(&cfg, &body).unwrap();
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_mcpgate"))
+        .args(["serve", "--config"])
+        .arg(&cfg)
+        .args(["--listen", &format!("127.0.0.1:{port}")])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let pid = Pid::from_raw(child.id().unwrap() as i32);
+    let scrape = || async move {
+        let r = reqwest::get(format!("http://127.0.0.1:{metrics_port}/metrics")).await;
+        match r {
+            Ok(r) => r.text().await.unwrap_or_default(),
+            Err(_) => String::new(),
+        }
+    };
+    // Polls until `series` has the value `want` (the watcher acts asynchronously).
+    let until = |series: &'static str, want: f64| async move {
+        let mut text = String::new();
+        for _ in 0..100 {
+            text = scrape().await;
+            if sample(&text, series) == Some(want) {
+                return text;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("{series} never became {want}:\n{text}");
+    };
+
+    let text = until("mcpgate_config_last_reload_successful", 1.0).await;
+    let info = format!(
+        r#"mcpgate_build_info{{revision="{}",version="{}"}}"#,
+        option_env!("MCPGATE_REVISION").unwrap_or("unknown"),
+        env!("CARGO_PKG_VERSION")
+    );
+    assert_eq!(sample(&text, &info), Some(1.0), "{text}");
+    assert_eq!(sample(&text, "mcpgate_sessions_max"), Some(7.0));
+    let ok = r#"mcpgate_config_reloads_total{result="success"}"#;
+    let failed = r#"mcpgate_config_reloads_total{result="failure"}"#;
+    assert_eq!(sample(&text, ok), Some(0.0));
+    assert_eq!(sample(&text, failed), Some(0.0));
+    let stamp = "mcpgate_config_last_reload_success_timestamp_seconds";
+    let started = sample(&text, stamp).unwrap();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    assert!(
+        (now - 60.0..=now + 1.0).contains(&started),
+        "{started} vs {now}"
+    );
+
+    // A broken file is refused: counted, and the success time stays.
+    std::fs::write(&cfg, "this is [not toml").unwrap();
+    kill(pid, Signal::SIGHUP).unwrap();
+    let text = until("mcpgate_config_last_reload_successful", 0.0).await;
+    assert_eq!(sample(&text, failed), Some(1.0), "{text}");
+    assert_eq!(sample(&text, ok), Some(0.0));
+    assert_eq!(sample(&text, stamp), Some(started));
+
+    // A valid file applies: counted, and the success time moves on.
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    std::fs::write(&cfg, format!("{body}\n# changed\n")).unwrap();
+    kill(pid, Signal::SIGHUP).unwrap();
+    let text = until("mcpgate_config_last_reload_successful", 1.0).await;
+    assert!(sample(&text, ok).unwrap() >= 1.0, "{text}");
+    assert_eq!(sample(&text, failed), Some(1.0));
+    assert!(sample(&text, stamp).unwrap() > started, "{text}");
+
+    kill(pid, Signal::SIGTERM).unwrap();
+    let status = tokio::time::timeout(Duration::from_secs(10), child.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(status.success(), "{status:?}");
+}

@@ -13,7 +13,7 @@ use super::ConfigProblem;
 
 /// `[auth]`. Present with `issuers` = bearer tokens are required on the MCP
 /// endpoint; present with only `allow_unauthenticated = true` = explicitly open.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct AuthConfig {
     /// Canonical URL of the MCP endpoint as hosts reach it (RFC 8707 resource
@@ -38,15 +38,19 @@ pub struct AuthConfig {
     pub algorithms: Vec<String>,
     /// Clock skew tolerated on `exp` / `nbf`.
     #[serde(default = "default_leeway", with = "humantime_serde")]
+    #[schemars(schema_with = "super::schema::duration")]
     pub leeway: Duration,
     /// JWKS are re-fetched this often (keys rotate).
     #[serde(default = "default_jwks_refresh", with = "humantime_serde")]
+    #[schemars(schema_with = "super::schema::duration")]
     pub jwks_refresh_interval: Duration,
     /// A token with an unknown `kid` re-fetches the JWKS at most this often.
     #[serde(default = "default_jwks_min_refresh", with = "humantime_serde")]
+    #[schemars(schema_with = "super::schema::duration")]
     pub jwks_min_refresh_interval: Duration,
     /// Timeout of every metadata, JWKS and introspection fetch.
     #[serde(default = "default_fetch_timeout", with = "humantime_serde")]
+    #[schemars(schema_with = "super::schema::duration")]
     pub fetch_timeout: Duration,
     /// Also serve metadata at `/.well-known/oauth-protected-resource` describing
     /// the origin as a resource; tokens for the origin are then accepted too.
@@ -58,7 +62,7 @@ pub struct AuthConfig {
 }
 
 /// One trusted issuer: a URL, or a table.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(untagged)]
 pub enum IssuerEntry {
     /// Issuer URL; JWKS discovered from its metadata (RFC 8414 / OIDC discovery).
@@ -68,7 +72,7 @@ pub enum IssuerEntry {
 }
 
 /// An issuer table.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct IssuerConfig {
     /// The `iss` value, exactly.
@@ -134,7 +138,7 @@ fn default_fetch_timeout() -> Duration {
 }
 
 /// `[policy]`: which backends, tools, prompts and resources a caller sees.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PolicyConfig {
     /// What an item matched by no applicable rule gets. Default `allow`.
@@ -146,7 +150,9 @@ pub struct PolicyConfig {
 }
 
 /// Allow or deny.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, serde::Serialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum Effect {
     /// Visible and usable.
@@ -157,7 +163,7 @@ pub enum Effect {
 }
 
 /// `[[policy.rules]]`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RuleConfig {
     /// Allow (default) or deny.
@@ -190,7 +196,7 @@ fn any() -> Vec<String> {
 /// A backend's `auth` table: how the gateway authenticates to an HTTP backend.
 /// The host's token is never forwarded (MCP security best practices: token
 /// passthrough is forbidden).
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
 pub enum UpstreamAuthConfig {
     /// OAuth 2.0 client credentials (RFC 6749 §4.4): the gateway's own token.
@@ -202,7 +208,7 @@ pub enum UpstreamAuthConfig {
 }
 
 /// Token endpoint settings shared by both grants.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TokenEndpointConfig {
     /// Token endpoint URL (https, or http on loopback).

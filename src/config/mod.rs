@@ -4,6 +4,7 @@
 mod auth;
 mod interpolate;
 mod mcp_servers;
+mod schema;
 mod validate;
 
 use std::collections::BTreeMap;
@@ -17,6 +18,7 @@ pub use auth::{
     AuthConfig, Effect, IssuerConfig, IssuerEntry, PolicyConfig, RuleConfig, TokenEndpointConfig,
     UpstreamAuthConfig, is_fetchable_url, is_loopback_host,
 };
+pub use schema::json_schema;
 pub use validate::{ConfigProblem, is_valid_prefix, uri_prefix};
 
 /// The shipped default configuration, compiled in.
@@ -64,24 +66,32 @@ pub struct Config {
     pub policy: PolicyConfig,
 }
 
-#[derive(Deserialize)]
+/// An mcpgate config file (TOML). Every string value may use `${VAR}` (read from the
+/// environment at load; a missing variable is an error) and `$${` for a literal `${`.
+#[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct RawConfig {
+    /// `[server]`: the Streamable HTTP endpoint offered to hosts.
     #[serde(default)]
     server: ServerConfig,
+    /// `[backends.NAME]`: the MCP servers behind the gateway, by name.
     #[serde(default)]
     backends: BTreeMap<String, RawBackend>,
+    /// `[auth]`: bearer tokens on the MCP endpoint (OAuth 2.1 protected resource).
+    /// Absent: no tokens, and only a loopback listen address is allowed.
     auth: Option<AuthConfig>,
+    /// `[policy]`: who sees which backends, tools, prompts and resources.
     #[serde(default)]
     policy: PolicyConfig,
 }
 
 /// `[server]`: the Streamable HTTP endpoint offered to hosts.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct ServerConfig {
     /// Listen address. Default `127.0.0.1:8080` (MCP 2025-11-25 transports: bind
     /// loopback when running locally).
+    #[schemars(schema_with = "schema::socket_addr")]
     pub listen: SocketAddr,
     /// Endpoint path. Default `/mcp`.
     pub path: String,
@@ -92,6 +102,7 @@ pub struct ServerConfig {
     pub allowed_hosts: Vec<String>,
     /// Sessions idle longer than this are ended. Default 30 minutes.
     #[serde(with = "humantime_serde")]
+    #[schemars(schema_with = "schema::duration")]
     pub session_idle_timeout: Duration,
     /// Maximum concurrent host sessions; `initialize` beyond it gets HTTP 503.
     pub max_sessions: usize,
@@ -102,10 +113,12 @@ pub struct ServerConfig {
     /// idle keep-alive connection is kept. The connection is closed beyond it
     /// (slowloris guard). Default 30 s.
     #[serde(with = "humantime_serde")]
+    #[schemars(schema_with = "schema::duration")]
     pub header_read_timeout: Duration,
     /// How long a client may take to send a request's body (HTTP 408 beyond).
     /// Default 30 s.
     #[serde(with = "humantime_serde")]
+    #[schemars(schema_with = "schema::duration")]
     pub body_read_timeout: Duration,
     /// Items per page in `*/list` results served to hosts. Default 100.
     pub page_size: usize,
@@ -115,16 +128,20 @@ pub struct ServerConfig {
     /// How long a POST waits for the backend's answer before switching the response
     /// from `application/json` to an SSE stream. Default 100 ms.
     #[serde(with = "humantime_serde")]
+    #[schemars(schema_with = "schema::duration")]
     pub json_response_window: Duration,
     /// Interval of SSE keep-alive comments on idle streams. Default 15 s.
     #[serde(with = "humantime_serde")]
+    #[schemars(schema_with = "schema::duration")]
     pub sse_keep_alive: Duration,
     /// Default per-call timeout toward backends. Default 60 s.
     #[serde(with = "humantime_serde")]
+    #[schemars(schema_with = "schema::duration")]
     pub request_timeout: Duration,
     /// Address of the Prometheus `/metrics` listener; `"off"` disables it.
     /// Default `127.0.0.1:9464`. `MCPGATE_METRICS_LISTEN` overrides it.
     #[serde(with = "optional_addr")]
+    #[schemars(schema_with = "schema::optional_socket_addr")]
     pub metrics_listen: Option<SocketAddr>,
     /// Per-client request rate limit (keyed by principal, or client IP when
     /// anonymous). Off by default.
@@ -134,15 +151,17 @@ pub struct ServerConfig {
     pub max_streams_per_session: usize,
     /// Interval of `ping` health checks on backends' shared connections. Default 30 s.
     #[serde(with = "humantime_serde")]
+    #[schemars(schema_with = "schema::duration")]
     pub backend_ping_interval: Duration,
     /// How long in-flight requests may take to finish after SIGTERM/SIGINT.
     /// Default 30 s.
     #[serde(with = "humantime_serde")]
+    #[schemars(schema_with = "schema::duration")]
     pub shutdown_grace: Duration,
 }
 
 /// `[server.rate_limit]`: a token bucket per client.
-#[derive(Debug, Clone, Copy, Deserialize)]
+#[derive(Debug, Clone, Copy, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RateLimit {
     /// Sustained requests per second.
@@ -201,7 +220,7 @@ impl Default for ServerConfig {
 }
 
 /// How backend connections relate to host sessions (DESIGN decision 3).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ConnectionMode {
     /// One connection serves every host session (cheap; stateless tool servers).
@@ -275,7 +294,7 @@ pub enum Transport {
 }
 
 /// The `type` field of a backend.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum BackendKind {
     /// A child process over stdio.
@@ -288,10 +307,11 @@ pub enum BackendKind {
 
 /// `[backends.NAME]` as written in the file: every transport's fields are optional
 /// here and checked against `type` by validation.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RawBackend {
-    /// `stdio` or `http`.
+    /// Transport: `stdio` (a child process), `http` (Streamable HTTP, with fallback
+    /// to the legacy transport) or `sse` (legacy 2024-11-05 HTTP+SSE).
     #[serde(rename = "type")]
     pub kind: BackendKind,
     /// stdio: executable.
@@ -299,47 +319,54 @@ pub struct RawBackend {
     /// stdio: arguments.
     #[serde(default)]
     pub args: Vec<String>,
-    /// stdio: extra environment.
+    /// stdio: extra environment variables of the child.
     #[serde(default)]
     pub env: BTreeMap<String, String>,
     /// stdio: working directory.
     pub cwd: Option<PathBuf>,
-    /// http: endpoint URL.
+    /// http, sse: the endpoint URL (sse: the event stream URL).
     pub url: Option<String>,
-    /// http: extra headers.
+    /// http, sse: extra request headers (they never replace protocol headers).
     #[serde(default)]
     pub headers: BTreeMap<String, String>,
-    /// See [`BackendConfig::prefix`].
+    /// Name prefix (`PREFIX__tool`, `PREFIX+uri`); default the backend name; `""`
+    /// exposes names unprefixed.
     pub prefix: Option<String>,
-    /// See [`BackendConfig::timeout`].
+    /// Per-call timeout; default `server.request_timeout`.
     #[serde(default, with = "humantime_serde")]
+    #[schemars(schema_with = "schema::duration")]
     pub timeout: Option<Duration>,
-    /// See [`BackendConfig::mode`].
+    /// `shared` (one connection for every host session; default for stdio) or
+    /// `per_session` (one per host session; default for http and sse).
     pub mode: Option<ConnectionMode>,
-    /// See [`BackendConfig::tools`].
+    /// Tool filters and curation.
     #[serde(default)]
     pub tools: ToolFilter,
-    /// See [`BackendConfig::required`].
+    /// Whether `/readyz` waits for this backend. Default false.
     #[serde(default)]
     pub required: bool,
-    /// See [`BackendConfig::max_concurrency`].
+    /// Most calls in flight to this backend at once; more wait in a queue.
     pub max_concurrency: Option<usize>,
-    /// See [`BackendConfig::queue_timeout`].
+    /// How long a call may wait for a free slot before failing ("busy"). Default 5 s.
     #[serde(default, with = "humantime_serde")]
+    #[schemars(schema_with = "schema::duration")]
     pub queue_timeout: Option<Duration>,
-    /// See [`BackendConfig::max_connections`].
+    /// per_session mode: most connections open at once. Default 256.
     pub max_connections: Option<usize>,
-    /// See [`BackendConfig::idle_timeout`].
+    /// per_session mode: an unused connection is closed after this. Default 10 minutes.
     #[serde(default, with = "humantime_serde")]
+    #[schemars(schema_with = "schema::duration")]
     pub idle_timeout: Option<Duration>,
-    /// See [`BackendConfig::headers_file`].
+    /// http, sse: a file of `Name: value` header lines (mounted secrets), read at
+    /// each connect and merged over `headers`.
     pub headers_file: Option<PathBuf>,
-    /// See [`BackendConfig::upstream_auth`].
+    /// http, sse: how the gateway authenticates to the backend (its own
+    /// credentials; the host's token is never forwarded).
     pub auth: Option<UpstreamAuthConfig>,
 }
 
 /// `tools.include` / `tools.exclude` glob lists (matched against original names).
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ToolFilter {
     /// When non-empty, only tools matching one of these globs are exposed.
@@ -354,7 +381,7 @@ pub struct ToolFilter {
 }
 
 /// `tools.overrides.NAME`: how one backend tool is presented to hosts.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ToolOverride {
     /// Exposed name instead of the original (still prefixed; name rules apply).
@@ -495,6 +522,10 @@ mod tests {
             };
             for entry in entries.flatten() {
                 let path = entry.path();
+                // The JSON Schema of the config (tests/config_schema.rs checks it).
+                if path.to_string_lossy().ends_with(".schema.json") {
+                    continue;
+                }
                 if !matches!(
                     path.extension().and_then(|e| e.to_str()),
                     Some("toml" | "json")
