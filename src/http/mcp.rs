@@ -16,7 +16,7 @@ use super::sse::{json_response, sse_response, stream_reply};
 use super::{AppState, HttpError};
 use crate::auth::Principal;
 use crate::jsonrpc::{self, EnvelopeError, ErrorObject, Message, Request};
-use crate::protocol::{META_PROTOCOL_VERSION, MODERN_VERSION, ProtocolVersion};
+use crate::protocol::{META_PROTOCOL_VERSION, ProtocolVersion};
 use crate::router::Reply;
 use crate::session::{ResumeError, Session, StreamSlot};
 
@@ -104,13 +104,16 @@ async fn post_inner(
     let msg = jsonrpc::parse_message(body).map_err(|e| HttpError::envelope(&e))?;
     if let Message::Request(req) = &msg {
         if let Some(requested) = modern_version(req) {
-            return Err(unsupported_modern(&requested));
+            return Err(modern_probe_refused(
+                &req.id,
+                &format!("revision {requested:?}"),
+            ));
         }
         if req.method == "initialize" {
             return initialize(st, req, principal).await;
         }
         if req.method == "server/discover" && headers::session_id(h).is_none() {
-            return Err(unsupported_modern(MODERN_VERSION));
+            return Err(modern_probe_refused(&req.id, "server/discover"));
         }
     }
     let session = lookup(st, h, principal)?;
@@ -149,8 +152,12 @@ fn reject(st: &AppState, e: HttpError) -> Response {
         (400, jsonrpc::TRANSPORT_ERROR) if e.detail.error.message.contains("Mcp-Session-Id") => {
             "session_missing"
         }
+        (400, jsonrpc::TRANSPORT_ERROR)
+            if e.detail.error.message.contains(MODERN_PROBE_REFUSED) =>
+        {
+            "modern_probe"
+        }
         (400, jsonrpc::TRANSPORT_ERROR) => "version",
-        (400, jsonrpc::UNSUPPORTED_PROTOCOL_VERSION) => "modern_probe",
         (400, _) => "invalid_message",
         (503, _) => "too_many_sessions",
         (429, _) if e.detail.error.message.contains("streams") => "too_many_streams",
@@ -268,22 +275,33 @@ fn modern_version(req: &Request) -> Option<String> {
         .map(str::to_owned)
 }
 
-/// 400 with `-32022` and the revisions this endpoint serves, so SDKs that probe
-/// with the stateless revision fall back to `initialize` at once.
-fn unsupported_modern(requested: &str) -> HttpError {
-    let supported: Vec<&str> = ProtocolVersion::HOST_SUPPORTED
+/// Marks the message of [`modern_probe_refused`] (and its rejection reason).
+const MODERN_PROBE_REFUSED: &str = "is not served here";
+
+/// R0 (shared/design/dual-era.md): the answer to a 2026-07-28 probe while this
+/// endpoint serves only the session-based revisions. 400 with `-32000`, the
+/// request's `id`, and a message naming the revisions served and `initialize`,
+/// e.g. `Bad Request: server/discover is not served here; this endpoint serves
+/// 2025-11-25, 2025-06-18, 2025-03-26: use initialize`.
+///
+/// Never a modern-era code (`-32020`…`-32022`): a client that recognizes one
+/// takes it for a modern server and retries instead of falling back
+/// (MCP 2026-07-28 basic/transports/streamable-http, Backward Compatibility);
+/// rmcp 3.11 `Auto` then fails with `NoCompatibleProtocolVersion`.
+fn modern_probe_refused(id: &jsonrpc::Id, what: &str) -> HttpError {
+    let served: Vec<&str> = ProtocolVersion::HOST_SUPPORTED
         .iter()
         .map(|v| v.as_str())
         .collect();
     let mut e = HttpError::new(
         StatusCode::BAD_REQUEST,
-        jsonrpc::UNSUPPORTED_PROTOCOL_VERSION,
+        jsonrpc::TRANSPORT_ERROR,
         format!(
-            "Unsupported protocol version {requested:?}: this endpoint serves {}; use initialize",
-            supported.join(", ")
+            "Bad Request: {what} {MODERN_PROBE_REFUSED}; this endpoint serves {}: use initialize",
+            served.join(", ")
         ),
     );
-    e.detail.error.data = Some(json!({"supported": supported, "requested": requested}));
+    e.detail.id = Some(Some(id.clone()));
     e
 }
 
