@@ -1,0 +1,172 @@
+"""The era matrix, legacy half (issue 13; shared/design/dual-era.md R0 and §J.1).
+
+Real official SDK clients, each in each of its version-negotiation modes, against a real
+gateway serving the built-in demo backend: every mode that can work today must connect, list
+tools, call a tool, read a resource and get a prompt. The modes that need the 2026-07-28
+("modern") face are expected to fail cleanly (the client reports an error, no hang):
+`xfail(strict=True)` turns them into a reminder the day the modern face lands.
+
+| client | modes that pass now | xfail until the modern face |
+|---|---|---|
+| TypeScript SDK `@modelcontextprotocol/client` (tests/e2e/clients/ts-client.mjs) | legacy, auto | pin 2026-07-28 |
+
+Every probing mode is also checked on the gateway's side: exactly one `modern_probe`
+rejection per connect (the probe was sent, refused with the R0 answer, and not retried),
+none for the legacy modes.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+import support
+from support import Gateway, StartGateway
+
+pytestmark = [pytest.mark.timeout(90)]
+
+CLIENTS = Path(__file__).resolve().parent / "clients"
+TS_CLIENT = CLIENTS / "ts-client.mjs"
+
+# What the five operations use: the demo backend of config/mcpgate.toml under prefix `demo`.
+TOOL = "demo__echo"
+ARGS = {"text": "era matrix"}
+URI = "demo+demo://readme"
+PROMPT = "demo__test_simple_prompt"
+
+LEGACY = "2025-11-25"  # what the gateway negotiates with every probing client that falls back
+MODERN = "2026-07-28"
+CLIENT_TIMEOUT = 45.0  # seconds for one client process (each also bounds itself at 30 s)
+
+
+# Loopback only: never through an HTTP proxy from the environment.
+LOOPBACK = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+class ClientFailed(AssertionError):
+    """The client ran to its end and reported a failure (a clean failure, not a hang or a crash)."""
+
+
+NOT_SERVED_YET = pytest.mark.xfail(
+    strict=True, raises=ClientFailed, reason="modern face not served yet (issue 13)"
+)
+
+
+# --------------------------------------------------------------------------- the gateway
+
+
+@dataclass
+class Target:
+    """A gateway on the demo backend, with its own metrics port."""
+
+    gateway: Gateway
+    metrics_port: int
+
+    @property
+    def url(self) -> str:
+        return self.gateway.url
+
+    def refused_probes(self) -> float:
+        """`mcpgate_rejections_total{reason="modern_probe"}`."""
+        with LOOPBACK.open(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5) as r:
+            text = r.read().decode()
+        return sum(
+            s.value
+            for family in text_string_to_metric_families(text)
+            for s in family.samples
+            if s.name == "mcpgate_rejections_total" and s.labels.get("reason") == "modern_probe"
+        )
+
+
+@pytest.fixture
+def target(start_gateway: StartGateway) -> Target:
+    """config/mcpgate.toml's demo backend; metrics on a free port (the default 9464 may be taken)."""
+    metrics_port = support.free_port()
+    demo = {"type": "stdio", "command": "${MCPGATE_EXE}", "args": ["demo-server"], "mode": "per_session"}
+    gw = start_gateway(support.gateway_toml({"demo": demo}, {"metrics_listen": f"127.0.0.1:{metrics_port}"}))
+    # The MCP port is bound before the metrics one: wait for that too.
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            with socket.create_connection(("127.0.0.1", metrics_port), timeout=0.5):
+                return Target(gw, metrics_port)
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
+def probes_during(target: Target, run: Callable[[], Any]) -> tuple[Any, float]:
+    """Runs `run` and returns its result and how many modern probes the gateway refused meanwhile."""
+    before = target.refused_probes()
+    result = run()
+    return result, target.refused_probes() - before
+
+
+# --------------------------------------------------------------------------- what every mode must do
+
+
+def check_five(summary: dict[str, Any], protocol_version: str) -> None:
+    """Connected at `protocol_version`; listed, called, read and got a prompt through the gateway."""
+    assert summary.get("protocolVersion") == protocol_version, summary
+    assert TOOL in summary["tools"], summary["tools"]
+    assert all(t.startswith("demo__") for t in summary["tools"]), summary["tools"]
+    assert summary["call"]["content"] == [{"type": "text", "text": ARGS["text"]}], summary["call"]
+    assert not summary["call"].get("isError"), summary["call"]
+    contents = summary["read"]["contents"]
+    assert contents[0]["uri"] == URI, contents
+    assert contents[0].get("text"), contents
+    assert summary["prompt"]["messages"], summary["prompt"]
+
+
+def run_client(argv: list[str]) -> dict[str, Any]:
+    """Runs a client that prints one JSON object: the summary (exit 0) or {stage, error} (exit 1)."""
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=CLIENT_TIMEOUT, check=False)
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+    out = json.loads(lines[-1]) if lines else None
+    if proc.returncode == 0 and out is not None:
+        return out
+    if proc.returncode == 1 and out is not None and "error" in out:
+        raise ClientFailed(f"{Path(argv[-7]).name} {out.get('mode')} failed at {out.get('stage')}: "
+                           f"{out['error']}\nstderr:\n{proc.stderr[-3000:]}")
+    raise AssertionError(
+        f"{argv} exited {proc.returncode} without a JSON summary\nstdout:\n{proc.stdout[-3000:]}\n"
+        f"stderr:\n{proc.stderr[-3000:]}"
+    )
+
+
+def five_args() -> list[str]:
+    return [TOOL, json.dumps(ARGS), URI, PROMPT]
+
+
+# --------------------------------------------------------------------------- TypeScript SDK
+
+
+def ts_client(target: Target, mode: str) -> dict[str, Any]:
+    node = support.system_node()
+    assert node, "no node to run the TypeScript SDK client"
+    return run_client([node, str(TS_CLIENT), target.url, mode, *five_args()])
+
+
+@pytest.mark.parametrize("mode, probes", [("legacy", 0), ("auto", 1)])
+def test_typescript_sdk(target: Target, mode: str, probes: int) -> None:
+    summary, seen = probes_during(target, lambda: ts_client(target, mode))
+    check_five(summary, LEGACY)
+    assert summary["era"] == "legacy", summary
+    assert seen == probes, f"{seen} modern probes refused during a {mode} connect"
+
+
+@NOT_SERVED_YET
+def test_typescript_sdk_pinned_modern(target: Target) -> None:
+    summary = ts_client(target, f"pin:{MODERN}")
+    check_five(summary, MODERN)
+    assert summary["era"] == "modern", summary
