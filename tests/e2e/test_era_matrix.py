@@ -9,6 +9,7 @@ tools, call a tool, read a resource and get a prompt. The modes that need the 20
 | client | modes that pass now | xfail until the modern face |
 |---|---|---|
 | TypeScript SDK `@modelcontextprotocol/client` (tests/e2e/clients/ts-client.mjs) | legacy, auto | pin 2026-07-28 |
+| Python `mcp` (in process) | auto (the default), legacy | pinned 2026-07-28 |
 
 Every probing mode is also checked on the gateway's side: exactly one `modern_probe`
 rejection per connect (the probe was sent, refused with the R0 answer, and not retried),
@@ -170,3 +171,49 @@ def test_typescript_sdk_pinned_modern(target: Target) -> None:
     summary = ts_client(target, f"pin:{MODERN}")
     check_five(summary, MODERN)
     assert summary["era"] == "modern", summary
+
+
+# --------------------------------------------------------------------------- Python SDK
+
+
+def py_client(target: Target, mode: str | None) -> dict[str, Any]:
+    """The five operations with `mcp.Client` (mode None: the SDK's default)."""
+    import anyio
+    from mcp import Client, MCPError
+
+    async def drive() -> dict[str, Any]:
+        kwargs = {} if mode is None else {"mode": mode}
+        async with Client(target.url, **kwargs) as client:
+            summary: dict[str, Any] = {"protocolVersion": client.protocol_version, "tools": []}
+            cursor = None
+            while True:
+                page = await client.list_tools(cursor=cursor)
+                summary["tools"] += [t.name for t in page.tools]
+                cursor = page.next_cursor
+                if not cursor:
+                    break
+            summary["call"] = support.dump(await client.call_tool(TOOL, ARGS))
+            summary["read"] = support.dump(await client.read_resource(URI))
+            summary["prompt"] = support.dump(await client.get_prompt(PROMPT))
+            return summary
+
+    async def bounded() -> dict[str, Any]:
+        with anyio.fail_after(CLIENT_TIMEOUT):
+            return await drive()
+
+    try:
+        return anyio.run(bounded)
+    except* MCPError as group:
+        raise ClientFailed(f"mcp.Client(mode={mode!r}): {group.exceptions}") from group
+
+
+@pytest.mark.parametrize("mode, probes", [(None, 1), ("auto", 1), ("legacy", 0)])
+def test_python_sdk(target: Target, mode: str | None, probes: int) -> None:
+    summary, seen = probes_during(target, lambda: py_client(target, mode))
+    check_five(summary, LEGACY)
+    assert seen == probes, f"{seen} modern probes refused during a mode={mode!r} connect"
+
+
+@NOT_SERVED_YET
+def test_python_sdk_pinned_modern(target: Target) -> None:
+    check_five(py_client(target, MODERN), MODERN)
