@@ -10,6 +10,7 @@ tools, call a tool, read a resource and get a prompt. The modes that need the 20
 |---|---|---|
 | TypeScript SDK `@modelcontextprotocol/client` (tests/e2e/clients/ts-client.mjs) | legacy, auto | pin 2026-07-28 |
 | Python `mcp` (in process) | auto (the default), legacy | pinned 2026-07-28 |
+| rmcp (tests/clients/rmcp-client, built once here) | initialize, Auto | Discover |
 
 Every probing mode is also checked on the gateway's side: exactly one `modern_probe`
 rejection per connect (the probe was sent, refused with the R0 answer, and not retried),
@@ -19,6 +20,7 @@ none for the legacy modes.
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import time
@@ -37,6 +39,7 @@ pytestmark = [pytest.mark.timeout(90)]
 
 CLIENTS = Path(__file__).resolve().parent / "clients"
 TS_CLIENT = CLIENTS / "ts-client.mjs"
+RMCP_MANIFEST = support.TESTS / "clients" / "rmcp-client" / "Cargo.toml"
 
 # What the five operations use: the demo backend of config/mcpgate.toml under prefix `demo`.
 TOOL = "demo__echo"
@@ -217,3 +220,41 @@ def test_python_sdk(target: Target, mode: str | None, probes: int) -> None:
 @NOT_SERVED_YET
 def test_python_sdk_pinned_modern(target: Target) -> None:
     check_five(py_client(target, MODERN), MODERN)
+
+
+# --------------------------------------------------------------------------- rmcp
+
+
+@pytest.fixture(scope="session")
+def rmcp_client() -> Path:
+    """tests/clients/rmcp-client built once (release, its own workspace and Cargo.lock)."""
+    target_dir = Path(os.environ.get("CARGO_TARGET_DIR") or support.REPO / "target")
+    if not target_dir.is_absolute():
+        target_dir = support.REPO / target_dir
+    env = {**os.environ, "CARGO_TARGET_DIR": str(target_dir)}
+    cmd = ["cargo", "build", "--locked", "--release", "--manifest-path", str(RMCP_MANIFEST)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1200, env=env, check=False)
+    assert proc.returncode == 0, f"{' '.join(cmd)} failed:\n{proc.stderr[-5000:]}"
+    binary = target_dir / "release" / "rmcp-client"
+    assert binary.exists(), binary
+    return binary
+
+
+def rmcp(binary: Path, target: Target, mode: str) -> dict[str, Any]:
+    return run_client([str(binary), target.url, mode, *five_args()])
+
+
+# The first rmcp test also waits for the client's one-time build.
+@pytest.mark.timeout(1300)
+@pytest.mark.parametrize("mode, probes", [("initialize", 0), ("auto", 1)])
+def test_rmcp(rmcp_client: Path, target: Target, mode: str, probes: int) -> None:
+    summary, seen = probes_during(target, lambda: rmcp(rmcp_client, target, mode))
+    check_five(summary, LEGACY)
+    assert summary["server"] == "mcpgate", summary
+    assert seen == probes, f"{seen} modern probes refused during a {mode} connect"
+
+
+@pytest.mark.timeout(1300)
+@NOT_SERVED_YET
+def test_rmcp_discover(rmcp_client: Path, target: Target) -> None:
+    check_five(rmcp(rmcp_client, target, "discover"), MODERN)
