@@ -11,6 +11,7 @@ tools, call a tool, read a resource and get a prompt. The modes that need the 20
 | TypeScript SDK `@modelcontextprotocol/client` (tests/e2e/clients/ts-client.mjs) | legacy, auto | pin 2026-07-28 |
 | Python `mcp` (in process) | auto (the default), legacy | pinned 2026-07-28 |
 | rmcp (tests/clients/rmcp-client, built once here) | initialize, Auto | Discover |
+| Go SDK (no Go toolchain here: its probe sequence replayed over raw HTTP) | probe + fallback | |
 
 Every probing mode is also checked on the gateway's side: exactly one `modern_probe`
 rejection per connect (the probe was sent, refused with the R0 answer, and not retried),
@@ -24,6 +25,7 @@ import os
 import socket
 import subprocess
 import time
+import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,6 +51,7 @@ PROMPT = "demo__test_simple_prompt"
 
 LEGACY = "2025-11-25"  # what the gateway negotiates with every probing client that falls back
 MODERN = "2026-07-28"
+SERVED = ["2025-11-25", "2025-06-18", "2025-03-26"]
 CLIENT_TIMEOUT = 45.0  # seconds for one client process (each also bounds itself at 30 s)
 
 
@@ -258,3 +261,103 @@ def test_rmcp(rmcp_client: Path, target: Target, mode: str, probes: int) -> None
 @NOT_SERVED_YET
 def test_rmcp_discover(rmcp_client: Path, target: Target) -> None:
     check_five(rmcp(rmcp_client, target, "discover"), MODERN)
+
+
+# --------------------------------------------------------------------------- Go SDK, replayed
+
+
+@dataclass
+class Answer:
+    status: int
+    headers: Any
+    messages: list[dict[str, Any]]  # the JSON body, or every SSE `data:` message
+
+    def response(self, id_: Any) -> dict[str, Any]:
+        found = [m for m in self.messages if m.get("id") == id_ and ("result" in m or "error" in m)]
+        assert found, f"no response to id {id_!r} in {self.messages} (HTTP {self.status})"
+        return found[-1]
+
+
+def http(method: str, url: str, headers: dict[str, str], body: Any = None) -> Answer:
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(url, data=data, method=method, headers=headers)
+    try:
+        resp = LOOPBACK.open(req, timeout=15)
+    except urllib.error.HTTPError as e:
+        resp = e
+    with resp:
+        raw = resp.read().decode()
+        ctype = resp.headers.get("content-type", "")
+        if ctype.startswith("text/event-stream"):
+            messages = [json.loads(line[5:]) for line in raw.splitlines() if line.startswith("data:") and line[5:].strip()]
+        elif raw.strip():
+            messages = [json.loads(raw)]
+        else:
+            messages = []
+        return Answer(resp.status, resp.headers, messages)
+
+
+def go_sdk_wants_fallback(probe: Answer) -> bool:
+    """The Go SDK (v1.7) verdict on its `server/discover` probe: True means "legacy, initialize".
+
+    A DiscoverResult naming a 2026-07-28 revision it speaks -> modern; a -32022 naming one ->
+    retry the probe at it; anything else (any other error, a 4xx with or without a JSON-RPC
+    body, a DiscoverResult naming only handshake-era revisions) -> fall back to `initialize`
+    at 2025-11-25 on the same connection (go-sdk #975, #989, #1014).
+    """
+    msg = next((m for m in probe.messages if "result" in m or "error" in m), None)
+    if msg is None:
+        return True  # an error without a JSON-RPC body is still an error
+    if "result" in msg:
+        return MODERN not in msg["result"].get("supportedVersions", [])
+    err = msg["error"]
+    if err.get("code") == -32022:
+        return MODERN not in (err.get("data") or {}).get("supported", [])
+    return True
+
+
+def test_go_sdk_probe_sequence_falls_back(target: Target) -> None:
+    url = target.url
+    base = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
+    caps = {"roots": {"listChanged": True}}  # the Go client's default capabilities
+    info = {"name": "go-sdk-replay", "version": "v1.7.0"}
+    before = target.refused_probes()
+
+    # 1. Connect: server/discover first, full envelope and the 2026 headers, no session.
+    probe = http("POST", url, {**base, "MCP-Protocol-Version": MODERN, "Mcp-Method": "server/discover"}, {
+        "jsonrpc": "2.0", "id": 1, "method": "server/discover",
+        "params": {"_meta": {"io.modelcontextprotocol/protocolVersion": MODERN,
+                             "io.modelcontextprotocol/clientInfo": info,
+                             "io.modelcontextprotocol/clientCapabilities": caps}}})
+    assert probe.status == 400, probe
+    refusal = probe.response(1)  # R0: the error carries the probe's id
+    assert refusal["error"]["code"] not in (-32020, -32021, -32022), refusal
+    assert all(v in refusal["error"]["message"] for v in [*SERVED, "initialize"]), refusal
+    assert "mcp-session-id" not in {k.lower() for k in probe.headers}, probe.headers
+    assert go_sdk_wants_fallback(probe), refusal
+
+    # 2. The fallback: initialize at 2025-11-25 (no version header before the handshake), initialized.
+    init = http("POST", url, base, {"jsonrpc": "2.0", "id": 2, "method": "initialize", "params": {
+        "protocolVersion": LEGACY, "capabilities": caps, "clientInfo": info}})
+    assert init.status == 200, init
+    assert init.response(2)["result"]["protocolVersion"] == LEGACY, init
+    session = init.headers["mcp-session-id"]
+    assert session, init.headers
+    h = {**base, "Mcp-Session-Id": session, "MCP-Protocol-Version": LEGACY}
+    assert http("POST", url, h, {"jsonrpc": "2.0", "method": "notifications/initialized"}).status == 202
+
+    # 3. The five operations on the session.
+    summary: dict[str, Any] = {"protocolVersion": LEGACY}
+    summary["tools"] = [t["name"] for t in http("POST", url, h, {
+        "jsonrpc": "2.0", "id": 3, "method": "tools/list"}).response(3)["result"]["tools"]]
+    summary["call"] = http("POST", url, h, {"jsonrpc": "2.0", "id": 4, "method": "tools/call",
+                                           "params": {"name": TOOL, "arguments": ARGS}}).response(4)["result"]
+    summary["read"] = http("POST", url, h, {"jsonrpc": "2.0", "id": 5, "method": "resources/read",
+                                           "params": {"uri": URI}}).response(5)["result"]
+    summary["prompt"] = http("POST", url, h, {"jsonrpc": "2.0", "id": 6, "method": "prompts/get",
+                                             "params": {"name": PROMPT}}).response(6)["result"]
+    check_five(summary, LEGACY)
+    assert target.refused_probes() - before == 1
+
+    # 4. Close: DELETE ends the session.
+    assert http("DELETE", url, {"Mcp-Session-Id": session, "MCP-Protocol-Version": LEGACY}).status == 200
