@@ -12,10 +12,11 @@ tools, call a tool, read a resource and get a prompt. The modes that need the 20
 | Python `mcp` (in process) | auto (the default), legacy | pinned 2026-07-28 |
 | rmcp (tests/clients/rmcp-client, built once here) | initialize, Auto | Discover |
 | Go SDK (no Go toolchain here: its probe sequence replayed over raw HTTP) | probe + fallback | |
+| MCP Inspector CLI `--protocol-era` | legacy, auto | modern |
 
 Every probing mode is also checked on the gateway's side: exactly one `modern_probe`
 rejection per connect (the probe was sent, refused with the R0 answer, and not retried),
-none for the legacy modes.
+none for the legacy modes. How each SDK probes and falls back: tests/e2e/clients/README.md.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -42,6 +44,7 @@ pytestmark = [pytest.mark.timeout(90)]
 CLIENTS = Path(__file__).resolve().parent / "clients"
 TS_CLIENT = CLIENTS / "ts-client.mjs"
 RMCP_MANIFEST = support.TESTS / "clients" / "rmcp-client" / "Cargo.toml"
+INSPECTOR = support.NODE_MODULES / ".bin" / "mcp-inspector"
 
 # What the five operations use: the demo backend of config/mcpgate.toml under prefix `demo`.
 TOOL = "demo__echo"
@@ -361,3 +364,46 @@ def test_go_sdk_probe_sequence_falls_back(target: Target) -> None:
 
     # 4. Close: DELETE ends the session.
     assert http("DELETE", url, {"Mcp-Session-Id": session, "MCP-Protocol-Version": LEGACY}).status == 200
+
+
+# --------------------------------------------------------------------------- MCP Inspector CLI
+
+
+def inspector(target: Target, era: str, *args: str) -> dict[str, Any]:
+    node = support.system_node()
+    assert node, "no node to run the Inspector CLI"
+    argv = [node, str(INSPECTOR), "--cli", target.url, "--transport", "http", "--protocol-era", era, *args]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=CLIENT_TIMEOUT, check=False)
+    if proc.returncode != 0:
+        raise ClientFailed(f"inspector --protocol-era {era} {args}: exit {proc.returncode}\n"
+                           f"{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
+    start = proc.stdout.find("{")
+    assert start >= 0, proc.stdout
+    return json.loads(proc.stdout[start:])
+
+
+def inspector_five(target: Target, era: str) -> dict[str, Any]:
+    """One Inspector run per operation, each connecting afresh; the four run side by side."""
+    runs = {
+        "tools": ["--method", "tools/list"],
+        "call": ["--method", "tools/call", "--tool-name", TOOL, "--tool-arg", f"text={ARGS['text']}"],
+        "read": ["--method", "resources/read", "--uri", URI],
+        "prompt": ["--method", "prompts/get", "--prompt-name", PROMPT],
+    }
+    with ThreadPoolExecutor(len(runs)) as pool:
+        futures = {key: pool.submit(inspector, target, era, *argv) for key, argv in runs.items()}
+        summary = {key: f.result() for key, f in futures.items()}
+    summary["tools"] = [t["name"] for t in summary["tools"]["tools"]]
+    return summary
+
+
+@pytest.mark.parametrize("era, probes", [("legacy", 0), ("auto", 4)])
+def test_inspector_cli(target: Target, era: str, probes: int) -> None:
+    summary, seen = probes_during(target, lambda: inspector_five(target, era))
+    check_five({"protocolVersion": LEGACY, **summary}, LEGACY)
+    assert seen == probes, f"{seen} modern probes refused during four --protocol-era {era} runs"
+
+
+@NOT_SERVED_YET
+def test_inspector_cli_modern(target: Target) -> None:
+    check_five({"protocolVersion": MODERN, **inspector_five(target, "modern")}, MODERN)
