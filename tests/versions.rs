@@ -310,3 +310,98 @@ async fn batches_work_only_for_2025_03_26_sessions() {
         }
     }
 }
+
+/// R0 (shared/design/dual-era.md): while the endpoint serves no 2026-07-28
+/// request, a modern probe gets 400 with a *non-modern* JSON-RPC error that
+/// carries the request id, names the revisions served and says to use
+/// `initialize`. A `-32022` would tell rmcp (and the spec's backward-compatibility
+/// rule) "modern server, retry" instead of "fall back".
+#[tokio::test]
+async fn a_modern_probe_gets_a_non_modern_error_with_its_id_and_falls_back() {
+    let gw = TestGateway::start("[server]\nmetrics_listen = \"127.0.0.1:0\"\n").await;
+    let envelope = json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {},
+        "io.modelcontextprotocol/clientInfo": {"name": "probe", "version": "0"}
+    });
+    let modern_headers = [
+        ("mcp-protocol-version", "2026-07-28"),
+        ("mcp-method", "server/discover"),
+    ];
+    let session = gw.session().await;
+    let session_id = session.session.clone().unwrap();
+    let probes = [
+        // rmcp / TypeScript / Python / Go: discover with the full envelope.
+        (
+            json!("probe-1"),
+            json!({"jsonrpc": "2.0", "id": "probe-1", "method": "server/discover",
+                   "params": {"_meta": envelope}}),
+            &modern_headers[..],
+        ),
+        // An ordinary method with the modern claim (numeric id).
+        (
+            json!(7),
+            json!({"jsonrpc": "2.0", "id": 7, "method": "tools/list",
+                   "params": {"_meta": envelope}}),
+            &[
+                ("mcp-protocol-version", "2026-07-28"),
+                ("mcp-method", "tools/list"),
+            ][..],
+        ),
+        // A claim-less discover without a session.
+        (
+            json!(8),
+            json!({"jsonrpc": "2.0", "id": 8, "method": "server/discover"}),
+            &[][..],
+        ),
+        // The claim wins over a valid Mcp-Session-Id (classified before lookup).
+        (
+            json!(9),
+            json!({"jsonrpc": "2.0", "id": 9, "method": "tools/list",
+                   "params": {"_meta": envelope}}),
+            &[("mcp-session-id", session_id.as_str())][..],
+        ),
+    ];
+    let fresh = gw.client();
+    for (id, body, extra) in probes {
+        let r = fresh.post(extra, body.to_string()).await;
+        assert_eq!(r.status, 400, "{body}: {r:?}");
+        let v = r.json();
+        assert_eq!(v["jsonrpc"], "2.0", "{v}");
+        assert_eq!(v["id"], id, "the error echoes the request id: {v}");
+        let code = v["error"]["code"].as_i64().expect("a JSON-RPC error code");
+        assert_ne!(
+            code, -32022,
+            "never the modern UnsupportedProtocolVersion: {v}"
+        );
+        assert!(
+            ![-32020, -32021].contains(&code),
+            "no other modern-era code either: {v}"
+        );
+        assert_eq!(code, -32000, "{v}");
+        let message = v["error"]["message"].as_str().unwrap();
+        for served in ["2025-11-25", "2025-06-18", "2025-03-26", "initialize"] {
+            assert!(
+                message.contains(served),
+                "message names {served}: {message}"
+            );
+        }
+        assert!(r.header("mcp-session-id").is_none(), "{r:?}");
+    }
+    // The refusals are counted under their own reason.
+    let text = common::scrape(&gw).await;
+    assert_eq!(
+        common::metric(
+            &text,
+            "mcpgate_rejections_total",
+            &[("reason", "modern_probe")]
+        ),
+        Some(4.0),
+        "{text}"
+    );
+    // What a probing client does next works: initialize (rmcp asks for
+    // 2026-07-28 there) negotiates down to 2025-11-25.
+    let mut c = gw.client();
+    let init = c.initialize_version("2026-07-28", json!({})).await;
+    assert_eq!(init["result"]["protocolVersion"], "2025-11-25", "{init}");
+}

@@ -24,7 +24,7 @@ use super::{AppState, HttpError};
 use crate::auth::Principal;
 use crate::dispatch::Reply;
 use crate::jsonrpc::{self, EnvelopeError, ErrorObject, Message, Request as RpcRequest};
-use crate::mcp::version::{MODERN_VERSION, shape_capabilities};
+use crate::mcp::version::shape_capabilities;
 use crate::mcp::{META_PROTOCOL_VERSION, Method, ProtocolVersion};
 use crate::request::{Outcome, Rejection, RequestContext};
 use crate::session::{Outbound, Session, StreamSlot};
@@ -109,7 +109,10 @@ async fn frame(
     }
     if let Message::Request(req) = &msg {
         if let Some(requested) = modern_version(req) {
-            return Err(unsupported_modern(&requested));
+            return Err(modern_probe_refused(
+                &req.id,
+                &format!("revision {requested:?}"),
+            ));
         }
         if req.method == Method::Initialize {
             let Message::Request(req) = msg else {
@@ -118,7 +121,7 @@ async fn frame(
             return Ok((Framed::Initialize(req), principal));
         }
         if req.method == Method::ServerDiscover && headers::session_id(h).is_none() {
-            return Err(unsupported_modern(MODERN_VERSION));
+            return Err(modern_probe_refused(&req.id, "server/discover"));
         }
     }
     let session = lookup(st, h, principal.as_ref())?;
@@ -188,23 +191,31 @@ fn modern_version(req: &RpcRequest) -> Option<String> {
         .map(str::to_owned)
 }
 
-/// 400 with `-32022` and the revisions this endpoint serves, so SDKs that probe
-/// with the stateless revision fall back to `initialize` at once.
-fn unsupported_modern(requested: &str) -> HttpError {
-    let supported: Vec<&str> = ProtocolVersion::HOST_SUPPORTED
+/// The answer to a 2026-07-28 probe while this endpoint serves only the
+/// session-based revisions: 400 with `-32000`, the request's `id`, and a message
+/// naming the revisions served and `initialize`, e.g. `Bad Request:
+/// server/discover is not served here; this endpoint serves 2025-11-25,
+/// 2025-06-18, 2025-03-26: use initialize`.
+///
+/// Never a modern-era code (`-32020`…`-32022`): a client that recognizes one
+/// takes it for a modern server and retries instead of falling back (MCP
+/// 2026-07-28 basic/transports/streamable-http, Backward Compatibility); rmcp
+/// 3.11 `Auto` then fails with `NoCompatibleProtocolVersion`.
+fn modern_probe_refused(id: &jsonrpc::Id, what: &str) -> HttpError {
+    let served: Vec<&str> = ProtocolVersion::HOST_SUPPORTED
         .iter()
         .map(|v| v.as_str())
         .collect();
     let mut e = HttpError::new(
         Rejection::ModernProbe,
         StatusCode::BAD_REQUEST,
-        jsonrpc::UNSUPPORTED_PROTOCOL_VERSION,
+        jsonrpc::TRANSPORT_ERROR,
         format!(
-            "Unsupported protocol version {requested:?}: this endpoint serves {}; use initialize",
-            supported.join(", ")
+            "Bad Request: {what} is not served here; this endpoint serves {}: use initialize",
+            served.join(", ")
         ),
     );
-    e.detail.error.data = Some(json!({"supported": supported, "requested": requested}));
+    e.detail.id = Some(Some(id.clone()));
     e
 }
 

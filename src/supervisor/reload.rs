@@ -97,8 +97,7 @@ async fn remove_backend(sup: &Supervisor, b: &Arc<BackendState>) {
     }
     sup.relay.subscriptions().drop_backend(b.index);
     futures_util::future::join_all(closing.iter().map(|c| c.close())).await;
-    sup.metrics
-        .backend_up
-        .with_label_values(&[&b.spec.name])
-        .set(0);
+    // Gone from /metrics: a removed backend is not a backend that is down (a
+    // changed one is added again under the same name, with a fresh series).
+    let _ = sup.metrics.backend_up.remove_label_values(&[&b.spec.name]);
 }
