@@ -6,6 +6,7 @@
 
 use std::sync::Arc;
 
+use serde_json::Value;
 use serde_json::value::RawValue;
 use tokio::sync::mpsc;
 
@@ -14,8 +15,9 @@ use super::{Dispatch, Reply, Upstream};
 use crate::backend::{BackendError, Caller};
 use crate::error::RpcError;
 use crate::jsonrpc::{self, Id};
+use crate::mcp::{Method, names};
 use crate::request::{Outcome, RequestContext};
-use crate::session::{HostCall, Session};
+use crate::session::{HostCall, Session, TaskRoute};
 
 /// Related messages queued toward the host per call before new ones are dropped.
 const CALL_QUEUE: usize = 64;
@@ -113,6 +115,36 @@ impl Dispatch {
             }
             None => raw,
         }
+    }
+    /// After a task-augmented `tools/call`: the `CreateTaskResult`'s task id is
+    /// namespaced and registered with the session; statuses that arrived before
+    /// it are delivered now.
+    fn register_created_task(
+        &self,
+        session: &Session,
+        backend_name: &str,
+        backend: usize,
+        raw: Box<RawValue>,
+    ) -> Box<RawValue> {
+        let Ok(mut v) = serde_json::from_str::<Value>(raw.get()) else {
+            return raw;
+        };
+        let Some(Value::String(id)) = v.pointer_mut("/task/taskId") else {
+            return raw;
+        };
+        let exposed = names::expose_id(backend_name, id);
+        let route = TaskRoute {
+            backend: backend_name.to_owned(),
+            original: id.clone(),
+        };
+        session.add_task(&exposed, route);
+        for mut status in self.relay.early_statuses().take(backend, id) {
+            status["taskId"] = exposed.clone().into();
+            let bytes = jsonrpc::notification_bytes(Method::TaskStatus.as_str(), Some(&status));
+            session.send_unrelated(bytes.into());
+        }
+        *id = exposed;
+        serde_json::value::to_raw_value(&v).unwrap_or(raw)
     }
 }
 

@@ -136,7 +136,10 @@ impl Dispatch {
             Method::TasksGet | Method::TasksResult | Method::TasksCancel => {
                 self.route_task(ctx, session, method, params)
             }
-            Method::TasksList => return Routed::Answer(self.task_list(session, id).await),
+            Method::TasksList => {
+                let listed = tasks::task_list(&self.catalog, &self.supervisor, session, id);
+                return Routed::Answer(listed.await);
+            }
             Method::Initialize => Err(RpcError::InvalidRequest(
                 "session is already initialized".into(),
             )),
@@ -364,5 +367,40 @@ impl Dispatch {
                 Err(RpcError::Backend(e))
             }
         }
+    }
+    /// `tasks/get`, `tasks/result`, `tasks/cancel`: route by the session's table.
+    fn route_task(
+        &self,
+        ctx: &mut RequestContext,
+        session: &Session,
+        method: &Method,
+        mut params: Value,
+    ) -> Result<Routed, RpcError> {
+        let exposed = params
+            .get("taskId")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned();
+        let unknown = || RpcError::UnknownTask(exposed.clone());
+        let route = session.task(&exposed).ok_or_else(unknown)?;
+        let b = self
+            .catalog
+            .backends()
+            .by_name(&route.backend)
+            .ok_or_else(unknown)?;
+        ctx.set_route(&b.spec.name, Some(&exposed));
+        params["taskId"] = route.original.into();
+        let kind = if *method == Method::TasksResult {
+            ResultKind::ToolCall
+        } else {
+            ResultKind::Opaque
+        };
+        Ok(Routed::Forward(Upstream {
+            backend: b.index,
+            method: method.clone(),
+            params,
+            kind,
+            task: Some(exposed),
+        }))
     }
 }

@@ -13,148 +13,13 @@ use bytes::Bytes;
 use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
-use super::rewrite::ResultKind;
-use super::{Dispatch, Routed, Upstream};
 use crate::backend::BackendError;
+use crate::catalog::Catalog;
 use crate::error::RpcError;
 use crate::jsonrpc::{self, Id};
-use crate::mcp::{META_RELATED_TASK, Method, names};
-use crate::request::RequestContext;
-use crate::session::{Session, TaskRoute};
-
-impl Dispatch {
-    /// `tasks/get`, `tasks/result`, `tasks/cancel`: route by the session's table.
-    pub(super) fn route_task(
-        &self,
-        ctx: &mut RequestContext,
-        session: &Session,
-        method: &Method,
-        mut params: Value,
-    ) -> Result<Routed, RpcError> {
-        let exposed = params
-            .get("taskId")
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_owned();
-        let unknown = || RpcError::UnknownTask(exposed.clone());
-        let route = session.task(&exposed).ok_or_else(unknown)?;
-        let b = self
-            .catalog
-            .backends()
-            .by_name(&route.backend)
-            .ok_or_else(unknown)?;
-        ctx.set_route(&b.spec.name, Some(&exposed));
-        params["taskId"] = route.original.into();
-        let kind = if *method == Method::TasksResult {
-            ResultKind::ToolCall
-        } else {
-            ResultKind::Opaque
-        };
-        Ok(Routed::Forward(Upstream {
-            backend: b.index,
-            method: method.clone(),
-            params,
-            kind,
-            task: Some(exposed),
-        }))
-    }
-
-    /// `tasks/list`: the session's tasks, from every backend it has tasks on.
-    pub(super) async fn task_list(
-        &self,
-        session: &Arc<Session>,
-        id: &Id,
-    ) -> Result<Bytes, RpcError> {
-        let mut by_backend: HashMap<String, HashMap<String, String>> = HashMap::new();
-        for (exposed, route) in session.tasks() {
-            by_backend
-                .entry(route.backend)
-                .or_default()
-                .insert(route.original, exposed);
-        }
-        let mut tasks = Vec::new();
-        for (backend, ids) in by_backend {
-            let Some(b) = self.catalog.backends().by_name(&backend) else {
-                continue;
-            };
-            match self.list_backend_tasks(session, b.index).await {
-                Ok(list) => {
-                    for mut task in list {
-                        let exposed = task
-                            .get("taskId")
-                            .and_then(Value::as_str)
-                            .and_then(|t| ids.get(t));
-                        if let Some(exposed) = exposed {
-                            task["taskId"] = exposed.clone().into();
-                            tasks.push(task);
-                        }
-                    }
-                }
-                Err(e) => {
-                    tracing::warn!(backend = %backend, cause = %e, "tasks/list failed");
-                }
-            }
-        }
-        Ok(jsonrpc::result_value_bytes(id, &json!({ "tasks": tasks })).into())
-    }
-
-    async fn list_backend_tasks(
-        &self,
-        session: &Arc<Session>,
-        backend: usize,
-    ) -> Result<Vec<Value>, BackendError> {
-        let conn = self.supervisor.connection_for(backend, session).await?;
-        let mut out = Vec::new();
-        let mut cursor: Option<String> = None;
-        for _ in 0..100 {
-            let params = cursor.as_ref().map(|c| json!({ "cursor": c }));
-            let raw = conn
-                .request(&Method::TasksList, params, None, conn.timeout())
-                .await?;
-            let page: Value = serde_json::from_str(raw.get())
-                .map_err(|e| BackendError::protocol(&conn.backend, format!("tasks/list: {e}")))?;
-            if let Some(items) = page.get("tasks").and_then(Value::as_array) {
-                out.extend(items.iter().cloned());
-            }
-            match page.get("nextCursor").and_then(Value::as_str) {
-                Some(c) if cursor.as_deref() != Some(c) => cursor = Some(c.to_owned()),
-                _ => break,
-            }
-        }
-        Ok(out)
-    }
-
-    /// After a task-augmented `tools/call`: the `CreateTaskResult`'s task id is
-    /// namespaced and registered with the session; statuses that arrived before
-    /// it are delivered now.
-    pub(super) fn register_created_task(
-        &self,
-        session: &Session,
-        backend_name: &str,
-        backend: usize,
-        raw: Box<RawValue>,
-    ) -> Box<RawValue> {
-        let Ok(mut v) = serde_json::from_str::<Value>(raw.get()) else {
-            return raw;
-        };
-        let Some(Value::String(id)) = v.pointer_mut("/task/taskId") else {
-            return raw;
-        };
-        let exposed = names::expose_id(backend_name, id);
-        let route = TaskRoute {
-            backend: backend_name.to_owned(),
-            original: id.clone(),
-        };
-        session.add_task(&exposed, route);
-        for mut status in self.relay.early_statuses().take(backend, id) {
-            status["taskId"] = exposed.clone().into();
-            let bytes = jsonrpc::notification_bytes(Method::TaskStatus.as_str(), Some(&status));
-            session.send_unrelated(bytes.into());
-        }
-        *id = exposed;
-        serde_json::value::to_raw_value(&v).unwrap_or(raw)
-    }
-}
+use crate::mcp::{META_RELATED_TASK, Method};
+use crate::session::Session;
+use crate::supervisor::Supervisor;
 
 /// A task-related result (already in the host's namespace otherwise): `taskId`
 /// (tasks/get, tasks/cancel) and the `related-task` `_meta` (tasks/result)
@@ -171,4 +36,70 @@ pub(super) fn expose_task_result(raw: Box<RawValue>, exposed: &str) -> Box<RawVa
         *t = exposed.into();
     }
     serde_json::value::to_raw_value(&v).unwrap_or(raw)
+}
+
+/// `tasks/list`: the session's tasks, from every backend it has tasks on.
+pub(super) async fn task_list(
+    catalog: &Catalog,
+    supervisor: &Supervisor,
+    session: &Arc<Session>,
+    id: &Id,
+) -> Result<Bytes, RpcError> {
+    let mut by_backend: HashMap<String, HashMap<String, String>> = HashMap::new();
+    for (exposed, route) in session.tasks() {
+        by_backend
+            .entry(route.backend)
+            .or_default()
+            .insert(route.original, exposed);
+    }
+    let mut tasks = Vec::new();
+    for (backend, ids) in by_backend {
+        let Some(b) = catalog.backends().by_name(&backend) else {
+            continue;
+        };
+        match list_backend_tasks(supervisor, session, b.index).await {
+            Ok(list) => {
+                for mut task in list {
+                    let exposed = task
+                        .get("taskId")
+                        .and_then(Value::as_str)
+                        .and_then(|t| ids.get(t));
+                    if let Some(exposed) = exposed {
+                        task["taskId"] = exposed.clone().into();
+                        tasks.push(task);
+                    }
+                }
+            }
+            Err(e) => {
+                tracing::warn!(backend = %backend, cause = %e, "tasks/list failed");
+            }
+        }
+    }
+    Ok(jsonrpc::result_value_bytes(id, &json!({ "tasks": tasks })).into())
+}
+
+async fn list_backend_tasks(
+    supervisor: &Supervisor,
+    session: &Arc<Session>,
+    backend: usize,
+) -> Result<Vec<Value>, BackendError> {
+    let conn = supervisor.connection_for(backend, session).await?;
+    let mut out = Vec::new();
+    let mut cursor: Option<String> = None;
+    for _ in 0..100 {
+        let params = cursor.as_ref().map(|c| json!({ "cursor": c }));
+        let raw = conn
+            .request(&Method::TasksList, params, None, conn.timeout())
+            .await?;
+        let page: Value = serde_json::from_str(raw.get())
+            .map_err(|e| BackendError::protocol(&conn.backend, format!("tasks/list: {e}")))?;
+        if let Some(items) = page.get("tasks").and_then(Value::as_array) {
+            out.extend(items.iter().cloned());
+        }
+        match page.get("nextCursor").and_then(Value::as_str) {
+            Some(c) if cursor.as_deref() != Some(c) => cursor = Some(c.to_owned()),
+            _ => break,
+        }
+    }
+    Ok(out)
 }
