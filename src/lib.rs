@@ -114,7 +114,12 @@ impl Gateway {
         let sessions: Arc<dyn SessionStore> = Arc::new(MemoryStore::new(server.max_sessions));
         let catalog = Arc::new(Catalog::new(&config));
         let (refresh_tx, refresh_rx) = tokio::sync::mpsc::unbounded_channel();
-        let relay = Relay::new(catalog.clone(), sessions.clone(), refresh_tx);
+        let relay = Relay::new(
+            catalog.clone(),
+            sessions.clone(),
+            refresh_tx,
+            metrics.clone(),
+        );
         let supervisor = Supervisor::new(
             server.clone(),
             catalog.clone(),

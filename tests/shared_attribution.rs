@@ -46,7 +46,10 @@ async fn sample(s: &McpClient, tag: &str, delay_ms: u64) -> String {
             .unwrap_or_else(|| panic!("{tag}: the call neither ended nor asked within 8 s"));
         if msg["method"] == "sampling/createMessage" {
             let asked = &msg["params"]["messages"][0]["content"]["text"];
-            assert_eq!(asked, tag, "{tag} received another session's request: {msg}");
+            assert_eq!(
+                asked, tag,
+                "{tag} received another session's request: {msg}"
+            );
             let answer = json!({"jsonrpc": "2.0", "id": msg["id"], "result":
                 {"role": "assistant", "content": {"type": "text", "text": format!("for {tag}")}, "model": "m"}});
             assert_eq!(s.post(&[], answer.to_string()).await.status, 202);
@@ -130,8 +133,10 @@ async fn ambiguous_requests_and_logs_are_refused_at_once_and_counted() {
         r#"[{"name":"log_later","inputSchema":{"type":"object"}}]"#,
     )
     .unwrap();
-    let toml = config(r#"mode = "shared"
-        args = ["--tools-json", "${TEST_DIR}/later.json"]"#);
+    let toml = config(
+        r#"mode = "shared"
+        args = ["--tools-json", "${TEST_DIR}/later.json"]"#,
+    );
     let gw = TestGateway::start_in(dir, &toml).await;
     let a = gw.session_with(caps()).await;
     let b = gw.session_with(caps()).await;
@@ -149,7 +154,10 @@ async fn ambiguous_requests_and_logs_are_refused_at_once_and_counted() {
         started.elapsed()
     );
     assert!(text.starts_with("error:"), "{text}");
-    assert!(text.contains("per_session"), "the backend is told why: {text}");
+    assert!(
+        text.contains("per_session"),
+        "the backend is told why: {text}"
+    );
     let r = busy.await.unwrap();
     assert_eq!(text_of(&r.response), "slept", "the other call is not hurt");
     assert!(r.related.is_empty(), "{:?}", r.related);

@@ -22,8 +22,10 @@ pub use tasks::EarlyStatuses;
 
 use crate::backend::{Caller, Connection, UpstreamHandler};
 use crate::catalog::Catalog;
+use crate::config::ConnectionMode;
 use crate::jsonrpc::{self, ErrorObject, Notification, Request};
 use crate::mcp::{Method, names};
+use crate::metrics::Metrics;
 use crate::session::{HostCall, Session, SessionStore};
 
 /// The relay; see the module docs.
@@ -34,6 +36,8 @@ pub struct Relay {
     early: EarlyStatuses,
     /// Backends whose lists changed, for the supervisor to re-read.
     refresh: mpsc::UnboundedSender<usize>,
+    /// Counts what shared connections send that no single host call can take.
+    metrics: Arc<Metrics>,
 }
 
 /// What the client face holds: the relay, without keeping it alive.
@@ -78,11 +82,12 @@ impl UpstreamHandler for Sink {
 
 impl Relay {
     /// A relay over `catalog` and `sessions`; backends whose lists changed are
-    /// sent on `refresh`.
+    /// sent on `refresh`; `metrics` counts unroutable backend messages.
     pub fn new(
         catalog: Arc<Catalog>,
         sessions: Arc<dyn SessionStore>,
         refresh: mpsc::UnboundedSender<usize>,
+        metrics: Arc<Metrics>,
     ) -> Arc<Relay> {
         Arc::new(Relay {
             catalog,
@@ -90,6 +95,7 @@ impl Relay {
             subs: Subscriptions::default(),
             early: EarlyStatuses::default(),
             refresh,
+            metrics,
         })
     }
 
@@ -204,9 +210,35 @@ impl Relay {
                     session.send_unrelated(bytes);
                 }
             }
-            (None, None) => {
-                tracing::debug!(backend = %conn.backend, "unattributable log message dropped")
-            }
+            (None, None) => self.shared_message(conn, "notifications/message", false),
+        }
+    }
+
+    /// What a shared connection sent that only one host can use (a server→client
+    /// request, a log): `routed` when it went to the only host call in flight.
+    /// Either way the backend has shown it keeps state per client (with
+    /// `mode = "auto"` sessions from now on get their own connection). A message
+    /// no single call could take is counted in
+    /// `mcpgate_unroutable_backend_requests_total` and reported once per backend.
+    fn shared_message(&self, conn: &Connection, what: &str, routed: bool) {
+        if conn.owner_key().is_some() {
+            return;
+        }
+        let Some(b) = self.catalog.backends().by_name(&conn.backend) else {
+            return;
+        };
+        b.note_stateful();
+        if routed {
+            return;
+        }
+        self.metrics
+            .unroutable_backend_messages
+            .with_label_values(&[&conn.backend])
+            .inc();
+        if b.note_unroutable() && b.mode != ConnectionMode::PerSession {
+            tracing::warn!(backend = %conn.backend, message = what, "backend sent a message for one client on its shared connection while not exactly one call was in flight: refused or dropped, never guessed; this backend is stateful, configure mode = \"per_session\" for it");
+        } else {
+            tracing::debug!(backend = %conn.backend, message = what, "unroutable message of a shared connection refused or dropped");
         }
     }
 

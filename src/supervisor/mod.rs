@@ -184,7 +184,12 @@ impl Supervisor {
         }
         let conn = b
             .shared()
-            .get(&b.spec, Owner::Shared, self.relay.handler(), json!({}))
+            .get(
+                &b.spec,
+                Owner::Shared,
+                self.relay.handler(),
+                sessions::shared_capabilities(b.mode),
+            )
             .await?;
         self.metrics.list_cache.with_label_values(&["miss"]).inc();
         let fresh = fetch(&conn).await?;

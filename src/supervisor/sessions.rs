@@ -32,10 +32,8 @@ impl Supervisor {
         }
         let handler = self.relay.handler();
         if b.mode == ConnectionMode::Shared {
-            return b
-                .shared()
-                .get(&b.spec, Owner::Shared, handler, json!({}))
-                .await;
+            let caps = shared_capabilities(b.mode);
+            return b.shared().get(&b.spec, Owner::Shared, handler, caps).await;
         }
         let slot = session
             .slot(idx)
@@ -124,6 +122,21 @@ impl Supervisor {
         for s in expired {
             tracing::info!(session = %s.log_id(), "session expired");
             self.end_session(&s).await;
+        }
+    }
+}
+
+/// The client capabilities a backend's shared connection declares. In shared
+/// mode: everything the gateway relays, so that backends offer the features that
+/// need a host; each such request then reaches the one host call in flight on the
+/// connection, if that host declared the capability, and is refused otherwise
+/// (`backend/conn.rs`, `relay/requests.rs`). The catalogue connection of a
+/// per-session backend acts for no client and declares nothing.
+pub(super) fn shared_capabilities(mode: ConnectionMode) -> Value {
+    match mode {
+        ConnectionMode::PerSession => json!({}),
+        ConnectionMode::Shared => {
+            json!({"roots": {}, "sampling": {}, "elicitation": {"form": {}, "url": {}}})
         }
     }
 }
