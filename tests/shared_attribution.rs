@@ -184,3 +184,77 @@ async fn ambiguous_requests_and_logs_are_refused_at_once_and_counted() {
         "nothing on any GET stream"
     );
 }
+
+#[tokio::test]
+async fn auto_mode_gives_sessions_created_after_a_stateful_sign_their_own_connection() {
+    let dir = common::TestDir::new();
+    std::fs::write(
+        dir.path("later.json"),
+        r#"[{"name":"log_later","inputSchema":{"type":"object"}}]"#,
+    )
+    .unwrap();
+    // The default mode (auto) for a stdio backend.
+    let toml = config(
+        r#"args = ["--tools-json", "${TEST_DIR}/later.json", "--log", "${TEST_DIR}/fx.log"]"#,
+    );
+    let gw = TestGateway::start_in(dir, &toml).await;
+    let log = gw.dir.path("fx.log");
+    let pid_of = |tool: &str| {
+        common::logged_calls(&log, tool)
+            .last()
+            .map(|e| e["pid"].clone())
+            .unwrap()
+    };
+    let a = gw.session().await;
+    let r = a.call_tool("fx__whoami", json!({})).await;
+    assert!(r.response.get("result").is_some());
+    let shared_pid = pid_of("whoami");
+    // A background log with no call in flight: the backend keeps state per client.
+    let r = a
+        .call_tool(
+            "fx__log_later",
+            json!({"delay_ms": 50, "text": "secret of A"}),
+        )
+        .await;
+    assert_eq!(text_of(&r.response), "later");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let ready = reqwest::get(gw.url.replace("/mcp", "/readyz"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let ready: Value = serde_json::from_str(&ready).unwrap();
+    assert_eq!(ready["backends"]["fx"]["mode"], "auto", "{ready}");
+    assert_eq!(ready["backends"]["fx"]["stateful"], true, "{ready}");
+
+    // A session created from now on gets its own child; A keeps the shared one.
+    let b = gw.session().await;
+    let r = b.call_tool("fx__whoami", json!({})).await;
+    assert!(r.response.get("result").is_some());
+    assert_ne!(pid_of("whoami"), shared_pid, "B has its own connection");
+    let r = a.call_tool("fx__whoami", json!({})).await;
+    assert!(r.response.get("result").is_some());
+    assert_eq!(pid_of("whoami"), shared_pid, "A stays on the shared one");
+
+    // A's next background log arrives while B's call is the only one anywhere:
+    // B's call is on B's own connection, so it cannot get it.
+    let r = a
+        .call_tool(
+            "fx__log_later",
+            json!({"delay_ms": 200, "text": "secret of A"}),
+        )
+        .await;
+    assert_eq!(text_of(&r.response), "later");
+    let r = b
+        .call_tool("fx__delay_echo", json!({"ms": 600, "tag": "b"}))
+        .await;
+    assert_eq!(text_of(&r.response), "b");
+    assert!(
+        r.related
+            .iter()
+            .all(|m| m["method"] != "notifications/message"),
+        "A's log reached B: {:?}",
+        r.related
+    );
+}

@@ -178,6 +178,25 @@ impl BackendState {
         self.stateful_since.set(tokio::time::Instant::now()).is_ok()
     }
 
+    /// When the backend first showed it keeps state per client, if it did.
+    pub fn stateful_since(&self) -> Option<tokio::time::Instant> {
+        self.stateful_since.get().copied()
+    }
+
+    /// Whether a session created at `session_created` uses the backend's shared
+    /// connection: always in `shared` mode, never in `per_session` mode, and in
+    /// `auto` mode unless the backend had shown it keeps state per client before
+    /// the session was created (a session never changes connection kind).
+    pub fn shares_with(&self, session_created: tokio::time::Instant) -> bool {
+        match self.mode {
+            ConnectionMode::Shared => true,
+            ConnectionMode::PerSession => false,
+            ConnectionMode::Auto => self
+                .stateful_since()
+                .is_none_or(|since| session_created < since),
+        }
+    }
+
     /// Records an unroutable message on the shared connection; `true` the first
     /// time (it is logged once).
     pub fn note_unroutable(&self) -> bool {

@@ -228,6 +228,11 @@ pub enum ConnectionMode {
     /// Each host session gets its own connection, created lazily and closed with the
     /// session (needed for sampling, elicitation, roots and per-session state).
     PerSession,
+    /// `shared` until the backend shows it keeps state per client (on its shared
+    /// connection it sends a server→client request, or a log while not exactly one
+    /// call is in flight); sessions created from then on get their own connection,
+    /// as with `per_session`. The default for stdio.
+    Auto,
 }
 
 /// `[backends.NAME]`, as validated.
@@ -239,7 +244,7 @@ pub struct BackendConfig {
     pub prefix: Option<String>,
     /// Per-call timeout; default `server.request_timeout`.
     pub timeout: Option<Duration>,
-    /// Connection mode; default `shared` for stdio, `per_session` for http.
+    /// Connection mode; default `auto` for stdio, `per_session` for http.
     pub mode: Option<ConnectionMode>,
     /// Tool filters.
     pub tools: ToolFilter,
@@ -336,8 +341,9 @@ pub struct RawBackend {
     #[serde(default, with = "humantime_serde")]
     #[schemars(schema_with = "schema::duration")]
     pub timeout: Option<Duration>,
-    /// `shared` (one connection for every host session; default for stdio) or
-    /// `per_session` (one per host session; default for http and sse).
+    /// `shared` (one connection for every host session), `per_session` (one per host
+    /// session; default for http and sse) or `auto` (shared until the backend shows
+    /// it keeps state per client, then per_session for new sessions; default for stdio).
     pub mode: Option<ConnectionMode>,
     /// Tool filters and curation.
     #[serde(default)]
@@ -405,7 +411,7 @@ impl BackendConfig {
     /// The effective connection mode.
     pub fn mode(&self) -> ConnectionMode {
         self.mode.unwrap_or(match self.transport {
-            Transport::Stdio { .. } => ConnectionMode::Shared,
+            Transport::Stdio { .. } => ConnectionMode::Auto,
             Transport::Http { .. } | Transport::Sse { .. } => ConnectionMode::PerSession,
         })
     }
@@ -562,7 +568,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(c.server.path, "/mcp");
-        assert_eq!(c.backends["a"].mode(), ConnectionMode::Shared);
+        assert_eq!(c.backends["a"].mode(), ConnectionMode::Auto);
         assert_eq!(c.backends["b"].mode(), ConnectionMode::PerSession);
         assert_eq!(c.backends["a"].prefix("a"), "a");
         assert_eq!(c.backends["b"].prefix("b"), "");

@@ -16,7 +16,6 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
 use crate::catalog::{Catalog, View, inject_overrides};
-use crate::config::ConnectionMode;
 use crate::error::RpcError;
 use crate::jsonrpc::{self, Id, Request};
 use crate::mcp::{ListKind, LogLevel, Method};
@@ -340,7 +339,7 @@ impl Dispatch {
             ));
         }
         let subs = self.relay.subscriptions();
-        let shared = b.mode == ConnectionMode::Shared;
+        let shared = b.shares_with(session.created());
         let subscribe = *method == Method::ResourcesSubscribe;
         let upstream_needed = if subscribe {
             subs.subscribe(&b, &original, session) || !shared

@@ -227,7 +227,9 @@ impl Relay {
         let Some(b) = self.catalog.backends().by_name(&conn.backend) else {
             return;
         };
-        b.note_stateful();
+        if b.note_stateful() && b.mode == ConnectionMode::Auto {
+            tracing::info!(backend = %conn.backend, message = what, "backend sent a message for one client on its shared connection: it keeps state per client; sessions created from now on get their own connection (mode = \"auto\")");
+        }
         if routed {
             return;
         }
@@ -236,7 +238,12 @@ impl Relay {
             .with_label_values(&[&conn.backend])
             .inc();
         if b.note_unroutable() && b.mode != ConnectionMode::PerSession {
-            tracing::warn!(backend = %conn.backend, message = what, "backend sent a message for one client on its shared connection while not exactly one call was in flight: refused or dropped, never guessed; this backend is stateful, configure mode = \"per_session\" for it");
+            let advice = if b.mode == ConnectionMode::Auto {
+                "sessions created from now on get their own connection; configure mode = \"per_session\" to give every session one"
+            } else {
+                "configure mode = \"per_session\" for it"
+            };
+            tracing::warn!(backend = %conn.backend, message = what, advice, "backend sent a message for one client on its shared connection while not exactly one call was in flight: refused or dropped, never guessed; this backend keeps state per client");
         } else {
             tracing::debug!(backend = %conn.backend, message = what, "unroutable message of a shared connection refused or dropped");
         }

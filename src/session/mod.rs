@@ -77,6 +77,8 @@ struct Changes {
 
 /// The process-bound part of a session.
 struct Live {
+    /// When `initialize` created the session (connection mode `auto` decides by it).
+    created: Instant,
     last_seen: Mutex<Instant>,
     /// Per-session backend connections, by backend registry index.
     upstreams: Mutex<HashMap<usize, Arc<Slot>>>,
@@ -133,6 +135,7 @@ impl Session {
             client_info,
             changes: Mutex::default(),
             live: Live {
+                created: Instant::now(),
                 last_seen: Mutex::new(Instant::now()),
                 upstreams: Mutex::default(),
                 inflight: Mutex::default(),
@@ -277,6 +280,11 @@ impl Session {
     }
 
     // --- liveness and identity of the caller ----------------------------------
+
+    /// When the session was created (`initialize`).
+    pub fn created(&self) -> Instant {
+        self.live.created
+    }
 
     /// Marks the session as used now.
     pub fn touch(&self) {

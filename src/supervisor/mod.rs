@@ -114,9 +114,7 @@ impl Supervisor {
                 Ok(conn) => {
                     up.set(1);
                     if restarted {
-                        self.relay
-                            .subscriptions()
-                            .resubscribe(&self.catalog, idx, &conn);
+                        self.relay.subscriptions().resubscribe(idx, &conn);
                     }
                     let started = tokio::time::Instant::now();
                     self.watch(&conn).await;
@@ -267,7 +265,12 @@ impl Supervisor {
                 json!({
                     "state": if up { "up" } else { "down" },
                     "required": required,
-                    "mode": match b.mode { ConnectionMode::Shared => "shared", ConnectionMode::PerSession => "per_session" },
+                    "mode": match b.mode {
+                        ConnectionMode::Shared => "shared",
+                        ConnectionMode::PerSession => "per_session",
+                        ConnectionMode::Auto => "auto",
+                    },
+                    "stateful": b.stateful_since().is_some(),
                     "tools": catalog.as_ref().map_or(0, |c| c.tools.len()),
                     "prompts": catalog.as_ref().map_or(0, |c| c.prompts.len()),
                     "resources": catalog.as_ref().map_or(0, |c| c.resources.len()),

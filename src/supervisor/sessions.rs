@@ -31,7 +31,7 @@ impl Supervisor {
             ));
         }
         let handler = self.relay.handler();
-        if b.mode == ConnectionMode::Shared {
+        if b.shares_with(session.created()) {
             let caps = shared_capabilities(b.mode);
             return b.shared().get(&b.spec, Owner::Shared, handler, caps).await;
         }
@@ -127,7 +127,7 @@ impl Supervisor {
 }
 
 /// The client capabilities a backend's shared connection declares. In shared
-/// mode: everything the gateway relays, so that backends offer the features that
+/// and auto mode: everything the gateway relays, so that backends offer the features that
 /// need a host; each such request then reaches the one host call in flight on the
 /// connection, if that host declared the capability, and is refused otherwise
 /// (`backend/conn.rs`, `relay/requests.rs`). The catalogue connection of a
@@ -135,7 +135,7 @@ impl Supervisor {
 pub(super) fn shared_capabilities(mode: ConnectionMode) -> Value {
     match mode {
         ConnectionMode::PerSession => json!({}),
-        ConnectionMode::Shared => {
+        ConnectionMode::Shared | ConnectionMode::Auto => {
             json!({"roots": {}, "sampling": {}, "elicitation": {"form": {}, "url": {}}})
         }
     }
