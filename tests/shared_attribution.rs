@@ -1,8 +1,9 @@
-//! Server→client requests and logs of a shared stdio connection (the default
-//! config): one that arrives while exactly one host call is in flight on the
-//! connection reaches that call's POST stream; otherwise it is never guessed —
-//! the backend gets an error at once, no host sees anything, the host calls
-//! finish normally, and `mcpgate_unroutable_backend_requests_total` counts it.
+//! Server→client requests and logs of a shared stdio connection (`shared`, and
+//! `auto`, the default, until the backend shows it keeps state per client): one
+//! that arrives while exactly one host call is in flight on the connection
+//! reaches that call's POST stream; otherwise it is never guessed — the backend
+//! gets an error at once, no host sees anything, the host calls finish normally,
+//! and `mcpgate_unroutable_backend_requests_total` counts it.
 
 mod common;
 
@@ -99,9 +100,10 @@ async fn a_lone_call_gets_its_requests_and_logs_on_a_shared_connection() {
     assert_eq!(logs[0]["params"]["data"], "mine");
 }
 
-#[tokio::test]
-async fn concurrent_sampling_on_a_default_stdio_backend_never_crosses_sessions() {
-    let gw = TestGateway::start(&config("")).await;
+/// Two sessions at a time each call a sampling tool, 24 rounds; no host ever
+/// receives the other's request, and at least one call is served.
+async fn concurrent_sampling_never_crosses_sessions(mode: &str) {
+    let gw = TestGateway::start(&config(mode)).await;
     let mut delivered = 0;
     for round in 0..24u64 {
         let a = gw.session_with(caps()).await;
@@ -123,6 +125,18 @@ async fn concurrent_sampling_on_a_default_stdio_backend_never_crosses_sessions()
         }
     }
     assert!(delivered > 0, "a lone call is served");
+}
+
+#[tokio::test]
+async fn concurrent_sampling_on_a_default_stdio_backend_never_crosses_sessions() {
+    // The default (auto): the first request moves later sessions to their own child.
+    concurrent_sampling_never_crosses_sessions("").await;
+}
+
+#[tokio::test]
+async fn concurrent_sampling_on_a_shared_stdio_backend_never_crosses_sessions() {
+    // Every round on the one shared child: only the lone-call rule protects hosts.
+    concurrent_sampling_never_crosses_sessions(r#"mode = "shared""#).await;
 }
 
 #[tokio::test]
