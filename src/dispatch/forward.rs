@@ -15,9 +15,10 @@ use super::{Dispatch, Reply, Upstream};
 use crate::backend::{BackendError, Caller};
 use crate::error::RpcError;
 use crate::jsonrpc::{self, Id};
+use crate::mcp::version::{complete_raw_for_modern, shape_error};
 use crate::mcp::{Method, names};
 use crate::request::{Outcome, RequestContext};
-use crate::session::{HostCall, Session, TaskRoute};
+use crate::session::{Host, HostCall, Session, TaskRoute};
 
 /// Related messages queued toward the host per call before new ones are dropped.
 const CALL_QUEUE: usize = 64;
@@ -28,19 +29,25 @@ impl Dispatch {
     pub(super) fn forward(
         self: &Arc<Self>,
         ctx: RequestContext,
-        session: &Arc<Session>,
+        host: &Host,
         id: &Id,
-        up: Upstream,
+        mut up: Upstream,
     ) -> Reply {
         let (tx, rx) = mpsc::channel(CALL_QUEUE);
         let token = jsonrpc::progress_token(Some(&up.params)).cloned();
-        let call = Arc::new(HostCall::new(session.clone(), id.clone(), token, tx));
-        if !session.start_call(&call) {
-            let e = RpcError::InvalidRequest(
-                "request id is already in use by a request in flight".into(),
-            );
-            ctx.finish(Outcome::of(&e));
-            return Reply::Now(jsonrpc::error_bytes(Some(id), &e.to_error_object()).into());
+        let call = Arc::new(HostCall::new(host.clone(), id.clone(), token, tx));
+        match host {
+            // A legacy host cancels by id: the call must be findable, and its id
+            // unique among the session's calls in flight.
+            Host::Legacy(session) if !session.start_call(&call) => {
+                let e = RpcError::InvalidRequest(
+                    "request id is already in use by a request in flight".into(),
+                );
+                ctx.finish(Outcome::of(&e));
+                return Reply::Now(jsonrpc::error_bytes(Some(id), &e.to_error_object()).into());
+            }
+            Host::Legacy(_) => {}
+            Host::Modern(_) => super::modern::strip_envelope(&mut up.params),
         }
         let me = self.clone();
         let span = tracing::Span::current();
@@ -53,16 +60,19 @@ impl Dispatch {
     async fn run(&self, ctx: RequestContext, call: Arc<HostCall>, up: Upstream) {
         let outcome = {
             let _upstream = ctx.upstream_call();
-            self.call_backend(&call, &up).await
+            self.call_until_host_gone(&call, &up).await
         };
-        let session = &call.session;
         // Ours unless the host cancelled meanwhile (then no answer is due).
-        let ours = session.take_call(&call.id).is_some();
+        let ours = match &call.host {
+            Host::Legacy(session) => session.take_call(&call.id).is_some(),
+            Host::Modern(_) => true,
+        };
+        let version = call.host.version();
         let bytes = match outcome {
             Err(BackendError::Cancelled) => return ctx.finish(Outcome::Cancelled),
             Ok(raw) => {
                 ctx.finish(Outcome::Ok);
-                let raw = self.shape_result(session, &up, raw);
+                let raw = self.shape_result(&call.host, &up, raw);
                 jsonrpc::result_bytes(&call.id, &raw)
             }
             Err(e) => {
@@ -71,6 +81,7 @@ impl Dispatch {
                 ctx.finish(Outcome::of_backend(&e));
                 let mut error = e.to_error_object();
                 expose_error(&mut error, &b.spec.name, &b.uri_prefix);
+                shape_error(&mut error, version);
                 jsonrpc::error_bytes(Some(&call.id), &error)
             }
         };
@@ -79,7 +90,33 @@ impl Dispatch {
         }
     }
 
-    /// Sends the upstream request on the connection that serves the session and
+    /// [`Dispatch::call_backend`], given up when a modern host's response stream
+    /// closes: that is its cancellation, and the backend is told
+    /// (`notifications/cancelled`, MCP 2026-07-28 basic/patterns/cancellation).
+    async fn call_until_host_gone(
+        &self,
+        call: &Arc<HostCall>,
+        up: &Upstream,
+    ) -> Result<Box<RawValue>, BackendError> {
+        if matches!(call.host, Host::Legacy(_)) {
+            return self.call_backend(call, up).await;
+        }
+        // Pinned outside the select, so the upstream request is still pending
+        // (and its cancel is sent) when the host is found gone.
+        let backend = self.call_backend(call, up);
+        tokio::pin!(backend);
+        tokio::select! {
+            outcome = &mut backend => outcome,
+            () = call.host_gone() => {
+                if let Some((conn, id)) = call.mark_cancelled() {
+                    conn.cancel(id, Some("the client closed its response stream"));
+                }
+                Err(BackendError::Cancelled)
+            }
+        }
+    }
+
+    /// Sends the upstream request on the connection that serves the host and
     /// waits for its answer, within the backend's concurrency limit.
     async fn call_backend(
         &self,
@@ -90,11 +127,13 @@ impl Dispatch {
         let _permit = b.acquire().await?;
         let conn = self
             .supervisor
-            .connection_for(up.backend, &call.session)
+            .connection_for(up.backend, &call.host)
             .await?;
         // A host cancel that came while the connection was being set up found no
         // upstream request to cancel: do not start one now.
-        if !call.session.is_current_call(&call.id, call) {
+        if let Host::Legacy(session) = &call.host
+            && !session.is_current_call(&call.id, call)
+        {
             return Err(BackendError::Cancelled);
         }
         let timeout = conn.timeout();
@@ -105,15 +144,18 @@ impl Dispatch {
 
     /// The backend's result in the host's namespace and revision; a created task
     /// is registered with the session.
-    fn shape_result(&self, session: &Session, up: &Upstream, raw: Box<RawValue>) -> Box<RawValue> {
+    fn shape_result(&self, host: &Host, up: &Upstream, raw: Box<RawValue>) -> Box<RawValue> {
         let b = self.catalog.backend(up.backend);
-        let raw = rewrite_result(raw, up.kind, &b.uri_prefix, session.version());
-        match &up.task {
-            Some(exposed) => super::tasks::expose_task_result(raw, exposed),
-            None if up.creates_task() => {
+        let raw = rewrite_result(raw, up.kind, &b.uri_prefix, host.version());
+        match (host, &up.task) {
+            (Host::Modern(_), _) => {
+                complete_raw_for_modern(raw, up.kind == super::ResultKind::Resource)
+            }
+            (_, Some(exposed)) => super::tasks::expose_task_result(raw, exposed),
+            (Host::Legacy(session), None) if up.creates_task() => {
                 self.register_created_task(session, &b.spec.name, up.backend, raw)
             }
-            None => raw,
+            (Host::Legacy(_), None) => raw,
         }
     }
     /// After a task-augmented `tools/call`: the `CreateTaskResult`'s task id is

@@ -7,6 +7,7 @@ mod error;
 mod headers;
 pub mod limit;
 mod mcp;
+mod modern;
 pub mod serve;
 mod session;
 mod sse;

@@ -98,6 +98,9 @@ async fn open_stream(
 ) -> Result<Response, HttpError> {
     let a = accept(st, req).await?;
     let h = &a.parts.headers;
+    if let Some(e) = super::modern::refuse_get_or_delete(h) {
+        return Err(e);
+    }
     headers::check_get_accept(h)?;
     let session = lookup(st, h, a.principal.as_ref())?;
     ctx.set_session(session.log_id());
@@ -136,6 +139,9 @@ pub async fn delete(State(st): State<AppState>, req: Request) -> Response {
     let mut ctx = RequestContext::new(&st.metrics);
     let found = async {
         let a = accept(&st, req).await?;
+        if let Some(e) = super::modern::refuse_get_or_delete(&a.parts.headers) {
+            return Err(e);
+        }
         let session = lookup(&st, &a.parts.headers, a.principal.as_ref())?;
         headers::protocol_version(&a.parts.headers)?;
         Ok::<_, HttpError>(session)

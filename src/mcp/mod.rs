@@ -17,6 +17,32 @@ pub use version::ProtocolVersion;
 /// (MCP 2026-07-28 basic/versioning).
 pub const META_PROTOCOL_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
 
+/// `_meta` key of the per-request client capabilities (MCP 2026-07-28 basic/index).
+pub const META_CLIENT_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
+
+/// `_meta` key of the per-request client identity (MCP 2026-07-28 basic/index).
+pub const META_CLIENT_INFO: &str = "io.modelcontextprotocol/clientInfo";
+
+/// `_meta` key of the per-request log level (MCP 2026-07-28 server/utilities/logging).
+pub const META_LOG_LEVEL: &str = "io.modelcontextprotocol/logLevel";
+
+/// `_meta` key of the server's identity in 2026-07-28 results (MCP 2026-07-28 basic/index).
+pub const META_SERVER_INFO: &str = "io.modelcontextprotocol/serverInfo";
+
+/// The four per-request keys of a 2026-07-28 envelope; the gateway's own hop to a
+/// backend carries its own, never the host's.
+pub const META_ENVELOPE: [&str; 4] = [
+    META_PROTOCOL_VERSION,
+    META_CLIENT_CAPABILITIES,
+    META_CLIENT_INFO,
+    META_LOG_LEVEL,
+];
+
+/// The gateway's `Implementation` (`serverInfo` / `clientInfo`).
+pub fn implementation() -> serde_json::Value {
+    serde_json::json!({"name": "mcpgate", "version": env!("CARGO_PKG_VERSION")})
+}
+
 /// `_meta` key tying a message to a task (MCP 2025-11-25 basic/utilities/tasks).
 pub const META_RELATED_TASK: &str = "io.modelcontextprotocol/related-task";
 

@@ -113,11 +113,11 @@ impl Relay {
         self.sessions.get(conn.owner_key()?)
     }
 
-    /// The session a backend message belongs to: the related call's, else the
-    /// connection owner's.
+    /// The session a backend message belongs to: the related call's (none for a
+    /// stateless request), else the connection owner's.
     fn session_of(&self, conn: &Connection, call: Option<&Arc<HostCall>>) -> Option<Arc<Session>> {
         match call {
-            Some(c) => Some(c.session.clone()),
+            Some(c) => c.host.session().cloned(),
             None => self.owner_session(conn),
         }
     }
@@ -195,7 +195,7 @@ impl Relay {
         let bytes = notification(&Method::LogMessage, &params);
         match (call, self.owner_session(conn)) {
             (Some(call), _) => {
-                if call.session.wants_log(&level) {
+                if call.host.wants_log(&level) {
                     call.send_related(bytes);
                 }
             }
@@ -232,7 +232,7 @@ impl Relay {
         params["taskId"] = exposed.into();
         let bytes = notification(&Method::TaskStatus, &params);
         match call {
-            Some(c) if Arc::ptr_eq(&c.session, &session) => {
+            Some(c) if c.host.session().is_some_and(|s| Arc::ptr_eq(s, &session)) => {
                 c.send_related(bytes);
             }
             _ => {

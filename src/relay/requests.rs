@@ -55,6 +55,13 @@ impl Relay {
         let Some(needed) = req.method.client_capability() else {
             return refuse(jsonrpc::METHOD_NOT_FOUND, "Method not found");
         };
+        if call.is_some_and(|c| c.host.session().is_none()) {
+            // A 2026-07-28 host never receives a JSON-RPC request on any stream.
+            return refuse(
+                jsonrpc::METHOD_NOT_FOUND,
+                "the client of this request speaks 2026-07-28, which has no server-to-client requests",
+            );
+        }
         let Some(session) = self.session_of(conn, call) else {
             return refuse(
                 jsonrpc::METHOD_NOT_FOUND,

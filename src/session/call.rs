@@ -11,7 +11,7 @@ use bytes::Bytes;
 use serde_json::Value;
 use tokio::sync::mpsc;
 
-use super::Session;
+use super::Host;
 use crate::backend::{Caller, Connection};
 use crate::jsonrpc::Id;
 
@@ -27,8 +27,8 @@ pub enum Outbound {
 
 /// One host request being served by a backend.
 pub struct HostCall {
-    /// The session.
-    pub session: Arc<Session>,
+    /// Who asked: a legacy session or a modern request.
+    pub host: Host,
     /// The host's id for the request.
     pub id: Id,
     /// The host's progress token, if it asked for progress.
@@ -42,13 +42,13 @@ pub struct HostCall {
 impl HostCall {
     /// A call whose messages go to `sink`.
     pub fn new(
-        session: Arc<Session>,
+        host: Host,
         id: Id,
         progress_token: Option<Value>,
         sink: mpsc::Sender<Outbound>,
     ) -> Self {
         HostCall {
-            session,
+            host,
             id,
             progress_token,
             sink,
@@ -97,9 +97,19 @@ impl HostCall {
         let sent = self.sink.try_send(Outbound::Message(msg));
         if matches!(sent, Err(mpsc::error::TrySendError::Full(_))) {
             tracing::debug!("host call queue full; related message dropped");
-            self.session.events().count_drop();
+            if let Some(session) = self.host.session() {
+                session.events().count_drop();
+            }
         }
         sent.is_ok()
+    }
+
+    /// Resolves when nothing reads this call's messages any more: for a modern
+    /// host, its response stream closed, which cancels the call (MCP 2026-07-28
+    /// basic/patterns/cancellation). A legacy call's messages are read into the
+    /// session's event log, which outlives a disconnect.
+    pub async fn host_gone(&self) {
+        self.sink.closed().await;
     }
 
     /// Sends the response; returns false if the host no longer listens.

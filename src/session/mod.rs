@@ -12,6 +12,7 @@
 
 mod call;
 mod events;
+mod host;
 mod record;
 mod store;
 
@@ -27,6 +28,7 @@ use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
 
 pub use call::{HostCall, Outbound};
 pub use events::{Attached, EventLog, Frame, ResumeError};
+pub use host::{Host, ModernHost};
 pub use record::{SessionRecord, TaskRoute, UpstreamSession};
 pub use store::{MemoryStore, SessionStore};
 

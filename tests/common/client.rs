@@ -351,11 +351,24 @@ impl McpClient {
 
     /// POSTs a message and returns the open answer, to read at the test's pace.
     pub async fn open(&self, msg: &Value) -> SseStream {
+        self.open_with(&[], msg).await
+    }
+
+    /// [`McpClient::open`] with `extra` headers added (dropping the stream closes
+    /// the connection).
+    pub async fn open_with(&self, extra: &[(&str, &str)], msg: &Value) -> SseStream {
+        let mut h = self.headers();
+        for (k, v) in extra {
+            h.insert(
+                HeaderName::from_bytes(k.as_bytes()).unwrap(),
+                HeaderValue::from_str(v).unwrap(),
+            );
+        }
         let resp = tokio::time::timeout(
             ANSWER_WITHIN,
             self.http
                 .post(&self.url)
-                .headers(self.headers())
+                .headers(h)
                 .body(msg.to_string())
                 .send(),
         )
