@@ -123,7 +123,12 @@ impl Gateway {
             metrics.clone(),
         );
         supervisor.start(refresh_rx);
-        let dispatch = Dispatch::new(catalog.clone(), supervisor.clone(), relay.clone());
+        let dispatch = Dispatch::new(
+            server.input_required_timeout,
+            catalog.clone(),
+            supervisor.clone(),
+            relay.clone(),
+        );
         let limiter = server
             .rate_limit
             .and_then(http::limit::Limiter::new)

@@ -114,6 +114,8 @@ impl Rejection {
 pub enum Outcome {
     /// A result.
     Ok,
+    /// A 2026-07-28 `input_required` result: the call waits for the host's retry.
+    InputRequired,
     /// A JSON-RPC error decided by the gateway (unknown tool, bad params …).
     Error,
     /// A JSON-RPC error from the backend, passed on.
@@ -137,6 +139,7 @@ impl Outcome {
     pub fn label(self) -> &'static str {
         match self {
             Outcome::Ok => "ok",
+            Outcome::InputRequired => "input_required",
             Outcome::Error => "error",
             Outcome::RpcError => "rpc_error",
             Outcome::Timeout => "timeout",

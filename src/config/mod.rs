@@ -163,6 +163,11 @@ pub struct ServerConfig {
     /// backend speaks 2026-07-28; otherwise as `"off"`), `"off"` (a 2026-07-28
     /// probe gets 400 naming the session-based revisions, so clients fall back).
     pub modern: ModernFace,
+    /// How long a 2026-07-28 call answered `input_required` waits for the client's
+    /// retry before it is cancelled at the backend. Default 10 minutes.
+    #[serde(with = "humantime_serde")]
+    #[schemars(schema_with = "schema::duration")]
+    pub input_required_timeout: Duration,
 }
 
 /// `[server] modern`: whether the stateless 2026-07-28 revision is served.
@@ -234,6 +239,7 @@ impl Default for ServerConfig {
             rate_limit: None,
             max_streams_per_session: 32,
             modern: ModernFace::Bridge,
+            input_required_timeout: Duration::from_secs(600),
         }
     }
 }

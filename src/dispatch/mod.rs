@@ -5,6 +5,7 @@
 //! there ([`forward`]). The answer's outcome is typed and recorded once, by the
 //! request's [`RequestContext`].
 
+mod bridge;
 mod forward;
 mod modern;
 mod rewrite;
@@ -47,6 +48,9 @@ struct Upstream {
     kind: ResultKind,
     /// For `tasks/get|result|cancel`: the exposed task id the result must carry.
     task: Option<String>,
+    /// For a 2026-07-28 call: the digest of the host's own params, which a retry
+    /// answering `input_required` must match.
+    digest: String,
 }
 
 /// What the route phase decided.
@@ -59,6 +63,7 @@ enum Routed {
 
 /// The dispatch; see the module docs.
 pub struct Dispatch {
+    bridge: Arc<bridge::Bridge>,
     catalog: Arc<Catalog>,
     supervisor: Arc<Supervisor>,
     relay: Arc<Relay>,
@@ -87,12 +92,17 @@ fn local_result(host: &Host, id: &Id, mut v: Value) -> Routed {
 
 impl Dispatch {
     /// The dispatch over `catalog`, opening connections through `supervisor`.
+    /// `input_required_timeout`: how long a call answered `input_required` waits
+    /// for its retry before it is cancelled upstream (MCP 2026-07-28 mrtr: never
+    /// assume the retry comes).
     pub fn new(
+        input_required_timeout: std::time::Duration,
         catalog: Arc<Catalog>,
         supervisor: Arc<Supervisor>,
         relay: Arc<Relay>,
     ) -> Arc<Dispatch> {
         Arc::new(Dispatch {
+            bridge: Arc::new(bridge::Bridge::new(input_required_timeout)),
             catalog,
             supervisor,
             relay,
@@ -109,6 +119,14 @@ impl Dispatch {
     ) -> Reply {
         let Request { id, method, params } = req;
         let params = params.unwrap_or_else(|| json!({}));
+        if host.version().is_modern() && params.get("requestState").is_some() {
+            return self.resume(ctx, host, &id, &method, &params);
+        }
+        // What a retry of a bridged call must match, from the host's own params.
+        let digest = host
+            .version()
+            .is_modern()
+            .then(|| bridge::call_digest(&method, &params));
         match self.route(&mut ctx, host, &id, &method, params).await {
             Routed::Answer(Ok(bytes)) => {
                 ctx.finish(Outcome::Ok);
@@ -120,7 +138,10 @@ impl Dispatch {
                 crate::mcp::version::shape_error(&mut error, host.version());
                 Reply::Now(jsonrpc::error_bytes(Some(&id), &error).into())
             }
-            Routed::Forward(up) => self.forward(ctx, host, &id, up),
+            Routed::Forward(mut up) => {
+                up.digest = digest.unwrap_or_default();
+                self.forward(ctx, host, &id, up)
+            }
         }
     }
 
@@ -245,6 +266,7 @@ impl Dispatch {
             params,
             kind,
             task: None,
+            digest: String::new(),
         }))
     }
 
@@ -270,6 +292,7 @@ impl Dispatch {
             params,
             kind: ResultKind::Resource,
             task: None,
+            digest: String::new(),
         }))
     }
 
@@ -317,6 +340,7 @@ impl Dispatch {
             params,
             kind: ResultKind::Opaque,
             task: None,
+            digest: String::new(),
         }))
     }
 
@@ -436,6 +460,7 @@ impl Dispatch {
             params,
             kind,
             task: Some(exposed),
+            digest: String::new(),
         }))
     }
 }

@@ -55,6 +55,14 @@ impl Host {
         }
     }
 
+    /// The client capabilities declared (at `initialize`, or in this request).
+    pub fn client_capabilities(&self) -> &Value {
+        match self {
+            Host::Legacy(s) => s.client_capabilities(),
+            Host::Modern(m) => &m.capabilities,
+        }
+    }
+
     /// Whether a `notifications/message` at `level` (wire name) should reach the
     /// host. A legacy session gets everything at or above the level it set (all
     /// when it set none); a modern request gets logs only when it asked for them.

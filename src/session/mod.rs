@@ -26,7 +26,7 @@ use serde_json::Value;
 use tokio::time::Instant;
 use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
 
-pub use call::{HostCall, Outbound};
+pub use call::{Ask, HostCall, Outbound};
 pub use events::{Attached, EventLog, Frame, ResumeError};
 pub use host::{Host, ModernHost};
 pub use record::{SessionRecord, TaskRoute, UpstreamSession};
