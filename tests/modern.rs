@@ -587,3 +587,76 @@ async fn a_retry_that_never_comes_cancels_the_backend_call() {
             .collect::<Vec<_>>()
     );
 }
+
+#[tokio::test]
+async fn listen_acknowledges_then_delivers_only_what_was_asked_tagged_with_its_id() {
+    let gw = TestGateway::start(
+        r#"
+        [server]
+        metrics_listen = "127.0.0.1:0"
+        [backends.sub]
+        type = "stdio"
+        command = "${FAKE_STDIO}"
+        args = ["--subscribe", "--log", "${TEST_DIR}/sub.log"]
+        "#,
+    )
+    .await;
+    let c = gw.client();
+    let (body, h) = modern(
+        json!("L"),
+        "subscriptions/listen",
+        json!({"notifications": {"toolsListChanged": true, "resourceSubscriptions": ["sub+fx://static", "nowhere://x"]}}),
+    );
+    let extra: Vec<(&str, &str)> = h.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let mut stream = c.open_with(&extra, &body).await;
+    assert!(stream.is_sse());
+    let ack = stream.next(Duration::from_secs(5)).await.expect("ack");
+    assert_eq!(
+        ack["method"], "notifications/subscriptions/acknowledged",
+        "{ack}"
+    );
+    assert_eq!(
+        ack["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"],
+        "L"
+    );
+    assert_eq!(
+        ack["params"]["notifications"],
+        json!({"toolsListChanged": true, "resourceSubscriptions": ["sub+fx://static"]}),
+        "the subset served: {ack}"
+    );
+    let log = gw.dir.path("sub.log");
+    let subscribed = || {
+        logged(&log, "resources/subscribe")
+            .iter()
+            .any(|e| e["msg"]["params"]["uri"] == "fx://static")
+    };
+    assert!(
+        wait_for(Duration::from_secs(5), subscribed).await,
+        "subscribed at the backend"
+    );
+    // An update of the subscribed URI, through a modern tools/call of `touch`.
+    let (body, h) = modern(
+        json!(2),
+        "tools/call",
+        json!({"name": "sub__touch", "arguments": {"uri": "fx://static"}}),
+    );
+    let r = answer(&c, &body, &h).await;
+    assert_eq!(r["result"]["content"][0]["text"], "touched", "{r}");
+    let u = stream
+        .next(Duration::from_secs(5))
+        .await
+        .expect("an update");
+    assert_eq!(u["method"], "notifications/resources/updated", "{u}");
+    assert_eq!(u["params"]["uri"], "sub+fx://static", "{u}");
+    assert_eq!(
+        u["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"],
+        "L"
+    );
+    // Closing the stream unsubscribes at the backend.
+    drop(stream);
+    let unsubscribed = || !logged(&log, "resources/unsubscribe").is_empty();
+    assert!(
+        wait_for(Duration::from_secs(8), unsubscribed).await,
+        "unsubscribed after close"
+    );
+}

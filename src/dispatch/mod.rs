@@ -122,6 +122,10 @@ impl Dispatch {
         if host.version().is_modern() && params.get("requestState").is_some() {
             return self.resume(ctx, host, &id, &method, &params);
         }
+        if method == Method::SubscriptionsListen && host.version().is_modern() {
+            ctx.finish(Outcome::Ok);
+            return modern::listen(&self.catalog, &self.relay, host, &id, &params);
+        }
         // What a retry of a bridged call must match, from the host's own params.
         let digest = host
             .version()

@@ -4,14 +4,19 @@
 
 use std::time::Duration;
 
+use std::sync::Arc;
+
 use bytes::Bytes;
 use serde_json::{Map, Value, json};
+use tokio::sync::mpsc;
 
+use super::Reply;
 use crate::catalog::Catalog;
 use crate::error::RpcError;
 use crate::jsonrpc::{self, Id};
 use crate::mcp::version::complete_for_modern;
-use crate::mcp::{META_ENVELOPE, ProtocolVersion};
+use crate::mcp::{Changed, META_ENVELOPE, ProtocolVersion};
+use crate::relay::{Filter, Relay};
 use crate::session::Host;
 use crate::supervisor::Supervisor;
 
@@ -43,20 +48,74 @@ pub(super) async fn discover(
 }
 
 /// The server capabilities a 2026-07-28 host is offered: the union of the
-/// backends', without what the modern face does not carry yet (`subscriptions/listen`
-/// behind `listChanged` and `resources.subscribe`; the 2025-11-25 core tasks,
-/// which 2026-07-28 replaced by an extension with another wire).
+/// backends' (`listChanged` and `resources.subscribe` are served through
+/// `subscriptions/listen`), without the 2025-11-25 core tasks, which 2026-07-28
+/// replaced by an extension with another wire.
 pub(super) fn capabilities(union: &Value) -> Value {
     let mut caps = union.as_object().cloned().unwrap_or_default();
     caps.remove("tasks");
-    for kind in ["tools", "prompts", "resources"] {
-        if let Some(c) = caps.get_mut(kind).and_then(Value::as_object_mut) {
-            c.remove("listChanged");
-            c.remove("subscribe");
-        }
-    }
     Value::Object(caps)
 }
+
+/// `subscriptions/listen` (MCP 2026-07-28 basic/patterns/subscriptions): opens the
+/// stream, acknowledging the subset served — the `list_changed` kinds asked for,
+/// and the resources whose backend supports subscriptions — and subscribes those
+/// resources at their backends until the host closes the stream.
+pub(super) fn listen(
+    catalog: &Arc<Catalog>,
+    relay: &Arc<Relay>,
+    host: &Host,
+    id: &Id,
+    params: &Value,
+) -> Reply {
+    let asked = params.get("notifications").cloned().unwrap_or_default();
+    let flag = |k: &str| asked.get(k).and_then(Value::as_bool).unwrap_or(false);
+    let mut filter = Filter::default();
+    for (key, kind) in [
+        ("toolsListChanged", Changed::Tools),
+        ("promptsListChanged", Changed::Prompts),
+        ("resourcesListChanged", Changed::Resources),
+    ] {
+        if flag(key) {
+            filter.changed.push(kind);
+        }
+    }
+    let view = catalog.view_for_key(&host.view_key());
+    let uris = asked.get("resourceSubscriptions").and_then(Value::as_array);
+    for uri in uris.into_iter().flatten().filter_map(Value::as_str) {
+        let Some((backend, original)) = view.route_uri(uri) else {
+            continue;
+        };
+        let subscribable = catalog.backend(backend).catalog().is_some_and(|c| {
+            c.init.capabilities.pointer("/resources/subscribe") == Some(&Value::Bool(true))
+        });
+        if subscribable {
+            filter.uris.push((backend, original, uri.to_owned()));
+        }
+    }
+    let (tx, rx) = mpsc::channel(LISTEN_QUEUE);
+    let closed = tx.clone();
+    let key = relay.listens().open(id, &filter, tx);
+    let listener: Arc<str> = format!("listen:{key}").into();
+    for (backend, original, _) in &filter.uris {
+        relay
+            .subscriptions()
+            .subscribe_listener(catalog, *backend, original, &listener);
+    }
+    let (catalog, relay) = (catalog.clone(), relay.clone());
+    tokio::spawn(async move {
+        closed.closed().await;
+        for (backend, uri) in relay.listens().close(key) {
+            relay
+                .subscriptions()
+                .unsubscribe_listener(&catalog, backend, &uri, &listener);
+        }
+    });
+    Reply::Stream(rx)
+}
+
+/// Notifications queued toward one listen stream before new ones are dropped.
+const LISTEN_QUEUE: usize = 256;
 
 /// Removes the host's per-request envelope from `params._meta`: a backend gets
 /// the gateway's own hop, and a dual-era backend must not take a request meant
@@ -94,11 +153,11 @@ mod tests {
     }
 
     #[test]
-    fn modern_capabilities_drop_what_is_not_carried() {
+    fn modern_capabilities_drop_the_core_tasks() {
         let union = json!({"tools": {"listChanged": true}, "resources": {"subscribe": true, "listChanged": true}, "tasks": {}, "logging": {}});
         assert_eq!(
             capabilities(&union),
-            json!({"tools": {}, "resources": {}, "logging": {}})
+            json!({"tools": {"listChanged": true}, "resources": {"subscribe": true, "listChanged": true}, "logging": {}})
         );
     }
 }

@@ -206,7 +206,7 @@ fn validate(
 
 /// The methods the modern face serves. `initialize`, `ping`, `logging/setLevel`,
 /// `resources/(un)subscribe` and the 2025-11-25 core tasks do not exist on this
-/// revision (MCP 2026-07-28 changelog); `subscriptions/listen` is not served yet.
+/// revision (MCP 2026-07-28 changelog).
 fn served(method: &Method) -> bool {
     matches!(
         method,
@@ -219,6 +219,7 @@ fn served(method: &Method) -> bool {
             | Method::ResourcesTemplatesList
             | Method::ResourcesRead
             | Method::CompletionComplete
+            | Method::SubscriptionsListen
     )
 }
 

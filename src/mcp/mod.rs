@@ -154,6 +154,8 @@ methods! {
     TaskStatus = "notifications/tasks/status",
     /// `notifications/elicitation/complete`.
     ElicitationComplete = "notifications/elicitation/complete",
+    /// `notifications/subscriptions/acknowledged` (2026-07-28).
+    SubscriptionsAcknowledged = "notifications/subscriptions/acknowledged",
 }
 
 impl Method {

@@ -8,6 +8,7 @@
 //! face reports what a backend sends through it, with the [`HostCall`] the
 //! message relates to when the connection could tell.
 
+mod listen;
 mod requests;
 mod subscriptions;
 mod tasks;
@@ -17,6 +18,7 @@ use std::sync::{Arc, Weak};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
+pub use listen::{Filter, Listens};
 pub use subscriptions::Subscriptions;
 pub use tasks::EarlyStatuses;
 
@@ -31,6 +33,7 @@ pub struct Relay {
     catalog: Arc<Catalog>,
     sessions: Arc<dyn SessionStore>,
     subs: Subscriptions,
+    listens: Listens,
     early: EarlyStatuses,
     /// Backends whose lists changed, for the supervisor to re-read.
     refresh: mpsc::UnboundedSender<usize>,
@@ -88,6 +91,7 @@ impl Relay {
             catalog,
             sessions,
             subs: Subscriptions::default(),
+            listens: Listens::default(),
             early: EarlyStatuses::default(),
             refresh,
         })
@@ -101,6 +105,11 @@ impl Relay {
     /// The refcounted resource subscriptions.
     pub fn subscriptions(&self) -> &Subscriptions {
         &self.subs
+    }
+
+    /// The open `subscriptions/listen` streams of 2026-07-28 hosts.
+    pub fn listens(&self) -> &Listens {
+        &self.listens
     }
 
     /// Task statuses that arrived before their task was registered.
@@ -150,6 +159,11 @@ impl Relay {
             }
             Method::ResourcesUpdated => {
                 if let Some(idx) = self.backend_index(conn) {
+                    if conn.owner_key().is_none()
+                        && let Some(uri) = params.get("uri").and_then(Value::as_str)
+                    {
+                        self.listens.updated(idx, uri, &params);
+                    }
                     let owner = conn.owner_key().cloned();
                     self.subs.updated(
                         &self.catalog,

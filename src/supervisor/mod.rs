@@ -229,8 +229,10 @@ impl Supervisor {
         }
     }
 
-    /// Tells every session that the `changed` lists changed.
+    /// Tells every session, and every listen stream that asked, that the
+    /// `changed` lists changed.
     fn announce_changes(&self, changed: &[Changed]) {
+        self.relay.listens().announce(changed);
         for session in self.sessions.all() {
             for c in changed {
                 session
@@ -292,6 +294,7 @@ impl Supervisor {
     /// Stops everything: ends every session and closes the shared connections.
     pub async fn shutdown(&self) {
         self.begin_shutdown();
+        self.relay.listens().end_all();
         for s in self.sessions.all() {
             self.end_session(&s).await;
         }
