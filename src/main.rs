@@ -45,7 +45,8 @@ enum Command {
     },
     /// Run the built-in demo MCP server (stdio by default).
     DemoServer {
-        /// Serve Streamable HTTP on this address instead of stdio.
+        /// Serve Streamable HTTP on this address instead of stdio (port 0 picks a
+        /// free one); the endpoint URL is printed on stdout once listening.
         #[arg(long)]
         http: Option<SocketAddr>,
     },

@@ -118,7 +118,9 @@ pub fn http_router() -> axum::Router {
 }
 
 /// Runs the demo server on stdio (`http` is `None`) until stdin ends, or on Streamable
-/// HTTP at `http` (path `/mcp`) until Ctrl-C or SIGTERM. Logs go to stderr only.
+/// HTTP at `http` (path `/mcp`) until Ctrl-C or SIGTERM. Over HTTP, the endpoint URL
+/// (`http://ADDR/mcp`, with the bound port when `http` asked for port 0) is printed
+/// on stdout once listening. Logs go to stderr only.
 ///
 /// Errors: stdio I/O failed, or the address could not be bound.
 pub async fn run(http: Option<SocketAddr>) -> std::io::Result<()> {
@@ -143,6 +145,9 @@ pub async fn run(http: Option<SocketAddr>) -> std::io::Result<()> {
     };
     let listener = tokio::net::TcpListener::bind(addr).await?;
     let local = listener.local_addr()?;
+    // The endpoint goes to stdout (nothing else is written there in HTTP mode), so
+    // a caller that asked for port 0 learns which port it got.
+    println!("http://{local}{}", http::ENDPOINT);
     tracing::info!(
         "demo MCP server listening on http://{local}{}",
         http::ENDPOINT
