@@ -12,7 +12,6 @@ mod auth;
 mod backend;
 mod catalog;
 pub mod config;
-pub mod demo;
 mod dispatch;
 mod error;
 mod http;

@@ -11,12 +11,12 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use base64::Engine as _;
-use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
+use base64::engine::general_purpose::STANDARD;
 use serde_json::{Map, Value, json};
 
 use crate::demo::context::RequestContext;
 use crate::demo::uri_template::UriTemplate;
-use crate::jsonrpc::{ErrorObject, INVALID_PARAMS};
+use mcpgate::jsonrpc::{ErrorObject, INVALID_PARAMS};
 
 /// A boxed, sendable future, the return type of every handler.
 pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
@@ -235,7 +235,6 @@ pub struct Catalog {
     templates: Vec<ResourceTemplate>,
     prompts: Vec<Prompt>,
     completer: Option<Arc<CompleteFn>>,
-    page_size: Option<usize>,
 }
 
 impl Catalog {
@@ -276,12 +275,6 @@ impl Catalog {
         F: Fn(&CompletionRequest) -> Result<Vec<String>, ErrorObject> + Send + Sync + 'static,
     {
         self.completer = Some(Arc::new(completer));
-        self
-    }
-
-    /// Pages every list by `n` items (MCP 2025-11-25 server/utilities/pagination).
-    pub fn with_page_size(mut self, n: usize) -> Self {
-        self.page_size = Some(n.max(1));
         self
     }
 
@@ -406,10 +399,12 @@ impl Catalog {
         }
     }
 
-    /// One page of a list result, e.g. `{"tools": [...], "nextCursor": "..."}`.
+    /// A whole list result, e.g. `{"tools": [...]}`: lists are not paged, so a
+    /// `cursor` (never handed out) → `-32602` (MCP 2025-11-25
+    /// server/utilities/pagination: invalid cursors).
     ///
     /// `method` is the list method (`tools/list`, `resources/list`,
-    /// `resources/templates/list`, `prompts/list`). An unreadable cursor → `-32602`.
+    /// `resources/templates/list`, `prompts/list`).
     pub fn list_page(&self, method: &str, cursor: Option<&str>) -> Result<Value, ErrorObject> {
         let (key, items): (&str, Vec<&Value>) = match method {
             "tools/list" => ("tools", self.tools.iter().map(|t| &t.definition).collect()),
@@ -427,42 +422,19 @@ impl Catalog {
             ),
             _ => return Err(ErrorObject::new(INVALID_PARAMS, "not a list method")),
         };
-        let start = match cursor {
-            None => 0,
-            Some(c) => decode_cursor(key, c)
-                .filter(|&n| n <= items.len())
-                .ok_or_else(|| ErrorObject::new(INVALID_PARAMS, "Invalid cursor"))?,
-        };
-        let end = match self.page_size {
-            Some(n) => (start + n).min(items.len()),
-            None => items.len(),
-        };
-        let page: Vec<Value> = items[start..end].iter().map(|v| (*v).clone()).collect();
+        // Lists are not paged, so no cursor was ever handed out.
+        if cursor.is_some() {
+            return Err(ErrorObject::new(INVALID_PARAMS, "Invalid cursor"));
+        }
+        let page: Vec<Value> = items.into_iter().cloned().collect();
         let mut out = Map::new();
         out.insert(key.to_owned(), Value::Array(page));
-        if end < items.len() {
-            out.insert("nextCursor".into(), Value::from(encode_cursor(key, end)));
-        }
         Ok(Value::Object(out))
     }
 }
 
 fn name_of<'a>(definition: &'a Value, field: &str) -> &'a str {
     definition.get(field).and_then(Value::as_str).unwrap_or("")
-}
-
-fn encode_cursor(key: &str, offset: usize) -> String {
-    URL_SAFE_NO_PAD.encode(format!("{key}:{offset}"))
-}
-
-fn decode_cursor(key: &str, cursor: &str) -> Option<usize> {
-    let raw = URL_SAFE_NO_PAD.decode(cursor).ok()?;
-    let text = String::from_utf8(raw).ok()?;
-    let (k, n) = text.split_once(':')?;
-    if k != key {
-        return None;
-    }
-    n.parse().ok()
 }
 
 /// A `CallToolResult` with one text block.
@@ -510,22 +482,15 @@ mod tests {
     }
 
     #[test]
-    fn pages_lists_with_opaque_cursors() {
+    fn lists_everything_and_refuses_cursors() {
         let c = Catalog::new()
             .with_tool(noop_tool("a"))
             .with_tool(noop_tool("b"))
-            .with_tool(noop_tool("c"))
-            .with_page_size(2);
-        let p1 = c.list_page("tools/list", None).unwrap();
-        assert_eq!(p1["tools"].as_array().unwrap().len(), 2);
-        let cursor = p1["nextCursor"].as_str().unwrap();
-        let p2 = c.list_page("tools/list", Some(cursor)).unwrap();
-        assert_eq!(p2["tools"][0]["name"], "c");
-        assert!(p2.get("nextCursor").is_none());
+            .with_tool(noop_tool("c"));
+        let all = c.list_page("tools/list", None).unwrap();
+        assert_eq!(all["tools"].as_array().unwrap().len(), 3);
+        assert!(all.get("nextCursor").is_none());
         let err = c.list_page("tools/list", Some("garbage")).unwrap_err();
-        assert_eq!(err.code, INVALID_PARAMS);
-        // A cursor of another list is rejected too.
-        let err = c.list_page("prompts/list", Some(cursor)).unwrap_err();
         assert_eq!(err.code, INVALID_PARAMS);
     }
 

@@ -5,11 +5,11 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value, json};
 use tokio::sync::oneshot;
-use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
+use tokio_util::sync::CancellationToken;
 
 use crate::demo::server::{Route, Server, lock};
 use crate::demo::session::SessionInner;
-use crate::jsonrpc::{self, ErrorObject, INTERNAL_ERROR, Id, METHOD_NOT_FOUND};
+use mcpgate::jsonrpc::{self, ErrorObject, INTERNAL_ERROR, Id, METHOD_NOT_FOUND};
 
 /// Syslog severities used by `notifications/message` (MCP 2025-11-25
 /// server/utilities/logging), least severe first so that `Ord` compares severity.
@@ -77,7 +77,7 @@ impl FromStr for LogLevel {
 /// Messages sent through it are *related* to the request ([`Route::Related`]): over
 /// Streamable HTTP they travel on the request's SSE stream, before its response.
 /// Cancellation (client `notifications/cancelled` or session end) drops the handler's
-/// future; [`RequestContext::cancelled`] lets a handler notice it earlier.
+/// future.
 #[derive(Clone)]
 pub struct RequestContext {
     session: Arc<SessionInner>,
@@ -105,57 +105,9 @@ impl RequestContext {
         &self.session
     }
 
-    /// The client's id for this request.
-    pub fn request_id(&self) -> &Id {
-        &self.request_id
-    }
-
-    /// `params._meta.progressToken`, if the client asked for progress.
-    pub fn progress_token(&self) -> Option<&Value> {
-        self.progress_token.as_ref()
-    }
-
-    /// Resolves when the request is cancelled.
-    pub fn cancelled(&self) -> WaitForCancellationFuture<'_> {
-        self.cancel.cancelled()
-    }
-
-    /// `true` once the request was cancelled.
-    pub fn is_cancelled(&self) -> bool {
-        self.cancel.is_cancelled()
-    }
-
-    /// The negotiated protocol revision (empty before `initialize`).
-    pub fn protocol_version(&self) -> String {
-        self.session
-            .state()
-            .protocol_version
-            .clone()
-            .unwrap_or_default()
-    }
-
-    /// The client's declared capabilities.
-    pub fn client_capabilities(&self) -> Value {
-        self.session.state().client_capabilities.clone()
-    }
-
-    /// `true` if the client declared capability `name` (`sampling`, `elicitation`, `roots`).
-    pub fn client_supports(&self, name: &str) -> bool {
-        self.session
-            .state()
-            .client_capabilities
-            .get(name)
-            .is_some_and(Value::is_object)
-    }
-
     /// The server, e.g. to change the catalogue or announce resource updates.
     pub fn server(&self) -> Server {
         self.session.server.clone()
-    }
-
-    /// A handle for messages unrelated to this request.
-    pub fn peer(&self) -> Peer {
-        Peer::new(self.session.clone())
     }
 
     /// Sends a notification related to this request.
@@ -217,39 +169,6 @@ fn number(x: f64) -> Value {
         json!(x as i64)
     } else {
         json!(x)
-    }
-}
-
-/// Sends messages that are not related to a client request (they use the GET stream
-/// over Streamable HTTP).
-#[derive(Clone)]
-pub struct Peer {
-    session: Arc<SessionInner>,
-}
-
-impl Peer {
-    pub(crate) fn new(session: Arc<SessionInner>) -> Self {
-        Peer { session }
-    }
-
-    /// Sends an unrelated notification.
-    pub fn notify(&self, method: &str, params: Option<Value>) {
-        let msg = notification(method, params);
-        self.session.sink.send(&Route::Unrelated, msg);
-    }
-
-    /// Sends an unrelated `notifications/message`, subject to the session's log level.
-    pub fn log(&self, level: LogLevel, logger: Option<&str>, data: Value) {
-        if let Some(msg) = log_message(&self.session, level, logger, data) {
-            self.session.sink.send(&Route::Unrelated, msg);
-        }
-    }
-
-    /// Sends an unrelated server→client request and waits for the answer (see
-    /// [`RequestContext::request`]).
-    pub async fn request(&self, method: &str, params: Value) -> Result<Value, ErrorObject> {
-        let never = self.session.closed.child_token();
-        send_request(&self.session, Route::Unrelated, method, params, &never).await
     }
 }
 

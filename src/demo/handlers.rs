@@ -7,7 +7,7 @@ use crate::demo::catalog::{
 };
 use crate::demo::context::{LogLevel, RequestContext};
 use crate::demo::server::{LATEST_VERSION, SUPPORTED_VERSIONS};
-use crate::jsonrpc::{
+use mcpgate::jsonrpc::{
     ErrorObject, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, RESOURCE_NOT_FOUND,
 };
 

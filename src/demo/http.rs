@@ -27,7 +27,7 @@ use crate::demo::headers::{
 use crate::demo::server::{SUPPORTED_VERSIONS, Server, lock};
 use crate::demo::session::Session;
 use crate::demo::streams::{Receiver, Streams, sse_body};
-use crate::jsonrpc::{
+use mcpgate::jsonrpc::{
     self, EnvelopeError, ErrorObject, INVALID_REQUEST, Message, Request, SESSION_NOT_FOUND,
     TRANSPORT_ERROR,
 };
@@ -48,18 +48,6 @@ pub enum HostPolicy {
     SameOrigin,
 }
 
-/// How request responses are framed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ResponseMode {
-    /// SSE for `tools/call`, `prompts/get` and `resources/read` (their handlers may
-    /// send related requests and notifications), JSON otherwise.
-    Auto,
-    /// Always `application/json` (related messages then use the GET stream).
-    Json,
-    /// Always `text/event-stream`.
-    Sse,
-}
-
 /// Transport knobs.
 #[derive(Debug, Clone, PartialEq)]
 pub struct HttpOptions {
@@ -69,8 +57,6 @@ pub struct HttpOptions {
     /// (and `text/event-stream` on GET) literally, as the spec tells clients to. When
     /// false, `*/*`, a missing header or either type alone is accepted and honoured.
     pub strict_accept: bool,
-    /// JSON or SSE responses.
-    pub response_mode: ResponseMode,
     /// The `retry` advice sent with priming events (SEP-1699).
     pub retry: Duration,
     /// Interval of SSE keep-alive comments.
@@ -84,7 +70,6 @@ impl Default for HttpOptions {
         HttpOptions {
             host_policy: HostPolicy::Localhost,
             strict_accept: false,
-            response_mode: ResponseMode::Auto,
             retry: Duration::from_millis(1000),
             keep_alive: Duration::from_secs(15),
             session_idle_timeout: Duration::from_secs(3600),
@@ -177,21 +162,11 @@ impl HttpServer {
         }
     }
 
-    /// The served [`Server`].
-    pub fn server(&self) -> &Server {
-        &self.inner.server
-    }
-
     /// The axum router serving [`ENDPOINT`]. Other methods get 405 with `Allow`.
     pub fn router(&self) -> Router {
         Router::new()
             .route(ENDPOINT, post(post_mcp).get(get_mcp).delete(delete_mcp))
             .with_state(self.clone())
-    }
-
-    /// Number of live sessions.
-    pub fn session_count(&self) -> usize {
-        lock(&self.inner.sessions).len()
     }
 
     /// Ends every session (their clients get 404 next and must re-initialize).
@@ -329,7 +304,7 @@ async fn post_mcp(
     let message = jsonrpc::parse_message(&body).map_err(HttpError::Envelope)?;
     match message {
         Message::Request(req)
-            if req.method == crate::mcp::Method::Initialize
+            if req.method == mcpgate::mcp::Method::Initialize
                 && header_str(&headers, SESSION_HEADER).is_none() =>
         {
             initialize(&http, &accept, req).await
@@ -383,14 +358,11 @@ async fn answer(
     accept: &Accept,
     req: Request,
 ) -> Response {
-    let wants_sse = match http.inner.options.response_mode {
-        ResponseMode::Json => false,
-        ResponseMode::Sse => true,
-        ResponseMode::Auto => matches!(
-            req.method.as_str(),
-            "tools/call" | "prompts/get" | "resources/read"
-        ),
-    };
+    // Handlers of these may send related requests and notifications first.
+    let wants_sse = matches!(
+        req.method.as_str(),
+        "tools/call" | "prompts/get" | "resources/read"
+    );
     let use_sse = (wants_sse && accept.sse) || !accept.json;
     if !use_sse {
         return match entry.session.handle_request(req).await {

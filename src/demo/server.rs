@@ -13,7 +13,7 @@ use serde_json::{Map, Value, json};
 
 use crate::demo::catalog::{Catalog, ListKind};
 use crate::demo::session::{Session, SessionInner};
-use crate::jsonrpc::{self, Id};
+use mcpgate::jsonrpc::{self, Id};
 
 /// Protocol revisions this engine speaks, newest first (MCP 2025-11-25 basic/lifecycle
 /// "Version Negotiation").
@@ -213,11 +213,6 @@ impl Server {
             }
         }
         n
-    }
-
-    /// Number of sessions still alive.
-    pub fn session_count(&self) -> usize {
-        self.live_sessions().len()
     }
 
     /// Starts a session whose outgoing messages go to `sink`.

@@ -19,7 +19,7 @@ use futures_util::stream;
 use tokio::sync::mpsc;
 
 use crate::demo::server::{Route, Sink, lock};
-use crate::jsonrpc::Id;
+use mcpgate::jsonrpc::Id;
 
 /// The standalone (GET) stream's number.
 const STANDALONE: u64 = 0;
