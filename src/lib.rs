@@ -21,6 +21,7 @@ mod metrics;
 mod relay;
 mod request;
 mod session;
+pub mod streamable_http;
 mod supervisor;
 
 use std::net::SocketAddr;

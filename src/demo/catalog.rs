@@ -14,9 +14,11 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use serde_json::{Map, Value, json};
 
+use mcpgate::jsonrpc::{ErrorObject, INVALID_PARAMS};
+use mcpgate::mcp::{Changed, ListKind};
+
 use crate::demo::context::RequestContext;
 use crate::demo::uri_template::UriTemplate;
-use mcpgate::jsonrpc::{ErrorObject, INVALID_PARAMS};
 
 /// A boxed, sendable future, the return type of every handler.
 pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
@@ -205,28 +207,6 @@ pub struct CompletionRequest {
     pub context: Map<String, Value>,
 }
 
-/// Which list a change concerns (for `notifications/*/list_changed`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ListKind {
-    /// `tools/list`.
-    Tools,
-    /// `resources/list` and `resources/templates/list`.
-    Resources,
-    /// `prompts/list`.
-    Prompts,
-}
-
-impl ListKind {
-    /// The notification method announcing a change of this list.
-    pub fn notification(self) -> &'static str {
-        match self {
-            ListKind::Tools => "notifications/tools/list_changed",
-            ListKind::Resources => "notifications/resources/list_changed",
-            ListKind::Prompts => "notifications/prompts/list_changed",
-        }
-    }
-}
-
 /// Everything a server offers. Order is kept: lists are returned in insertion order.
 #[derive(Clone, Default)]
 pub struct Catalog {
@@ -385,42 +365,30 @@ impl Catalog {
         !self.prompts.is_empty()
     }
 
-    /// The definitions of one list, used to detect changes.
-    pub fn definitions(&self, kind: ListKind) -> Vec<Value> {
+    /// The definitions a `list_changed` notification covers, used to detect changes
+    /// (resources and resource templates share one).
+    pub fn definitions(&self, kind: Changed) -> Vec<Value> {
         match kind {
-            ListKind::Tools => self.tools.iter().map(|t| t.definition.clone()).collect(),
-            ListKind::Resources => self
+            Changed::Tools => self.tools.iter().map(|t| t.definition.clone()).collect(),
+            Changed::Resources => self
                 .resources
                 .iter()
                 .map(|r| r.definition.clone())
                 .chain(self.templates.iter().map(|t| t.definition.clone()))
                 .collect(),
-            ListKind::Prompts => self.prompts.iter().map(|p| p.definition.clone()).collect(),
+            Changed::Prompts => self.prompts.iter().map(|p| p.definition.clone()).collect(),
         }
     }
 
     /// A whole list result, e.g. `{"tools": [...]}`: lists are not paged, so a
     /// `cursor` (never handed out) → `-32602` (MCP 2025-11-25
     /// server/utilities/pagination: invalid cursors).
-    ///
-    /// `method` is the list method (`tools/list`, `resources/list`,
-    /// `resources/templates/list`, `prompts/list`).
-    pub fn list_page(&self, method: &str, cursor: Option<&str>) -> Result<Value, ErrorObject> {
-        let (key, items): (&str, Vec<&Value>) = match method {
-            "tools/list" => ("tools", self.tools.iter().map(|t| &t.definition).collect()),
-            "resources/list" => (
-                "resources",
-                self.resources.iter().map(|r| &r.definition).collect(),
-            ),
-            "resources/templates/list" => (
-                "resourceTemplates",
-                self.templates.iter().map(|t| &t.definition).collect(),
-            ),
-            "prompts/list" => (
-                "prompts",
-                self.prompts.iter().map(|p| &p.definition).collect(),
-            ),
-            _ => return Err(ErrorObject::new(INVALID_PARAMS, "not a list method")),
+    pub fn list_page(&self, kind: ListKind, cursor: Option<&str>) -> Result<Value, ErrorObject> {
+        let items: Vec<&Value> = match kind {
+            ListKind::Tools => self.tools.iter().map(|t| &t.definition).collect(),
+            ListKind::Resources => self.resources.iter().map(|r| &r.definition).collect(),
+            ListKind::Templates => self.templates.iter().map(|t| &t.definition).collect(),
+            ListKind::Prompts => self.prompts.iter().map(|p| &p.definition).collect(),
         };
         // Lists are not paged, so no cursor was ever handed out.
         if cursor.is_some() {
@@ -428,7 +396,7 @@ impl Catalog {
         }
         let page: Vec<Value> = items.into_iter().cloned().collect();
         let mut out = Map::new();
-        out.insert(key.to_owned(), Value::Array(page));
+        out.insert(kind.key().to_owned(), Value::Array(page));
         Ok(Value::Object(out))
     }
 }
@@ -487,10 +455,10 @@ mod tests {
             .with_tool(noop_tool("a"))
             .with_tool(noop_tool("b"))
             .with_tool(noop_tool("c"));
-        let all = c.list_page("tools/list", None).unwrap();
+        let all = c.list_page(ListKind::Tools, None).unwrap();
         assert_eq!(all["tools"].as_array().unwrap().len(), 3);
         assert!(all.get("nextCursor").is_none());
-        let err = c.list_page("tools/list", Some("garbage")).unwrap_err();
+        let err = c.list_page(ListKind::Tools, Some("garbage")).unwrap_err();
         assert_eq!(err.code, INVALID_PARAMS);
     }
 
@@ -501,7 +469,7 @@ mod tests {
             .with_tool(noop_tool("b"));
         c.add_tool(noop_tool("a"));
         let names: Vec<String> = c
-            .definitions(ListKind::Tools)
+            .definitions(Changed::Tools)
             .iter()
             .map(|d| d["name"].as_str().unwrap_or("").to_owned())
             .collect();

@@ -1,76 +1,15 @@
 //! What a handler can do while serving one request: progress, logs, server→client requests.
 
-use std::str::FromStr;
 use std::sync::Arc;
 
+use mcpgate::jsonrpc::{self, ErrorObject, INTERNAL_ERROR, Id, METHOD_NOT_FOUND};
+use mcpgate::mcp::{LogLevel, Method};
 use serde_json::{Map, Value, json};
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
-use crate::demo::server::{Route, Server, lock};
+use crate::demo::server::{CLIENT_REQUEST_TIMEOUT, Route, Server, lock};
 use crate::demo::session::SessionInner;
-use mcpgate::jsonrpc::{self, ErrorObject, INTERNAL_ERROR, Id, METHOD_NOT_FOUND};
-
-/// Syslog severities used by `notifications/message` (MCP 2025-11-25
-/// server/utilities/logging), least severe first so that `Ord` compares severity.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum LogLevel {
-    /// `debug`
-    Debug,
-    /// `info`
-    Info,
-    /// `notice`
-    Notice,
-    /// `warning`
-    Warning,
-    /// `error`
-    Error,
-    /// `critical`
-    Critical,
-    /// `alert`
-    Alert,
-    /// `emergency`
-    Emergency,
-}
-
-impl LogLevel {
-    /// The wire name.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            LogLevel::Debug => "debug",
-            LogLevel::Info => "info",
-            LogLevel::Notice => "notice",
-            LogLevel::Warning => "warning",
-            LogLevel::Error => "error",
-            LogLevel::Critical => "critical",
-            LogLevel::Alert => "alert",
-            LogLevel::Emergency => "emergency",
-        }
-    }
-}
-
-/// An unknown log level name.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown log level {0:?}")]
-pub struct UnknownLogLevel(pub String);
-
-impl FromStr for LogLevel {
-    type Err = UnknownLogLevel;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Ok(match s {
-            "debug" => LogLevel::Debug,
-            "info" => LogLevel::Info,
-            "notice" => LogLevel::Notice,
-            "warning" => LogLevel::Warning,
-            "error" => LogLevel::Error,
-            "critical" => LogLevel::Critical,
-            "alert" => LogLevel::Alert,
-            "emergency" => LogLevel::Emergency,
-            other => return Err(UnknownLogLevel(other.to_owned())),
-        })
-    }
-}
 
 /// The context of one client request, handed to every tool, resource and prompt handler.
 ///
@@ -111,8 +50,8 @@ impl RequestContext {
     }
 
     /// Sends a notification related to this request.
-    pub fn notify(&self, method: &str, params: Value) {
-        let msg = notification(method, Some(params));
+    fn notify(&self, method: &Method, params: &Value) {
+        let msg = jsonrpc::notification_bytes(method.as_str(), Some(params));
         self.session
             .sink
             .send(&Route::Related(self.request_id.clone()), msg);
@@ -132,7 +71,7 @@ impl RequestContext {
         if let Some(message) = message {
             params["message"] = json!(message);
         }
-        self.notify("notifications/progress", params);
+        self.notify(&Method::Progress, &params);
     }
 
     /// Sends `notifications/message` if `level` passes the session's `logging/setLevel`.
@@ -150,9 +89,9 @@ impl RequestContext {
     /// Fails with `-32601` if the client did not declare the matching capability, and
     /// with `-32603` on timeout, cancellation or session end; in those last cases the
     /// client is told with `notifications/cancelled`.
-    pub async fn request(&self, method: &str, params: Value) -> Result<Value, ErrorObject> {
+    pub async fn request(&self, method: Method, params: Value) -> Result<Value, ErrorObject> {
         let route = Route::Related(self.request_id.clone());
-        send_request(&self.session, route, method, params, &self.cancel).await
+        send_request(&self.session, route, &method, &params, &self.cancel).await
     }
 
     /// Closes the connection carrying this request's SSE stream without ending the stream,
@@ -187,31 +126,10 @@ fn log_message(
         params.insert("logger".into(), json!(logger));
     }
     params.insert("data".into(), data);
-    Some(notification(
-        "notifications/message",
-        Some(Value::Object(params)),
+    Some(jsonrpc::notification_bytes(
+        Method::LogMessage.as_str(),
+        Some(&Value::Object(params)),
     ))
-}
-
-/// Serializes a notification, taking ownership of its params.
-fn notification(method: &str, params: Option<Value>) -> Vec<u8> {
-    let mut msg = Map::new();
-    msg.insert("jsonrpc".into(), json!("2.0"));
-    msg.insert("method".into(), json!(method));
-    if let Some(params) = params {
-        msg.insert("params".into(), params);
-    }
-    serde_json::to_vec(&Value::Object(msg)).unwrap_or_default()
-}
-
-/// The client capability a server→client method needs (MCP 2025-11-25 client/*).
-fn required_capability(method: &str) -> Option<&'static str> {
-    match method {
-        "sampling/createMessage" => Some("sampling"),
-        "elicitation/create" => Some("elicitation"),
-        "roots/list" => Some("roots"),
-        _ => None,
-    }
 }
 
 /// Forgets an outstanding server→client request however the wait ends; if it ended
@@ -229,7 +147,7 @@ impl Drop for Pending<'_> {
         if !self.answered && was_pending && !self.session.closed.is_cancelled() {
             let params =
                 json!({ "requestId": self.id.to_value(), "reason": "request abandoned by server" });
-            let msg = jsonrpc::notification_bytes("notifications/cancelled", Some(&params));
+            let msg = jsonrpc::notification_bytes(Method::Cancelled.as_str(), Some(&params));
             self.session.sink.send(&self.route, msg);
         }
     }
@@ -238,11 +156,11 @@ impl Drop for Pending<'_> {
 async fn send_request(
     session: &Arc<SessionInner>,
     route: Route,
-    method: &str,
-    params: Value,
+    method: &Method,
+    params: &Value,
     cancel: &CancellationToken,
 ) -> Result<Value, ErrorObject> {
-    if let Some(cap) = required_capability(method) {
+    if let Some(cap) = method.client_capability() {
         let declared = session
             .state()
             .client_capabilities
@@ -264,16 +182,16 @@ async fn send_request(
         route: route.clone(),
         answered: false,
     };
-    session
-        .sink
-        .send(&route, jsonrpc::request_bytes(&id, method, Some(&params)));
-    let timeout = session.server.options().client_request_timeout;
+    session.sink.send(
+        &route,
+        jsonrpc::request_bytes(&id, method.as_str(), Some(params)),
+    );
     tokio::select! {
         answer = rx => {
             guard.answered = true;
             answer.unwrap_or_else(|_| Err(ErrorObject::new(INTERNAL_ERROR, "Session closed")))
         }
-        () = tokio::time::sleep(timeout) => {
+        () = tokio::time::sleep(CLIENT_REQUEST_TIMEOUT) => {
             Err(ErrorObject::new(INTERNAL_ERROR, format!("Client did not answer {method} in time")))
         }
         () = cancel.cancelled() => Err(ErrorObject::new(INTERNAL_ERROR, "Request cancelled")),
@@ -289,24 +207,5 @@ mod tests {
         assert_eq!(number(50.0), json!(50));
         assert_eq!(number(0.5), json!(0.5));
         assert_eq!(number(-3.0), json!(-3));
-    }
-
-    #[test]
-    fn log_levels_order_by_severity() {
-        assert!(LogLevel::Debug < LogLevel::Info);
-        assert!(LogLevel::Warning < LogLevel::Emergency);
-        for name in [
-            "debug",
-            "info",
-            "notice",
-            "warning",
-            "error",
-            "critical",
-            "alert",
-            "emergency",
-        ] {
-            assert_eq!(name.parse::<LogLevel>().map(LogLevel::as_str), Ok(name));
-        }
-        assert!("verbose".parse::<LogLevel>().is_err());
     }
 }

@@ -5,7 +5,9 @@
 //! conformance suite (`@modelcontextprotocol/conformance` 0.1.16) plus a few tools a
 //! person would try. The embedded default configuration runs it as its backend. It
 //! is part of the binary, not of the gateway library, and uses only the library's
-//! public API (`mcpgate::jsonrpc`, `mcpgate::mcp`).
+//! public API: `mcpgate::jsonrpc` (envelope), `mcpgate::mcp` (methods, list kinds, log
+//! levels, revisions) and `mcpgate::streamable_http` (header names and rules, session
+//! ids, the SSE event log).
 //!
 //! # Module map
 //! | module | concern |
@@ -16,7 +18,7 @@
 //! | `context` | `RequestContext` given to handlers: progress, logs, sampling / elicitation / roots requests, SSE stream closing |
 //! | `handlers` | the MCP methods (`initialize`, `tools/*`, `resources/*`, `prompts/*`, `completion/complete`, `logging/setLevel`, `ping`) |
 //! | `stdio` | newline-delimited JSON-RPC on stdin/stdout |
-//! | `http`, `streams`, `headers` | Streamable HTTP: `HttpServer` (sessions, JSON/SSE answers, GET stream, resumption, DELETE), SSE stream buffers, header checks |
+//! | `http`, `streams`, `headers` | Streamable HTTP: `HttpServer` (sessions, JSON/SSE answers, GET stream, resumption, DELETE); `Streams`, the session's SSE streams in the library's `streamable_http::EventLog`; the Host/Origin policy and version header check |
 //! | `tools`, `content`, `media`, `uri_template` | the demo catalogue and its generated PNG/WAV media |
 //!
 //! The catalogue can change at run time (`toggle_bonus` uses `Server::update_catalog`).
@@ -40,7 +42,7 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 
 use crate::demo::catalog::Catalog;
-use crate::demo::http::{HostPolicy, HttpOptions, HttpServer};
+use crate::demo::http::{HostPolicy, HttpServer};
 use crate::demo::server::{Server, ServerInfo};
 
 /// The demo catalogue: conformance-suite tools, resources and prompts plus friendly ones.
@@ -83,13 +85,10 @@ pub async fn run(http: Option<SocketAddr>) -> std::io::Result<()> {
     let Some(addr) = http else {
         return stdio::serve_stdio(demo_server()).await;
     };
-    let options = HttpOptions {
-        host_policy: if addr.ip().is_loopback() {
-            HostPolicy::Localhost
-        } else {
-            HostPolicy::SameOrigin
-        },
-        ..HttpOptions::default()
+    let host_policy = if addr.ip().is_loopback() {
+        HostPolicy::Localhost
+    } else {
+        HostPolicy::SameOrigin
     };
     let listener = tokio::net::TcpListener::bind(addr).await?;
     let local = listener.local_addr()?;
@@ -100,7 +99,7 @@ pub async fn run(http: Option<SocketAddr>) -> std::io::Result<()> {
         "demo MCP server listening on http://{local}{}",
         http::ENDPOINT
     );
-    let server = HttpServer::new(demo_server(), options);
+    let server = HttpServer::new(demo_server(), host_policy);
     let router = server.router();
     axum::serve(listener, router)
         .with_graceful_shutdown(async move {
@@ -153,7 +152,9 @@ mod tests {
         ] {
             assert!(c.prompt(prompt).is_some(), "{prompt}");
         }
-        let tools = c.list_page("tools/list", None).unwrap_or_default();
+        let tools = c
+            .list_page(mcpgate::mcp::ListKind::Tools, None)
+            .unwrap_or_default();
         for t in tools["tools"].as_array().into_iter().flatten() {
             assert!(t["description"].is_string(), "{t}");
             assert_eq!(t["inputSchema"]["type"], "object", "{t}");
