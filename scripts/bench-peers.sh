@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Compares mcpgate with peer gateways that install from package registries, all
-# fronting the same stdio echo backend (issue 6). Not part of CI.
+# fronting the same stdio echo backend. Not part of CI.
 #
 #   scripts/bench-peers.sh     -> bench/results/peers.json and bench/results/peers.md
 #

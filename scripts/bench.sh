@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs mcpgate's benchmark (issue 6): every scenario direct and through mcpgate in
+# Runs mcpgate's benchmark: every scenario direct and through mcpgate in
 # alternation, written to bench/results/latest.json and bench/results/latest.md.
 #
 #   scripts/bench.sh                  full run, release build (a few minutes on 2 cores)

@@ -1,6 +1,6 @@
-//! Hot reload (issue 5 item 5): backends added, removed and changed at runtime
-//! without disturbing sessions on untouched backends; an invalid file is refused
-//! and the running configuration keeps serving; SIGHUP storms are harmless.
+//! Hot reload: backends added, removed and changed at runtime without disturbing
+//! sessions on untouched backends; an invalid file is refused and the running
+//! configuration keeps serving; SIGHUP storms are harmless.
 
 mod common;
 

@@ -1,9 +1,9 @@
-//! Graceful shutdown of the real `mcpgate serve` process (issue 5 item 4 and
-//! acceptance 3; bad input "SIGTERM during a long streamed tool call", "a child
-//! that ignores stdin close"; field fault "stdio children orphaned or left as
-//! zombies"): on SIGTERM the in-flight call completes within the grace period, the
-//! process exits 0 and no child is left, including one that ignores SIGTERM; on
-//! SIGKILL of the gateway its stdio children die with it (parent-death signal).
+//! Graceful shutdown of the real `mcpgate serve` process, also during a long
+//! streamed tool call and with a child that ignores stdin close, leaving no stdio
+//! child orphaned or a zombie: on SIGTERM the in-flight call completes within the
+//! grace period, the process exits 0 and no child is left, including one that
+//! ignores SIGTERM; on SIGKILL of the gateway its stdio children die with it
+//! (parent-death signal).
 
 mod common;
 

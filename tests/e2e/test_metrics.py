@@ -1,4 +1,4 @@
-"""Prometheus metrics (issue 5 item 1 and acceptance 1).
+"""Prometheus metrics: the documented series with exact counts, and bounded labels.
 
 The real `mcpgate serve` with the fake stdio backend runs a scripted workload over raw HTTP
 (so every request is counted exactly once); `/metrics` is parsed with prometheus-client's
