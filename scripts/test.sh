@@ -5,7 +5,8 @@
 #                 stamp does not match tests/package.json + package-lock.json
 #   2. python     tests/.venv (created if missing), pip install -r tests/requirements.txt
 #                 only when the lock changed (stamp)
-#   3. build      cargo build --locked          -> $CARGO_TARGET_DIR/debug/mcpgate
+#   3. build      cargo build --locked          -> $CARGO_TARGET_DIR/debug/mcpgate, then
+#                 cargo build --locked --examples -> debug/examples/mcpgate-fake-stdio
 #   4. cargo-test cargo test --locked
 #   5. e2e        tests/.venv/bin/python -m pytest tests/e2e -v  (MCPGATE_BIN exported)
 #   6. conformance scripts/conformance.sh      (official MCP conformance suite: server
@@ -15,7 +16,9 @@
 #                 shipped deploy/haproxy/haproxy.cfg)
 #   8. lint-deploy scripts/lint-deploy.sh      (hadolint, yamllint, kubernetes-validate,
 #                 ShellCheck, haproxy -c, promtool, check-config of the deploy configs)
-#   9. bench-smoke scripts/bench.sh --smoke   (every benchmark scenario with tiny durations;
+#   9. bench-lint cargo fmt --check and cargo clippy --all-targets -D warnings of bench/
+#                 (its own workspace: --manifest-path bench/Cargo.toml)
+#  10. bench-smoke scripts/bench.sh --smoke   (every benchmark scenario with tiny durations;
 #                 checks that every result key is produced, asserts nothing about speed)
 #
 # Environment:
@@ -75,7 +78,9 @@ step_python() {
   echo "$want" >"$stamp"
 }
 
-step_build() { cargo build --locked; }
+# The fake stdio backend is an example (not a product binary): `cargo build` alone does
+# not build it, and the e2e tests use it.
+step_build() { cargo build --locked && cargo build --locked --examples; }
 
 step_cargo_test() { cargo test --locked; }
 
@@ -90,6 +95,11 @@ step_lb() {
 }
 
 step_lint_deploy() { scripts/lint-deploy.sh; }
+
+step_bench_lint() {
+  cargo fmt --check --manifest-path bench/Cargo.toml &&
+    cargo clippy --locked --manifest-path bench/Cargo.toml --all-targets -- -D warnings
+}
 
 step_bench_smoke() { scripts/bench.sh --smoke; }
 
@@ -185,6 +195,7 @@ run e2e step_e2e npm python build
 run conformance step_conformance npm python build
 run lb step_lb python build
 run lint-deploy step_lint_deploy python
+run bench-lint step_bench_lint
 run bench-smoke step_bench_smoke build
 
 printf '\n===== mcpgate test summary =====\n'
