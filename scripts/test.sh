@@ -20,6 +20,9 @@
 #                 (its own workspace: --manifest-path bench/Cargo.toml)
 #  10. bench-smoke scripts/bench.sh --smoke   (every benchmark scenario with tiny durations;
 #                 checks that every result key is produced, asserts nothing about speed)
+#  11. image      scripts/image-check.sh      (buildah builds the Dockerfile against local
+#                 stand-ins of its base images, then the image serves one tools/call;
+#                 needs root; caches in ${MCPGATE_CI_CACHE:-~/.cache/mcpgate}/image)
 #
 # Environment:
 #   CARGO_TARGET_DIR  honoured (default: target/ in the repository)
@@ -102,6 +105,8 @@ step_bench_lint() {
 }
 
 step_bench_smoke() { scripts/bench.sh --smoke; }
+
+step_image() { scripts/image-check.sh; }
 
 step_conformance() {
   # Results of the last run stay in the target dir (outside the clone in CI), not in /tmp.
@@ -197,6 +202,7 @@ run lb step_lb python build
 run lint-deploy step_lint_deploy python
 run bench-lint step_bench_lint
 run bench-smoke step_bench_smoke build
+run image step_image
 
 printf '\n===== mcpgate test summary =====\n'
 for i in "${!NAMES[@]}"; do
