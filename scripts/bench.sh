@@ -25,10 +25,13 @@ for arg in "$@"; do
   fi
 done
 
+# bench/ is its own workspace (bench/Cargo.lock); both builds share CARGO_TARGET_DIR.
 if [[ "$PROFILE" == release ]]; then
-  cargo build --release --locked -p mcpgate -p mcpgate-bench --bins
+  cargo build --release --locked --bins
+  cargo build --release --locked --manifest-path bench/Cargo.toml
 else
-  cargo build --locked -p mcpgate -p mcpgate-bench --bins
+  cargo build --locked --bins
+  cargo build --locked --manifest-path bench/Cargo.toml
 fi
 
 # 2,000 SSE streams need 2,000 sockets on each side.

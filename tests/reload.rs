@@ -143,7 +143,7 @@ async fn sighup_storm_and_a_broken_file_leave_the_gateway_serving() {
         .unwrap()
         .port();
     let body = ONE
-        .replace("${FAKE_STDIO}", common::FAKE_STDIO)
+        .replace("${FAKE_STDIO}", common::fake_stdio())
         .replace("${TEST_DIR}", &dir.0.to_string_lossy());
     std::fs::write(&cfg, format!("{body}\n")).unwrap();
     let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_mcpgate"))

@@ -12,7 +12,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use common::{FAKE_STDIO, McpClient, TestDir, gone, logged_pids, proc_state, text_of, wait_for};
+use common::{McpClient, TestDir, fake_stdio, gone, logged_pids, proc_state, text_of, wait_for};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use serde_json::{Value, json};
@@ -66,7 +66,7 @@ async fn serve(backends: &str) -> Served {
     let child = Command::new(MCPGATE)
         .args(["serve", "--config"])
         .arg(dir.path("gw.toml"))
-        .env("FAKE_STDIO", FAKE_STDIO)
+        .env("FAKE_STDIO", fake_stdio())
         .env("TEST_DIR", &dir.0)
         .env("MCPGATE_LOG_FORMAT", "json")
         .env("RUST_LOG", "info")

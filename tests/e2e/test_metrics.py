@@ -26,9 +26,10 @@ ACCEPT = "application/json, text/event-stream"
 
 
 def fake_stdio() -> str:
-    path = support.mcpgate_bin().parent / "mcpgate-fake-stdio"
+    # A cargo example (tests/support/fake_stdio.rs), not a product binary.
+    path = support.mcpgate_bin().parent / "examples" / "mcpgate-fake-stdio"
     if not path.exists():
-        pytest.fail(f"{path} not found: build the gateway's test binaries (`cargo build`)")
+        pytest.fail(f"{path} not found: `cargo build --example mcpgate-fake-stdio`")
     return str(path)
 
 
