@@ -131,6 +131,11 @@ pub struct Options {
 struct Count {
     calls: u64,
     instructions: u64,
+    /// System calls the gateway made (callgrind's `sysCount`), without
+    /// `clock_gettime` (a system call under valgrind, a vDSO call natively).
+    syscalls: u64,
+    /// `clock_gettime` calls.
+    clock_reads: u64,
     wall_s: f64,
 }
 
@@ -156,6 +161,8 @@ pub async fn run(env: &Env, opts: &Options) -> anyhow::Result<(Value, Map<String
         .filter(|s| opts.only.is_empty() || opts.only.iter().any(|o| o == s.key))
     {
         let mut per_call = Vec::new();
+        let mut syscalls = Vec::new();
+        let mut clock_reads = Vec::new();
         let mut runs = Vec::new();
         for round in 0..opts.repeat {
             let mut pair = Vec::new();
@@ -171,16 +178,25 @@ pub async fn run(env: &Env, opts: &Options) -> anyhow::Result<(Value, Map<String
                 pair.push(c);
             }
             let (a, b) = (&pair[0], &pair[1]);
-            let per = (b.instructions as f64 - a.instructions as f64) / (b.calls - a.calls) as f64;
+            let calls = (b.calls - a.calls) as f64;
+            let per = (b.instructions as f64 - a.instructions as f64) / calls;
+            let sys = (b.syscalls as f64 - a.syscalls as f64) / calls;
+            let clocks = (b.clock_reads as f64 - a.clock_reads as f64) / calls;
             per_call.push(per);
+            syscalls.push(sys);
+            clock_reads.push(clocks);
             runs.push(json!({
                 "calls": [a.calls, b.calls],
                 "instructions": [a.instructions, b.instructions],
+                "syscalls": [a.syscalls, b.syscalls],
+                "clock_reads": [a.clock_reads, b.clock_reads],
+                "syscalls_per_call": round2(sys),
+                "clock_reads_per_call": round2(clocks),
                 "wall_s": [round1(a.wall_s), round1(b.wall_s)],
                 "per_call": per.round() as i64,
             }));
         }
-        let mean = per_call.iter().sum::<f64>() / per_call.len() as f64;
+        let mean = mean_of(&per_call);
         let (lo, hi) = per_call
             .iter()
             .fold((f64::INFINITY, f64::NEG_INFINITY), |(l, h), &v| {
@@ -208,6 +224,8 @@ pub async fn run(env: &Env, opts: &Options) -> anyhow::Result<(Value, Map<String
                 "concurrency": sc.c,
                 "request": sc.tool.map_or("tools/list".to_owned(), |t| format!("tools/call {t}")),
                 "per_call": mean.round() as i64,
+                "syscalls_per_call": round2(mean_of(&syscalls)),
+                "clock_reads_per_call": round2(mean_of(&clock_reads)),
                 "spread_pct": round2(spread),
                 "runs": runs,
             }),
@@ -259,6 +277,7 @@ async fn count(
             "--tool=callgrind",
             "--trace-children=no",
             "--dump-instr=no",
+            "--collect-systime=yes",
             &format!("--callgrind-out-file={}", pattern.display()),
             &env.gateway.display().to_string(),
             "serve",
@@ -291,10 +310,22 @@ async fn count(
     let written = dir.join(format!("{}.n{n}.{}.callgrind", sc.key, proc.pid));
     std::fs::rename(&written, &out)
         .with_context(|| format!("{name}: no profile {}", written.display()))?;
-    let instructions = total_ir(&out)?;
+    let instructions = *totals(&out)?
+        .get("Ir")
+        .with_context(|| format!("{name}: no Ir in {}", out.display()))?;
+    let (mut syscalls, mut clock_reads) = (0, 0);
+    for (f, k) in by_function(&out, "sysCount", false)? {
+        if f.starts_with("clock_gettime") {
+            clock_reads += k;
+        } else {
+            syscalls += k;
+        }
+    }
     Ok(Count {
         calls: n,
         instructions,
+        syscalls,
+        clock_reads,
         wall_s,
     })
 }
@@ -346,18 +377,32 @@ async fn wait_listed(url: &str, name: &str) -> anyhow::Result<()> {
     }
 }
 
-/// The `totals:` (or `summary:`) line of a callgrind profile: instructions executed.
-fn total_ir(path: &Path) -> anyhow::Result<u64> {
+/// The totals of a callgrind profile by event name (`events:` line, then the
+/// `totals:` or `summary:` line): `Ir` = instructions executed, `sysCount` = system
+/// calls (with `--collect-systime`).
+fn totals(path: &Path) -> anyhow::Result<HashMap<String, u64>> {
     let text =
         std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    text.lines()
+    let names: Vec<&str> = text
+        .lines()
+        .find_map(|l| l.strip_prefix("events:"))
+        .with_context(|| format!("no events line in {}", path.display()))?
+        .split_whitespace()
+        .collect();
+    let values = text
+        .lines()
         .rev()
         .find_map(|l| {
             l.strip_prefix("totals:")
                 .or_else(|| l.strip_prefix("summary:"))
         })
-        .and_then(|v| v.split_whitespace().next()?.parse().ok())
-        .with_context(|| format!("no totals line in {}", path.display()))
+        .with_context(|| format!("no totals line in {}", path.display()))?;
+    let values = values.split_whitespace().map(|v| v.parse::<u64>());
+    names
+        .into_iter()
+        .zip(values)
+        .map(|(n, v)| Ok((n.to_owned(), v?)))
+        .collect()
 }
 
 /// Writes the summary of scenario `sc`: per call by function (the N2 profile minus
@@ -386,15 +431,7 @@ fn write_top(dir: &Path, sc: &Scenario, opts: &Options, per_call: f64) -> anyhow
         file_name(&p2),
     );
     for (title, inclusive) in [("self", false), ("inclusive", true)] {
-        let (a, b) = (by_function(&p1, inclusive)?, by_function(&p2, inclusive)?);
-        let mut rows: Vec<(String, f64)> = b
-            .iter()
-            .map(|(f, &ir)| {
-                let before = a.get(f).copied().unwrap_or(0);
-                (f.clone(), (ir as f64 - before as f64) / calls)
-            })
-            .collect();
-        rows.sort_by(|x, y| y.1.total_cmp(&x.1).then_with(|| x.0.cmp(&y.0)));
+        let rows = per_call_rows(&p1, &p2, "Ir", inclusive, calls)?;
         let _ = write!(
             text,
             "\n## Per call, {title} cost: (Ir(N2) - Ir(N1)) / (N2 - N1), top {LINES}\n\n\
@@ -405,7 +442,18 @@ fn write_top(dir: &Path, sc: &Scenario, opts: &Options, per_call: f64) -> anyhow
             let _ = writeln!(text, "{v:>10.0}  {:>5.1}%  {f}", v / per_call * 100.0);
         }
     }
-    let whole = by_function(&p2, false)?;
+    let rows = per_call_rows(&p1, &p2, "sysCount", false, calls)?;
+    let _ = write!(
+        text,
+        "\n## Per call, system calls by function (sysCount; under valgrind clock_gettime\n\
+         ## is a system call, natively a vDSO call without a kernel entry)\n\n\
+         {:>10}  function\n",
+        "calls/call"
+    );
+    for (f, v) in rows.iter().take(12).filter(|(_, v)| *v >= 0.005) {
+        let _ = writeln!(text, "{v:>10.2}  {f}");
+    }
+    let whole = by_function(&p2, "Ir", false)?;
     let total: u64 = whole.values().sum();
     let mut rows: Vec<(&String, &u64)> = whole.iter().collect();
     rows.sort_by(|x, y| y.1.cmp(x.1).then_with(|| x.0.cmp(y.0)));
@@ -426,15 +474,45 @@ fn write_top(dir: &Path, sc: &Scenario, opts: &Options, per_call: f64) -> anyhow
     std::fs::write(&summary, text).with_context(|| format!("writing {}", summary.display()))
 }
 
+/// `event` per call by function: (N2 profile − N1 profile) / `calls`, largest first.
+fn per_call_rows(
+    p1: &Path,
+    p2: &Path,
+    event: &str,
+    inclusive: bool,
+    calls: f64,
+) -> anyhow::Result<Vec<(String, f64)>> {
+    let (a, b) = (
+        by_function(p1, event, inclusive)?,
+        by_function(p2, event, inclusive)?,
+    );
+    let mut rows: Vec<(String, f64)> = b
+        .iter()
+        .map(|(f, &v)| {
+            let before = a.get(f).copied().unwrap_or(0);
+            (f.clone(), (v as f64 - before as f64) / calls)
+        })
+        .collect();
+    rows.sort_by(|x, y| y.1.total_cmp(&x.1).then_with(|| x.0.cmp(&y.0)));
+    Ok(rows)
+}
+
 fn file_name(p: &Path) -> String {
     p.file_name()
         .map_or_else(String::new, |n| n.to_string_lossy().into_owned())
 }
 
-/// `callgrind_annotate` of `profile`, Ir summed by function name (self or inclusive).
-fn by_function(profile: &Path, inclusive: bool) -> anyhow::Result<HashMap<String, u64>> {
+/// `callgrind_annotate` of `profile`: `event` (`Ir`, `sysCount`) summed by function
+/// name, self or inclusive.
+fn by_function(
+    profile: &Path,
+    event: &str,
+    inclusive: bool,
+) -> anyhow::Result<HashMap<String, u64>> {
     let out = std::process::Command::new("callgrind_annotate")
         .arg("--auto=no")
+        .arg(format!("--show={event}"))
+        .arg(format!("--sort={event}"))
         .arg("--threshold=100")
         .arg(format!(
             "--inclusive={}",
@@ -505,6 +583,10 @@ pub fn tool_version(tool: &str) -> Option<String> {
         .then(|| String::from_utf8_lossy(&out.stdout).trim().to_owned())
 }
 
+fn mean_of(v: &[f64]) -> f64 {
+    v.iter().sum::<f64>() / v.len().max(1) as f64
+}
+
 fn round1(x: f64) -> f64 {
     (x * 10.0).round() / 10.0
 }
@@ -524,10 +606,11 @@ mod tests {
         let p = dir.join("x.callgrind");
         std::fs::write(
             &p,
-            "events: Ir\nfn=main\n1 5\nsummary: 12345\ntotals: 12345\n",
+            "events: Ir sysCount sysTime\nfn=main\n1 5\nsummary: 12345 7 1\ntotals: 12345 7 1\n",
         )
         .unwrap();
-        assert_eq!(total_ir(&p).unwrap(), 12345);
+        let t = totals(&p).unwrap();
+        assert_eq!((t["Ir"], t["sysCount"], t.len()), (12345, 7, 3));
         std::fs::remove_dir_all(&dir).unwrap();
         let annotated = "--------\nProfile data file 'x'\n--------\n\
             100 (100.0%)  PROGRAM TOTALS\n\n--------\nIr          file:function\n--------\n\

@@ -293,21 +293,25 @@ fn instructions_section(doc: &Value, md: &mut String) {
         md,
         "Gateway process only, (Ir(N2) − Ir(N1)) / (N2 − N1) with N1 = {}, N2 = {} calls; \
          {} · commit `{}` · {}. Steady to ≈1 % between runs (times drift ±25 %): the \
-         figure to compare builds with. Per-call top symbols: `bench/results/callgrind/*.top.txt`.\n",
+         figure to compare builds with. Syscalls (callgrind's sysCount, without \
+         `clock_gettime`, which is a vDSO call natively) show part of the kernel's share, \
+         which instructions do not count. Per-call top symbols: `bench/results/callgrind/*.top.txt`.\n",
         cell(&i["n1"]),
         cell(&i["n2"]),
         cell(&i["date"]),
         cell(&i["commit"]),
         cell(&i["counter"]),
     );
-    md.push_str("| scenario | C | request | instructions/call | spread of repeats % |\n|---|---|---|---|---|\n");
+    md.push_str("| scenario | C | request | instructions/call | syscalls/call | clock_gettime/call | spread of repeats % |\n|---|---|---|---|---|---|---|\n");
     for (key, e) in scenarios {
         let _ = writeln!(
             md,
-            "| {key} | {} | {} | {} | {} |",
+            "| {key} | {} | {} | {} | {} | {} | {} |",
             cell(&e["concurrency"]),
             cell(&e["request"]),
             cell(&e["per_call"]),
+            cell(&e["syscalls_per_call"]),
+            cell(&e["clock_reads_per_call"]),
             if e["runs"].as_array().is_some_and(|r| r.len() > 1) {
                 cell(&e["spread_pct"])
             } else {
