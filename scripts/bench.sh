@@ -9,7 +9,7 @@
 #   scripts/bench.sh --instructions   only the instruction counts (release build, callgrind,
 #                                     a few minutes): instructions per call, merged into
 #                                     latest.{json,md}; profiles in bench/results/callgrind/.
-#                                     Passes --n1 N --n2 N --repeat K --only KEYS through.
+#                                     Passes --n1 N --n2 N --repeat K --workers W --only KEYS through.
 #
 # Builds the binaries itself. CARGO_TARGET_DIR is honoured. A smoke run writes
 # smoke.json/smoke.md so it never overwrites the published latest.* results.

@@ -46,8 +46,22 @@ use crate::suite::{ECHO_ARGS, Env, echo_backends, list_tools};
 /// Config lines of the counted gateway (after `[server]`'s listen line).
 const SERVER_EXTRA: &str = "backend_ping_interval = \"1h\"\njson_response_window = \"60s\"\n";
 
-/// Tokio worker threads of the counted gateway (its default on the 2-core machines).
-const WORKERS: usize = 2;
+/// Tokio worker threads of the counted gateway by default: one. With two (the
+/// native default on these machines) the C=1 figures moved by 0.5–3 % between
+/// runs, more on a loaded machine: which worker runs which task decides how many
+/// allocations are freed on another thread (jemalloc tcache flushes and slab
+/// refills) and how often a worker steals; with one, two runs of `http_echo_c1` on
+/// a machine at load 14 agreed to 8 instructions per call. The cost of the second
+/// worker (≈5 % of `http_echo_c1`, varying) is therefore left out of the figure.
+pub const DEFAULT_WORKERS: usize = 1;
+
+/// jemalloc options of the counted gateway (tikv-jemallocator reads
+/// `_RJEM_MALLOC_CONF`): no decay-based purging of freed pages. jemalloc purges
+/// pages unused for ~10 s (`dirty_decay_ms`), a cost proportional to wall time,
+/// not to calls: natively a 6,000-call run lasts well under 10 s, under valgrind
+/// up to a minute, and the purges showed as `madvise` calls (0.05 per call in
+/// `http_echo_c1`) and refilled slabs.
+const JEMALLOC_CONF: &str = "dirty_decay_ms:-1,muzzy_decay_ms:-1";
 
 /// Tools the echo gateway lists (echo and payload of `h` and of `s`).
 const TOOLS: usize = 4;
@@ -123,6 +137,8 @@ pub struct Options {
     pub repeat: usize,
     /// Scenario keys to run (all when empty).
     pub only: Vec<String>,
+    /// Tokio worker threads of the gateway (`TOKIO_WORKER_THREADS`).
+    pub workers: usize,
     /// Where the callgrind files and the `*.top.txt` summaries go.
     pub profiles: PathBuf,
 }
@@ -167,7 +183,7 @@ pub async fn run(env: &Env, opts: &Options) -> anyhow::Result<(Value, Map<String
         for round in 0..opts.repeat {
             let mut pair = Vec::new();
             for n in [opts.n1, opts.n2] {
-                let c = count(env, sc, n, &backends, &opts.profiles).await?;
+                let c = count(env, sc, n, &backends, opts).await?;
                 eprintln!(
                     "instructions {} N={n} (round {}): {} Ir in {:.1} s",
                     sc.key,
@@ -237,6 +253,7 @@ pub async fn run(env: &Env, opts: &Options) -> anyhow::Result<(Value, Map<String
         "n1": opts.n1,
         "n2": opts.n2,
         "repeat": opts.repeat,
+        "tokio_workers": opts.workers,
         "commit": crate::commit(),
         "date": crate::sh("date", &["-u", "+%Y-%m-%dT%H:%M:%SZ"]),
         "wall_s": round1(started.elapsed().as_secs_f64()),
@@ -257,8 +274,9 @@ async fn count(
     sc: &Scenario,
     n: u64,
     backends: &str,
-    dir: &Path,
+    opts: &Options,
 ) -> anyhow::Result<Count> {
+    let (dir, workers) = (opts.profiles.as_path(), opts.workers);
     let name = format!("gateway-instr-{}-n{n}", sc.key);
     let (config, port) = env.gateway_config(&name, SERVER_EXTRA, backends)?;
     let out = profile_path(dir, sc.key, n);
@@ -266,13 +284,15 @@ async fn count(
     // ever write a profile, it goes to a file of its own.
     let pattern = dir.join(format!("{}.n{n}.%p.callgrind", sc.key));
     let started = Instant::now();
-    // `env` execs valgrind (same pid). Two tokio workers whatever the machine's
-    // core count: the count depends on it (work stealing, cross-thread wake-ups).
+    // `env` execs valgrind (same pid). A fixed number of tokio workers whatever the
+    // machine's core count (see `DEFAULT_WORKERS`); jemalloc without time-based
+    // purging (see `JEMALLOC_CONF`).
     let mut proc = Proc::spawn(
         &name,
         Path::new("env"),
         &[
-            &format!("TOKIO_WORKER_THREADS={WORKERS}"),
+            &format!("TOKIO_WORKER_THREADS={workers}"),
+            &format!("_RJEM_MALLOC_CONF={JEMALLOC_CONF}"),
             "valgrind",
             "--tool=callgrind",
             "--trace-children=no",

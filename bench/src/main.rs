@@ -138,6 +138,10 @@ enum Cmd {
         /// Count each scenario this many times (the figure is the mean).
         #[arg(long, default_value_t = 1)]
         repeat: usize,
+        /// Tokio worker threads of the counted gateway (1: steadiest; see
+        /// bench/README.md).
+        #[arg(long, default_value_t = instructions::DEFAULT_WORKERS)]
+        workers: usize,
         /// Tiny counts and only stdio_echo_c1 unless --only: checks the path works.
         #[arg(long)]
         smoke: bool,
@@ -276,6 +280,7 @@ async fn run(cmd: Cmd) -> anyhow::Result<ExitCode> {
             n1,
             n2,
             repeat,
+            workers,
             smoke,
             only,
         } => {
@@ -288,6 +293,7 @@ async fn run(cmd: Cmd) -> anyhow::Result<ExitCode> {
                 n1: n1.unwrap_or(if smoke { 20 } else { 2000 }),
                 n2: n2.unwrap_or(if smoke { 60 } else { 6000 }),
                 repeat: repeat.max(1),
+                workers: workers.max(1),
                 profiles: profiles.unwrap_or_else(|| {
                     if smoke {
                         suite::scratch_dir(&out).join("callgrind")

@@ -291,11 +291,12 @@ fn instructions_section(doc: &Value, md: &mut String) {
     md.push_str("\n## Instructions per call (callgrind)\n\n");
     let _ = writeln!(
         md,
-        "Gateway process only, (Ir(N2) − Ir(N1)) / (N2 − N1) with N1 = {}, N2 = {} calls; \
+        "Gateway process only ({} tokio worker), (Ir(N2) − Ir(N1)) / (N2 − N1) with N1 = {}, N2 = {} calls; \
          {} · commit `{}` · {}. Steady to ≈1 % between runs (times drift ±25 %): the \
          figure to compare builds with. Syscalls (callgrind's sysCount, without \
          `clock_gettime`, which is a vDSO call natively) show part of the kernel's share, \
          which instructions do not count. Per-call top symbols: `bench/results/callgrind/*.top.txt`.\n",
+        cell(&i["tokio_workers"]),
         cell(&i["n1"]),
         cell(&i["n2"]),
         cell(&i["date"]),
