@@ -1,7 +1,9 @@
-//! Streamable HTTP transport rules of the server face: content negotiation
-//! (BR-01, downstream), CORS and Origin (BR-02), method and status semantics
-//! (BR-04), Content-Type (415) and body size (413); keep-alive comments on idle
-//! streams and events flushed as they come (BR-05, BR-06).
+//! Streamable HTTP transport rules of the server face: content negotiation (406
+//! without an acceptable `Accept`), CORS and Origin (browser hosts can read the
+//! session id and send MCP headers; foreign origins are refused), method and status
+//! semantics (GET is SSE or 405, never 400), Content-Type (415) and body size
+//! (413); keep-alive comments so idle streams are not cut during long calls, and
+//! events flushed as they come, not held back by a buffering proxy.
 
 mod common;
 
@@ -322,7 +324,7 @@ async fn idle_streams_get_keep_alives_and_events_are_not_held_back() {
     );
 }
 
-/// Newcomer trial: an `Mcp-Session-Id` that is present but not visible ASCII
+/// An `Mcp-Session-Id` that is present but not visible ASCII
 /// names no session (404, re-initialize), rather than "header is required" (400);
 /// two of them are 400 (the first was used); a foreign Host is refused naming the
 /// Host, not the Origin.

@@ -27,7 +27,7 @@ use tokio::time::{Instant, MissedTickBehavior, interval_at};
 
 use super::session::reject;
 use super::sse::json_response;
-use super::{AppState, HttpError, headers};
+use super::{AppState, HttpError};
 use crate::auth::Principal;
 use crate::dispatch::Reply;
 use crate::jsonrpc::{self, Id, Message, Request};
@@ -37,6 +37,7 @@ use crate::mcp::{
 };
 use crate::request::{Outcome, Rejection, RequestContext};
 use crate::session::{Host, ModernHost, Outbound};
+use crate::streamable_http::{PROTOCOL_VERSION, SESSION_ID};
 
 /// `Mcp-Method`: the method of the request, mirrored for intermediaries.
 const MCP_METHOD: &str = "mcp-method";
@@ -75,7 +76,7 @@ pub fn era_of(msg: &Message, h: &HeaderMap) -> Era {
         return Era::Modern;
     }
     let modern_header = h
-        .get(headers::VERSION)
+        .get(PROTOCOL_VERSION)
         .and_then(|v| v.to_str().ok())
         .and_then(ProtocolVersion::parse)
         .is_some_and(ProtocolVersion::is_modern);
@@ -266,7 +267,7 @@ fn check_headers(h: &HeaderMap, req: &Request, requested: &str) -> Result<(), Ht
             .map(Some)
             .ok_or_else(|| mismatch(format!("{name} has a malformed =?base64?…?= value")))
     };
-    match one(headers::VERSION)? {
+    match one(PROTOCOL_VERSION)? {
         Some(v) if v == requested => {}
         Some(v) => {
             return Err(mismatch(format!(
@@ -407,11 +408,11 @@ async fn respond(
 /// `Mcp-Session-Id`, a modern `MCP-Protocol-Version`): the revision has no GET
 /// stream and no sessions (MCP 2026-07-28 streamable-http, earlier revisions).
 pub fn refuse_get_or_delete(h: &HeaderMap) -> Option<HttpError> {
-    if h.contains_key(headers::SESSION) {
+    if h.contains_key(SESSION_ID) {
         return None;
     }
     let modern = h
-        .get(headers::VERSION)
+        .get(PROTOCOL_VERSION)
         .and_then(|v| v.to_str().ok())
         .and_then(ProtocolVersion::parse)
         .is_some_and(ProtocolVersion::is_modern);
@@ -436,7 +437,7 @@ mod tests {
 
     fn with_version(v: &str) -> HeaderMap {
         let mut h = HeaderMap::new();
-        h.insert(headers::VERSION, HeaderValue::from_str(v).unwrap());
+        h.insert(PROTOCOL_VERSION, HeaderValue::from_str(v).unwrap());
         h
     }
 
@@ -467,7 +468,7 @@ mod tests {
                     for session in [false, true] {
                         let mut h = version.map(with_version).unwrap_or_default();
                         if session {
-                            h.insert(headers::SESSION, HeaderValue::from_static("abc"));
+                            h.insert(SESSION_ID, HeaderValue::from_static("abc"));
                         }
                         let want = if claimed || version == Some("2026-07-28") {
                             Era::Modern
