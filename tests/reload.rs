@@ -212,7 +212,7 @@ async fn reload_results_build_info_and_session_cap_are_exported() {
     let dir = common::TestDir::new();
     let cfg = dir.path("gw.toml");
     let body = ONE
-        .replace("${FAKE_STDIO}", common::FAKE_STDIO)
+        .replace("${FAKE_STDIO}", common::fake_stdio())
         .replace("${TEST_DIR}", &dir.0.to_string_lossy())
         .replace(
             "metrics_listen = \"off\"",
