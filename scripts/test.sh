@@ -9,8 +9,9 @@
 #                 cargo build --locked --examples -> debug/examples/mcpgate-fake-stdio
 #   4. cargo-test cargo test --locked
 #   5. e2e        tests/.venv/bin/python -m pytest tests/e2e -v  (MCPGATE_BIN exported)
-#   6. conformance scripts/conformance.sh      (official MCP conformance suite: server
-#                 scenarios, then client scenarios with mcpgate as the client)
+#   6. conformance scripts/conformance.sh      (official MCP conformance suite, 0.1.16: server
+#                 scenarios, then client scenarios with mcpgate as the client; 0.2.0-alpha.12:
+#                 the 2025-11-25 and 2026-07-28 requirement sets)
 #   7. lb          tests/lb/ensure-haproxy.sh (apt-get install haproxy if missing), then
 #                 tests/.venv/bin/python -m pytest tests/lb -v  (two gateways behind the
 #                 shipped deploy/haproxy/haproxy.cfg)
