@@ -399,6 +399,9 @@ async fn a_refusal_before_the_body_is_read_announces_that_the_connection_closes(
     let (head, closed) = raw_exchange(&gw.url, &request).await;
     assert!(head.starts_with("http/1.1 403"), "{head}");
     assert!(head.contains("\r\nconnection: close"), "{head}");
-    assert!(closed, "the server closes the connection it announced closing");
+    assert!(
+        closed,
+        "the server closes the connection it announced closing"
+    );
     assert_eq!(gw.gateway().session_count(), 0);
 }
