@@ -48,7 +48,7 @@ fi
 # 2,000 SSE streams need 2,000 sockets on each side.
 ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 
-# Instruction counts (issue 14): the gateway under callgrind for two call counts,
+# Instruction counts: the gateway under callgrind for two call counts,
 # instructions per call = the difference / the difference of calls (bench/README.md).
 # Usage: instructions_step PROFILE [mcpgate-bench instructions options...]
 instructions_step() {

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # scripts/image-check.sh: builds the real Dockerfile without a Docker engine, then serves
-# one MCP call from the built image (issue 11 item 1). Run by scripts/test.sh (step
+# one MCP call from the built image. Run by scripts/test.sh (step
 # `image`), so by CI.
 #
 #   1. tools      buildah and debootstrap (Debian packages), apt-get installed if missing

@@ -353,3 +353,55 @@ async fn unreadable_session_ids_are_unknown_and_foreign_hosts_are_named() {
     let body = String::from_utf8_lossy(&r.body).into_owned();
     assert!(body.contains("Host not allowed"), "{body}");
 }
+
+/// Sends one raw HTTP/1.1 request and returns the response head (status line and
+/// headers, lower-cased) and whether the server then closed the connection.
+async fn raw_exchange(url: &str, request: &str) -> (String, bool) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let authority = url
+        .trim_start_matches("http://")
+        .split('/')
+        .next()
+        .unwrap()
+        .to_string();
+    let mut tcp = tokio::net::TcpStream::connect(&authority).await.unwrap();
+    tcp.write_all(request.replace("{host}", &authority).as_bytes())
+        .await
+        .unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    let closed = loop {
+        match tokio::time::timeout(Duration::from_secs(3), tcp.read(&mut buf)).await {
+            Ok(Ok(0)) => break true,
+            Ok(Ok(n)) => got.extend_from_slice(&buf[..n]),
+            Ok(Err(_)) => break true,
+            Err(_) => break false,
+        }
+    };
+    let text = String::from_utf8_lossy(&got).to_ascii_lowercase();
+    let head = text.split("\r\n\r\n").next().unwrap_or("").to_string();
+    (head, closed)
+}
+
+#[tokio::test]
+async fn a_refusal_before_the_body_is_read_announces_that_the_connection_closes() {
+    // A host that reuses its keep-alive connection after a refusal whose body was never
+    // read loses its next request ("server disconnected without a response") unless the
+    // refusal says `Connection: close` (RFC 9112 section 9.6).
+    let gw = TestGateway::start(FX).await;
+    let body = init_body();
+    let request = format!(
+        "POST /mcp HTTP/1.1\r\nhost: {{host}}\r\norigin: http://evil.example\r\n\
+         content-type: application/json\r\naccept: application/json, text/event-stream\r\n\
+         content-length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let (head, closed) = raw_exchange(&gw.url, &request).await;
+    assert!(head.starts_with("http/1.1 403"), "{head}");
+    assert!(head.contains("\r\nconnection: close"), "{head}");
+    assert!(
+        closed,
+        "the server closes the connection it announced closing"
+    );
+    assert_eq!(gw.gateway().session_count(), 0);
+}

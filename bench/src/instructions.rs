@@ -1,4 +1,4 @@
-//! Instructions per call: the steady figure of issue 14.
+//! Instructions per call: the steady figure to compare builds with.
 //!
 //! Times on the shared 2-core machines drift ±15–25 % between runs; an instruction
 //! count does not. Each scenario starts the gateway (the same binary as the other

@@ -1,4 +1,4 @@
-//! `mcpgate-bench`: the benchmark of issue 6.
+//! `mcpgate-bench`: the gateway benchmark (bench/README.md).
 //!
 //! - `backend`: the fast benchmark MCP server (stdio, or Streamable HTTP with `--http`).
 //! - `load`: the load generator against one endpoint (closed-loop or `--rate`).

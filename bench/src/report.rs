@@ -1,5 +1,5 @@
 //! The results file (`latest.json`), its markdown twin (`latest.md`), the list of
-//! keys every run must produce, and the targets of issue 6.
+//! keys every run must produce, and the performance targets.
 
 use std::fmt::Write as _;
 
@@ -64,7 +64,7 @@ pub fn missing_keys(doc: &Value) -> Vec<String> {
     missing
 }
 
-/// The targets of issue 6, each with the value reached and whether it is met.
+/// The performance targets, each with the value reached and whether it is met.
 pub fn targets(doc: &Value) -> Value {
     let s = &doc["scenarios"];
     let num = |v: &Value| v.as_f64().unwrap_or(f64::NAN);
@@ -268,7 +268,7 @@ pub fn markdown(doc: &Value) -> String {
         }
     }
     instructions_section(doc, &mut md);
-    md.push_str("\n## Targets (issue 6)\n\n| target | value | met |\n|---|---|---|\n");
+    md.push_str("\n## Targets\n\n| target | value | met |\n|---|---|---|\n");
     for t in doc["targets"].as_array().into_iter().flatten() {
         let _ = writeln!(
             md,

@@ -1,4 +1,4 @@
-//! The scenarios of issue 6. Every throughput scenario measures the direct backend
+//! The benchmark scenarios. Every throughput scenario measures the direct backend
 //! and mcpgate (and any peers) in alternation, round after round, in one run, so
 //! that a noisy neighbour slows both sides alike and the ratios hold.
 
@@ -304,7 +304,7 @@ pub async fn alternate(sides: &mut [Side], sizes: &Sizes) {
     }
 }
 
-/// The JSON entry of a direct/gateway pair (the keys of issue 6).
+/// The JSON entry of a direct/gateway pair (the keys every run reports).
 pub fn pair_entry(direct: &Side, gateway: &Side) -> Value {
     let (d, g) = (&direct.total, &gateway.total);
     let signed = |a: u64, b: u64| a as i64 - b as i64;
