@@ -1,5 +1,5 @@
 //! The bridge from a 2026-07-28 host to a legacy backend (MCP 2026-07-28
-//! basic/patterns/mrtr; dual-era R20–R22). When a legacy backend sends
+//! basic/patterns/mrtr). When a legacy backend sends
 //! `elicitation/create`, `sampling/createMessage` or `roots/list` during a modern
 //! host's `tools/call`, `resources/read` or `prompts/get`, the backend call is kept
 //! open — a [`Continuation`] parked here — and the host is answered

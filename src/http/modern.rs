@@ -146,7 +146,7 @@ pub async fn serve(
     }
 }
 
-/// The validation ladder (dual-era R5); on success, what the request declares.
+/// The validation ladder; on success, what the request declares.
 fn validate(
     st: &AppState,
     h: &HeaderMap,

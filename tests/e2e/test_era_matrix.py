@@ -1,4 +1,4 @@
-"""The era matrix (issue 13; shared/design/dual-era.md R0, R14 and §J.1).
+"""The era matrix: which revision each real SDK client reaches in each of its modes.
 
 Real official SDK clients, each in each of its version-negotiation modes, against a real
 gateway serving the built-in demo backend, once per server face (`[server] modern`):
@@ -7,7 +7,7 @@ gateway serving the built-in demo backend, once per server face (`[server] moder
   session-based revisions. Every probing (`auto`) and pinned mode must connect at 2026-07-28,
   every legacy mode at 2025-11-25, and each must list tools, call a tool, read a resource and
   get a prompt.
-- `off`: a modern probe is refused with the R0 answer (400, a non-modern -32000 with the
+- `off`: a modern probe is refused with the fallback answer (400, a non-modern -32000 with the
   probe's id). Probing modes fall back to `initialize` at 2025-11-25 and do the five
   operations; pinned modes fail cleanly (the client reports an error, no hang, no fallback).
 
@@ -66,7 +66,7 @@ OPERATIONS = [("tools/list", "-"), ("tools/call", TOOL), ("resources/read", URI)
 
 LEGACY = "2025-11-25"  # what the gateway negotiates with every client that initializes
 MODERN = "2026-07-28"
-SERVED = ["2025-11-25", "2025-06-18", "2025-03-26"]  # the legacy revisions, named in the R0 answer
+SERVED = ["2025-11-25", "2025-06-18", "2025-03-26"]  # the legacy revisions, named in the fallback answer
 CLIENT_TIMEOUT = 45.0  # seconds for one client process (each also bounds itself at 30 s)
 
 # How a client mode negotiates: never probes / probes and falls back / modern only.
@@ -482,7 +482,7 @@ def go_sdk_replay(target: Target) -> dict[str, Any]:
     assert "mcp-session-id" not in {k.lower() for k in probe.headers}, probe.headers
     if target.modern == "off":
         assert probe.status == 400, probe
-        refusal = probe.response(1)  # R0: the error carries the probe's id
+        refusal = probe.response(1)  # the error carries the probe's id
         assert refusal["error"]["code"] not in (-32020, -32021, -32022), refusal
         assert all(v in refusal["error"]["message"] for v in [*SERVED, "initialize"]), refusal
         assert go_sdk_wants_fallback(probe), refusal
