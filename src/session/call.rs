@@ -106,6 +106,15 @@ impl HostCall {
     pub async fn finish(&self, msg: Bytes) -> bool {
         self.sink.send(Outbound::Final(msg)).await.is_ok()
     }
+
+    /// Sends the response and waits, at most `limit`, until its stream took it
+    /// (the JSON answer or the SSE pump let go of the call's queue), so closing
+    /// the session right after cannot cut the response off.
+    pub async fn finish_flushed(&self, msg: Bytes, limit: std::time::Duration) -> bool {
+        let sent = self.finish(msg).await;
+        let _ = tokio::time::timeout(limit, self.sink.closed()).await;
+        sent
+    }
 }
 
 impl Caller for HostCall {
