@@ -45,7 +45,10 @@ async fn sigterm_turns_readyz_503_keeps_serving_and_refuses_new_sessions() {
     .await;
     let mut s = McpClient::new(&gw.url);
     s.initialize(json!({})).await;
-    assert_eq!(status_of(&format!("{}/readyz", gw.base)).await, Ok(StatusCode::OK));
+    assert_eq!(
+        status_of(&format!("{}/readyz", gw.base)).await,
+        Ok(StatusCode::OK)
+    );
     let slow = json!({"jsonrpc": "2.0", "id": 5, "method": "tools/call",
         "params": {"name": "fx__sleep", "arguments": {"s": 1.5}}});
     let mut stream = s.open(&slow).await;
@@ -69,14 +72,23 @@ async fn sigterm_turns_readyz_503_keeps_serving_and_refuses_new_sessions() {
         "protocolVersion": "2025-11-25", "capabilities": {},
         "clientInfo": {"name": "late", "version": "0"}}});
     let refused = McpClient::new(&gw.url).post(&[], init.to_string()).await;
-    assert_eq!(refused.status, StatusCode::SERVICE_UNAVAILABLE, "{refused:?}");
+    assert_eq!(
+        refused.status,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "{refused:?}"
+    );
     assert!(refused.header("retry-after").is_some(), "{refused:?}");
     // The existing session is still served, on a new connection too.
     let mut fresh = McpClient::new(&gw.url);
     fresh.session = s.session.clone();
     fresh.version = s.version.clone();
     assert_eq!(
-        text_of(&fresh.call_tool("fx__echo", json!({"text": "still"})).await.response),
+        text_of(
+            &fresh
+                .call_tool("fx__echo", json!({"text": "still"}))
+                .await
+                .response
+        ),
         "still"
     );
     // The in-flight stream finishes with its result.
@@ -134,16 +146,22 @@ async fn calls_still_running_when_the_grace_ends_get_an_error_and_the_backend_a_
 
     gw.signal(Signal::SIGTERM);
     let response = loop {
-        let m = stream.next(Duration::from_secs(4)).await.unwrap_or_else(|| {
-            panic!("the stream was cut without an answer\n{}", gw.log())
-        });
+        let m = stream
+            .next(Duration::from_secs(4))
+            .await
+            .unwrap_or_else(|| panic!("the stream was cut without an answer\n{}", gw.log()));
         if m.get("id").is_some() {
             break m;
         }
     };
     assert_eq!(response["id"], 77, "{response}");
     assert!(response.get("error").is_some(), "{response}");
-    assert_eq!(gw.exit_code(Duration::from_secs(8)).await, Some(0), "{}", gw.log());
+    assert_eq!(
+        gw.exit_code(Duration::from_secs(8)).await,
+        Some(0),
+        "{}",
+        gw.log()
+    );
 
     // What the backend saw for that session, in order.
     let seen: Vec<String> = fx
@@ -159,7 +177,9 @@ async fn calls_still_running_when_the_grace_ends_get_an_error_and_the_backend_a_
             None => r.http_method.clone(),
         })
         .collect();
-    let cancel = seen.iter().position(|m| *m == format!("cancel {upstream_id}"));
+    let cancel = seen
+        .iter()
+        .position(|m| *m == format!("cancel {upstream_id}"));
     let delete = seen.iter().position(|m| m == "DELETE");
     assert!(
         matches!((cancel, delete), (Some(c), Some(d)) if c < d),

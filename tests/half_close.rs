@@ -16,11 +16,7 @@ use tokio::net::TcpStream;
 
 /// Sends one complete POST on a fresh connection, half-closes it, and reads
 /// until the gateway closes. Returns the raw bytes it answered.
-async fn post_then_half_close(
-    addr: std::net::SocketAddr,
-    session: &str,
-    body: &Value,
-) -> Vec<u8> {
+async fn post_then_half_close(addr: std::net::SocketAddr, session: &str, body: &Value) -> Vec<u8> {
     let body = body.to_string();
     let request = format!(
         "POST /mcp HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\n\
@@ -112,10 +108,7 @@ async fn every_half_closed_request_is_answered_and_answers_equal_executions() {
                 assert_eq!(m["result"]["content"][0]["text"], format!("t{i}"), "{m}");
                 answered.push(*i);
             }
-            None => eprintln!(
-                "call {i} got no answer: {:?}",
-                String::from_utf8_lossy(raw)
-            ),
+            None => eprintln!("call {i} got no answer: {:?}", String::from_utf8_lossy(raw)),
         }
     }
     // Give executions that lost their answer time to show up in the log.

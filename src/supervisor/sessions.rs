@@ -75,11 +75,14 @@ impl Supervisor {
             .subscriptions()
             .drop_session(&self.catalog, session);
         let (slots, calls) = session.end();
-        let cancels = calls.iter().filter_map(|call| call.upstream()).map(
-            |(conn, id)| async move {
-                conn.cancel_awaited(id, "session ended", CANCEL_DELIVERY).await;
-            },
-        );
+        let cancels =
+            calls
+                .iter()
+                .filter_map(|call| call.upstream())
+                .map(|(conn, id)| async move {
+                    conn.cancel_awaited(id, "session ended", CANCEL_DELIVERY)
+                        .await;
+                });
         futures_util::future::join_all(cancels).await;
         let closing = slots
             .iter()
