@@ -17,6 +17,8 @@
 #                 ShellCheck, haproxy -c, promtool, check-config of the deploy configs)
 #   9. bench-smoke scripts/bench.sh --smoke   (every benchmark scenario with tiny durations;
 #                 checks that every result key is produced, asserts nothing about speed)
+#  10. fuzz-smoke  scripts/fuzz.sh 10         (every cargo-fuzz target for 10 s from its
+#                 committed seeds; installs cargo-fuzz if missing; FUZZ_SMOKE_SECONDS)
 #
 # Environment:
 #   CARGO_TARGET_DIR  honoured (default: target/ in the repository)
@@ -92,6 +94,8 @@ step_lb() {
 step_lint_deploy() { scripts/lint-deploy.sh; }
 
 step_bench_smoke() { scripts/bench.sh --smoke; }
+
+step_fuzz_smoke() { FUZZ_SANITIZER=none scripts/fuzz.sh "${FUZZ_SMOKE_SECONDS:-10}"; }
 
 step_conformance() {
   # Results of the last run stay in the target dir (outside the clone in CI), not in /tmp.
@@ -186,6 +190,7 @@ run conformance step_conformance npm python build
 run lb step_lb python build
 run lint-deploy step_lint_deploy python
 run bench-smoke step_bench_smoke build
+run fuzz-smoke step_fuzz_smoke
 
 printf '\n===== mcpgate test summary =====\n'
 for i in "${!NAMES[@]}"; do

@@ -15,6 +15,9 @@ pub mod config;
 pub mod demo;
 mod dispatch;
 mod error;
+#[cfg(any(test, feature = "fuzzing"))]
+#[doc(hidden)]
+pub mod fuzzing;
 mod http;
 pub mod jsonrpc;
 pub mod mcp;

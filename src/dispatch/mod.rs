@@ -6,7 +6,7 @@
 //! request's [`RequestContext`].
 
 mod forward;
-mod rewrite;
+pub(crate) mod rewrite;
 mod tasks;
 
 use std::sync::Arc;
