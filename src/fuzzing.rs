@@ -89,9 +89,8 @@ type Events = (Vec<(String, String, String, Option<u64>)>, bool);
 /// The events of an SSE body (id, event, data, retry ms) up to the first
 /// error, and whether there was one.
 fn sse_events(chunks: Vec<Bytes>) -> Events {
-    use eventsource_stream::Eventsource;
     let source = futures_util::stream::iter(chunks.into_iter().map(Ok::<_, std::io::Error>));
-    let mut events = source.eventsource();
+    let mut events = Box::pin(crate::backend::events::sse_events(source));
     let mut out = Vec::new();
     // An iterator-backed stream is always ready: no runtime needed.
     while let Some(Some(ev)) = events.next().now_or_never() {
