@@ -416,7 +416,7 @@ mod tests {
         parse_message(s.as_bytes())
     }
 
-    /// Newcomer trial: JSON the skimming first pass accepts but a full parse
+    /// JSON the skimming first pass accepts but a full parse
     /// rejects is a parse error, and an object's own defects are named.
     #[test]
     fn syntax_found_late_is_a_parse_error_and_data_defects_are_named() {

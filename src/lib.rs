@@ -12,7 +12,6 @@ mod auth;
 mod backend;
 mod catalog;
 pub mod config;
-pub mod demo;
 mod dispatch;
 mod error;
 #[cfg(any(test, feature = "fuzzing"))]
@@ -25,6 +24,7 @@ mod metrics;
 mod relay;
 mod request;
 mod session;
+pub mod streamable_http;
 mod supervisor;
 
 use std::net::SocketAddr;

@@ -1,6 +1,6 @@
-//! Protocol versions and protocol headers: each backend gets the version
-//! negotiated with it (BR-12), configured headers never replace protocol
-//! headers upstream (BR-01), downstream version header validation.
+//! Protocol versions and protocol headers: each backend gets the version negotiated
+//! with it, not the host's copied over; configured headers never replace protocol
+//! headers (such as `Accept`) upstream; downstream version header validation.
 
 mod common;
 

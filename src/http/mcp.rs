@@ -17,7 +17,7 @@ use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
 use super::accept::{accept, read_body};
-use super::headers::{self, SESSION};
+use super::headers;
 use super::session::{lookup, reject, reserve_stream};
 use super::sse::{json_response, stream_reply};
 use super::{AppState, HttpError};
@@ -28,6 +28,7 @@ use crate::mcp::version::shape_capabilities;
 use crate::mcp::{META_PROTOCOL_VERSION, Method, ProtocolVersion};
 use crate::request::{Outcome, Rejection, RequestContext};
 use crate::session::{Outbound, Session, StreamSlot};
+use crate::streamable_http::SESSION_ID;
 
 /// What the frame and session phases found in a POST body.
 enum Framed {
@@ -242,9 +243,7 @@ async fn initialize(
         let body = jsonrpc::error_bytes(Some(&req.id), &e).into();
         return Ok((json_response(body), Outcome::Error));
     };
-    let version = ProtocolVersion::parse(requested)
-        .filter(|v| ProtocolVersion::HOST_SUPPORTED.contains(v))
-        .unwrap_or(ProtocolVersion::LATEST);
+    let version = ProtocolVersion::negotiate(requested);
     let capabilities = params
         .and_then(|p| p.get("capabilities"))
         .filter(|c| c.is_object())
@@ -293,7 +292,7 @@ async fn initialize(
     tracing::info!(session = %session.log_id(), version = %version, "session started");
     let mut resp = json_response(jsonrpc::result_value_bytes(&req.id, &result).into());
     if let Ok(v) = HeaderValue::from_str(session.id()) {
-        resp.headers_mut().insert(SESSION, v);
+        resp.headers_mut().insert(SESSION_ID, v);
     }
     Ok((resp, Outcome::Ok))
 }

@@ -311,7 +311,10 @@ mod tests {
 
     #[test]
     fn log_levels_are_ordered_by_severity() {
+        assert!(LogLevel::Debug < LogLevel::Info);
+        assert!(LogLevel::Warning < LogLevel::Emergency);
         assert!(LogLevel::Debug < LogLevel::Emergency);
+        assert_eq!(LogLevel::parse("verbose"), None);
         assert_eq!(LogLevel::parse("warning"), Some(LogLevel::Warning));
         assert_eq!(LogLevel::parse("WARNING"), None);
         for l in LogLevel::ALL {

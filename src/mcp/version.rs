@@ -57,6 +57,20 @@ impl ProtocolVersion {
         })
     }
 
+    /// Parses a revision hosts may use ([`HOST_SUPPORTED`](Self::HOST_SUPPORTED));
+    /// `None` for any other string, e.g. in an `MCP-Protocol-Version` header (HTTP
+    /// 400, MCP 2025-11-25 basic/transports, protocol version header).
+    pub fn parse_host(s: &str) -> Option<ProtocolVersion> {
+        ProtocolVersion::parse(s).filter(|v| ProtocolVersion::HOST_SUPPORTED.contains(v))
+    }
+
+    /// The revision answered to an `initialize` asking for `requested`: that one if
+    /// hosts may use it, else [`LATEST`](Self::LATEST) (MCP 2025-11-25
+    /// basic/lifecycle, version negotiation).
+    pub fn negotiate(requested: &str) -> ProtocolVersion {
+        ProtocolVersion::parse_host(requested).unwrap_or(ProtocolVersion::LATEST)
+    }
+
     /// Whether JSON-RPC batches are allowed (removed in 2025-06-18).
     pub fn allows_batches(self) -> bool {
         self <= ProtocolVersion::V2025_03_26
@@ -174,6 +188,15 @@ mod tests {
         assert!(!ProtocolVersion::V2025_06_18.allows_batches());
         assert_eq!(ProtocolVersion::parse("2026-07-28"), None);
         assert_eq!(ProtocolVersion::parse("banana"), None);
+        assert_eq!(ProtocolVersion::parse_host("2024-11-05"), None);
+        assert_eq!(
+            ProtocolVersion::negotiate("2025-06-18"),
+            ProtocolVersion::V2025_06_18
+        );
+        assert_eq!(
+            ProtocolVersion::negotiate("2024-11-05"),
+            ProtocolVersion::LATEST
+        );
     }
 
     #[test]

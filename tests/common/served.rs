@@ -7,7 +7,7 @@ use std::time::Duration;
 use serde_json::Value;
 use tokio::time::Instant;
 
-use super::{FAKE_STDIO, TestDir};
+use super::{TestDir, fake_stdio};
 
 const MCPGATE: &str = env!("CARGO_BIN_EXE_mcpgate");
 
@@ -39,7 +39,7 @@ impl Served {
         let child = Command::new(MCPGATE)
             .args(["serve", "--config"])
             .arg(dir.path("gw.toml"))
-            .env("FAKE_STDIO", FAKE_STDIO)
+            .env("FAKE_STDIO", fake_stdio())
             .env("TEST_DIR", &dir.0)
             .env("MCPGATE_LOG_FORMAT", "json")
             .env("RUST_LOG", "info")
