@@ -243,6 +243,24 @@ impl Connection {
         }
     }
 
+    /// Like [`Connection::cancel`], but waits (at most `limit`) until the
+    /// transport took the `notifications/cancelled` (HTTP: answered 2xx), so
+    /// that what follows — the `DELETE` of the backend session — cannot
+    /// overtake it.
+    pub async fn cancel_awaited(self: &Arc<Self>, id: u64, reason: &str, limit: Duration) {
+        let removed = self.pending.lock().ok().and_then(|mut p| p.remove(&id));
+        if removed.is_none() {
+            return;
+        }
+        let params = json!({"requestId": id, "reason": reason});
+        let bytes = jsonrpc::notification_bytes(Method::Cancelled.as_str(), Some(&params));
+        if let Ok(link) = self.link()
+            && let Ok(Err(e)) = tokio::time::timeout(limit, link.send_awaited(self, bytes)).await
+        {
+            tracing::debug!(backend = %self.backend, cause = %e, "cancel not delivered");
+        }
+    }
+
     fn send_cancel(self: &Arc<Self>, id: u64, reason: &str) {
         let params = json!({"requestId": id, "reason": reason});
         self.notify(&Method::Cancelled, Some(&params));

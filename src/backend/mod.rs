@@ -1,6 +1,7 @@
 //! Client face: MCP client connections to backends over stdio and Streamable HTTP.
 
 mod conn;
+pub(crate) mod events;
 mod http;
 mod sse;
 mod stdio;

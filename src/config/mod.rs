@@ -153,11 +153,21 @@ pub struct ServerConfig {
     #[serde(with = "humantime_serde")]
     #[schemars(schema_with = "schema::duration")]
     pub backend_ping_interval: Duration,
-    /// How long in-flight requests may take to finish after SIGTERM/SIGINT.
-    /// Default 30 s.
+    /// How long in-flight requests may take to finish after SIGTERM/SIGINT,
+    /// counted from the signal. Calls still running then get a JSON-RPC error
+    /// and are cancelled upstream. Default 30 s.
     #[serde(with = "humantime_serde")]
     #[schemars(schema_with = "schema::duration")]
     pub shutdown_grace: Duration,
+    /// How long the listener keeps serving after SIGTERM/SIGINT even when no
+    /// request is in flight (at most `shutdown_grace`): `/readyz` answers 503
+    /// from the signal on, `/healthz` 200, new sessions get 503 + `Retry-After`,
+    /// existing sessions are served, so a load balancer can take the replica
+    /// out before connections are refused. Default 0 s (a Kubernetes preStop
+    /// sleep does the same job).
+    #[serde(with = "humantime_serde")]
+    #[schemars(schema_with = "schema::duration")]
+    pub drain_delay: Duration,
     /// The 2026-07-28 (stateless) face of the endpoint: `"bridge"` (default:
     /// served, legacy backends bridged), `"native"` (served only while every
     /// backend speaks 2026-07-28; otherwise as `"off"`), `"off"` (a 2026-07-28
@@ -235,6 +245,7 @@ impl Default for ServerConfig {
             request_timeout: Duration::from_secs(60),
             metrics_listen: Some(SocketAddr::from(([127, 0, 0, 1], 9464))),
             shutdown_grace: Duration::from_secs(30),
+            drain_delay: Duration::ZERO,
             backend_ping_interval: Duration::from_secs(30),
             rate_limit: None,
             max_streams_per_session: 32,

@@ -8,7 +8,7 @@
 mod bridge;
 mod forward;
 mod modern;
-mod rewrite;
+pub(crate) mod rewrite;
 mod tasks;
 
 use std::sync::Arc;

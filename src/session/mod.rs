@@ -372,6 +372,15 @@ impl Session {
             .is_ok_and(|m| m.get(id).is_some_and(|c| Arc::ptr_eq(c, call)))
     }
 
+    /// The host requests in flight.
+    pub fn calls(&self) -> Vec<Arc<HostCall>> {
+        self.live
+            .inflight
+            .lock()
+            .map(|m| m.values().cloned().collect())
+            .unwrap_or_default()
+    }
+
     /// Number of host requests in flight.
     pub fn calls_in_flight(&self) -> usize {
         self.live.inflight.lock().map(|m| m.len()).unwrap_or(0)

@@ -249,7 +249,8 @@ impl Supervisor {
         self.stopping.load(Ordering::Relaxed)
     }
 
-    /// Marks the gateway as shutting down (`/readyz` answers 503 from now on).
+    /// Marks the gateway as shutting down: `/readyz` answers 503 and new
+    /// sessions are refused from now on.
     pub fn begin_shutdown(&self) {
         self.stopping.store(true, Ordering::Relaxed);
     }
@@ -299,11 +300,14 @@ impl Supervisor {
         )
     }
 
-    /// Stops everything: ends every session and closes the shared connections.
+    /// Stops everything: answers the calls still in flight with an error, ends
+    /// every session and closes the shared connections.
     pub async fn shutdown(&self) {
         self.begin_shutdown();
         self.relay.listens().end_all();
-        for s in self.sessions.all() {
+        let sessions = self.sessions.all();
+        futures_util::future::join_all(sessions.iter().map(|s| self.abandon_calls(s))).await;
+        for s in sessions {
             self.end_session(&s).await;
         }
         for b in self.catalog.backends().active().iter() {
