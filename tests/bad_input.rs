@@ -91,3 +91,52 @@ async fn unknown_method_tool_prompt_and_resource_get_spec_errors() {
     let r = s.call_tool("fx__echo", json!({"text": "ok"})).await;
     assert_eq!(text_of(&r.response), "ok");
 }
+
+/// Numbers in a host's arguments reach the backend as the same IEEE doubles,
+/// however many digits the host wrote (a fuzzer found a 112-digit literal
+/// forwarded one unit in the last place off).
+#[tokio::test]
+async fn numbers_in_arguments_reach_the_backend_unchanged() {
+    let gw = TestGateway::start(
+        r#"
+[backends.fx]
+type = "stdio"
+command = "${FAKE_STDIO}"
+args = ["--log", "${TEST_DIR}/fx.log"]
+"#,
+    )
+    .await;
+    let log = gw.dir.path("fx.log");
+    let s = gw.session().await;
+    let long = format!("{}.5", "2".repeat(112));
+    let literals = [
+        long.as_str(),
+        "0.30000000000000004",
+        "1.7976931348623157e308",
+        "4.9e-324",
+        "2.2250738585072011e-308",
+        "9007199254740993",
+        "-0.0",
+        "123456789.12345678",
+    ];
+    let body = format!(
+        r#"{{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{{"name":"fx__echo","arguments":{{"text":"n","n":[{}]}}}}}}"#,
+        literals.join(",")
+    );
+    let r = s.post(&[], body).await;
+    assert_eq!(r.status, 200);
+    let v = r.json();
+    assert_eq!(text_of(&v), "n", "{v}");
+    let call = &common::logged_calls(&log, "echo")[0];
+    let seen = call["msg"]["params"]["arguments"]["n"].as_array().unwrap();
+    assert_eq!(seen.len(), literals.len());
+    for (lit, got) in literals.iter().zip(seen) {
+        let want: f64 = lit.parse().unwrap();
+        let got = got.as_f64().unwrap();
+        assert_eq!(
+            got.to_bits(),
+            want.to_bits(),
+            "{lit} arrived as {got:e}, want {want:e}"
+        );
+    }
+}
