@@ -258,6 +258,40 @@ async fn the_validation_ladder_answers_in_order_with_the_request_id() {
     }
 }
 
+/// A `_meta` field of the wrong type is named as such, not as missing.
+#[tokio::test]
+async fn a_wrong_typed_meta_field_says_what_type_it_must_be() {
+    let gw = TestGateway::start(&demo()).await;
+    let c = gw.client();
+    let h = [
+        ("mcp-protocol-version", MODERN),
+        ("mcp-method", "server/discover"),
+    ];
+    for (meta, needle) in [
+        (
+            json!({"io.modelcontextprotocol/protocolVersion": 20260728, "io.modelcontextprotocol/clientCapabilities": {}}),
+            r#"params._meta["io.modelcontextprotocol/protocolVersion"] must be a string"#,
+        ),
+        (
+            json!({"io.modelcontextprotocol/protocolVersion": MODERN, "io.modelcontextprotocol/clientCapabilities": []}),
+            r#"params._meta["io.modelcontextprotocol/clientCapabilities"] must be an object"#,
+        ),
+        (
+            json!({"io.modelcontextprotocol/protocolVersion": MODERN}),
+            r#"params._meta["io.modelcontextprotocol/clientCapabilities"] is required"#,
+        ),
+    ] {
+        let body = json!({"jsonrpc": "2.0", "id": "w", "method": "server/discover", "params": {"_meta": meta}});
+        let r = c.post(&h, body.to_string()).await;
+        assert_eq!(r.status, 400, "{r:?}");
+        let v = r.json();
+        assert_eq!(v["error"]["code"], -32602, "{v}");
+        assert_eq!(v["id"], "w", "{v}");
+        let message = v["error"]["message"].as_str().unwrap();
+        assert!(message.contains(needle), "{message} lacks {needle}");
+    }
+}
+
 #[tokio::test]
 async fn the_claim_wins_over_a_session_header_and_never_touches_the_session() {
     let gw = TestGateway::start(&demo()).await;

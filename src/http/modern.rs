@@ -156,21 +156,26 @@ fn validate(
     let id = &req.id;
     let meta = req.params.as_ref().and_then(|p| p.get("_meta"));
     let field = |key: &str| meta.and_then(|m| m.get(key));
-    let missing = |what: &str| {
+    // Absent (or null) is "is required"; present with another type says which.
+    let invalid = |what: &str, kind: &str| {
+        let problem = match field(what) {
+            None | Some(Value::Null) => "is required".to_owned(),
+            Some(_) => format!("must be {kind}"),
+        };
         refuse(
             Rejection::ModernEnvelope,
             StatusCode::BAD_REQUEST,
             jsonrpc::INVALID_PARAMS,
             id,
-            format!("Invalid params: params._meta[\"{what}\"] is required"),
+            format!("Invalid params: params._meta[\"{what}\"] {problem}"),
         )
     };
     let requested = field(META_PROTOCOL_VERSION)
         .and_then(Value::as_str)
-        .ok_or_else(|| missing(META_PROTOCOL_VERSION))?;
+        .ok_or_else(|| invalid(META_PROTOCOL_VERSION, "a string"))?;
     let capabilities = field(META_CLIENT_CAPABILITIES)
         .filter(|c| c.is_object())
-        .ok_or_else(|| missing(META_CLIENT_CAPABILITIES))?;
+        .ok_or_else(|| invalid(META_CLIENT_CAPABILITIES, "an object"))?;
     check_headers(h, req, requested)?;
     let version = ProtocolVersion::parse(requested)
         .filter(|v| v.is_modern())
