@@ -1,6 +1,7 @@
 //! Configuration: TOML file (or an `mcpServers` JSON file), `${VAR}` interpolation,
 //! `MCPGATE_*` overrides and validation that reports every problem with its field path.
 
+mod audit;
 mod auth;
 mod interpolate;
 mod mcp_servers;
@@ -14,6 +15,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+pub use audit::{ArgumentAudit, ArgumentLogging};
 pub use auth::{
     AuthConfig, Effect, IssuerConfig, IssuerEntry, PolicyConfig, RuleConfig, TokenEndpointConfig,
     UpstreamAuthConfig, is_fetchable_url, is_loopback_host,
@@ -301,6 +303,8 @@ pub struct BackendConfig {
     pub headers_file: Option<PathBuf>,
     /// http: how the gateway authenticates to the backend (its own credentials).
     pub upstream_auth: Option<UpstreamAuthConfig>,
+    /// What the access log says about a call's arguments.
+    pub audit: ArgumentAudit,
 }
 
 /// Backend transport settings, chosen by `type`.
@@ -405,6 +409,10 @@ pub struct RawBackend {
     /// http, sse: how the gateway authenticates to the backend (its own
     /// credentials; the host's token is never forwarded).
     pub auth: Option<UpstreamAuthConfig>,
+    /// What the access log line says about a `tools/call`'s arguments (default:
+    /// nothing).
+    #[serde(default)]
+    pub audit: ArgumentAudit,
 }
 
 /// `tools.include` / `tools.exclude` glob lists (matched against original names).

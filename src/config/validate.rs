@@ -137,6 +137,7 @@ pub(super) fn build(raw: RawConfig, p: &mut Vec<ConfigProblem>) -> Config {
                 .unwrap_or(std::time::Duration::from_secs(600)),
             headers_file: b.headers_file,
             upstream_auth: b.auth,
+            audit: b.audit,
         };
         backends.insert(name, backend);
     }

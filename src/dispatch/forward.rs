@@ -31,7 +31,7 @@ impl Dispatch {
     /// answer come on.
     pub(super) fn forward(
         self: &Arc<Self>,
-        ctx: RequestContext,
+        mut ctx: RequestContext,
         host: &Host,
         id: &Id,
         mut up: Upstream,
@@ -46,8 +46,11 @@ impl Dispatch {
                 let e = RpcError::InvalidRequest(
                     "request id is already in use by a request in flight".into(),
                 );
-                ctx.finish(Outcome::of(&e));
-                return Reply::Now(jsonrpc::error_bytes(Some(id), &e.to_error_object()).into());
+                let bytes: bytes::Bytes =
+                    jsonrpc::error_bytes(Some(id), &e.to_error_object()).into();
+                ctx.set_bytes_out(bytes.len());
+                ctx.finish_error(Outcome::of(&e), e.code());
+                return Reply::Now(bytes);
             }
             Host::Legacy(_) => {}
             Host::Modern(_) => super::modern::strip_envelope(&mut up.params),
@@ -82,7 +85,7 @@ impl Dispatch {
     /// The respond phase: the result or error in the host's terms, with id `id`.
     async fn finish_call(
         &self,
-        ctx: RequestContext,
+        mut ctx: RequestContext,
         call: &HostCall,
         up: &Upstream,
         id: &Id,
@@ -92,18 +95,22 @@ impl Dispatch {
         let bytes = match outcome {
             Err(BackendError::Cancelled) => return ctx.finish(Outcome::Cancelled),
             Ok(raw) => {
-                ctx.finish(Outcome::Ok);
                 let raw = self.shape_result(&call.host, up, raw);
-                jsonrpc::result_bytes(id, &raw)
+                let bytes = jsonrpc::result_bytes(id, &raw);
+                ctx.set_bytes_out(bytes.len());
+                ctx.finish(Outcome::Ok);
+                bytes
             }
             Err(e) => {
                 let b = self.catalog.backend(up.backend);
                 tracing::debug!(backend = %b.spec.name, method = %up.method, cause = %e, "backend call failed");
-                ctx.finish(Outcome::of_backend(&e));
                 let mut error = e.to_error_object();
                 expose_error(&mut error, &b.spec.name, &b.uri_prefix);
                 shape_error(&mut error, call.host.version());
-                jsonrpc::error_bytes(Some(id), &error)
+                let bytes = jsonrpc::error_bytes(Some(id), &error);
+                ctx.set_bytes_out(bytes.len());
+                ctx.finish_error(Outcome::of_backend(&e), error.code);
+                bytes
             }
         };
         if ours {
@@ -185,7 +192,7 @@ impl Dispatch {
     /// ones are asked again, and the call goes on, answering on this request.
     pub(super) fn resume(
         self: &Arc<Self>,
-        ctx: RequestContext,
+        mut ctx: RequestContext,
         host: &Host,
         id: &Id,
         method: &Method,
@@ -202,10 +209,12 @@ impl Dispatch {
         let mut cont = match self.bridge.resume(state, method, params, principal) {
             Ok(c) => c,
             Err(e) => {
-                ctx.finish(Outcome::of(&e));
                 let mut error = e.to_error_object();
                 shape_error(&mut error, host.version());
-                return Reply::Now(jsonrpc::error_bytes(Some(id), &error).into());
+                let bytes: bytes::Bytes = jsonrpc::error_bytes(Some(id), &error).into();
+                ctx.set_bytes_out(bytes.len());
+                ctx.finish_error(Outcome::of(&e), error.code);
+                return Reply::Now(bytes);
             }
         };
         let missing = cont.answer(params.get("inputResponses").and_then(Value::as_object));

@@ -132,14 +132,17 @@ impl Dispatch {
             .then(|| bridge::call_digest(&method, &params));
         match self.route(&mut ctx, host, &id, &method, params).await {
             Routed::Answer(Ok(bytes)) => {
+                ctx.set_bytes_out(bytes.len());
                 ctx.finish(Outcome::Ok);
                 Reply::Now(bytes)
             }
             Routed::Answer(Err(e)) => {
-                ctx.finish(Outcome::of(&e));
                 let mut error = e.to_error_object();
                 crate::mcp::version::shape_error(&mut error, host.version());
-                Reply::Now(jsonrpc::error_bytes(Some(&id), &error).into())
+                let bytes: Bytes = jsonrpc::error_bytes(Some(&id), &error).into();
+                ctx.set_bytes_out(bytes.len());
+                ctx.finish_error(Outcome::of(&e), error.code);
+                Reply::Now(bytes)
             }
             Routed::Forward(mut up) => {
                 up.digest = digest.unwrap_or_default();
@@ -257,6 +260,13 @@ impl Dispatch {
         };
         let b = self.catalog.backend(route.backend);
         ctx.set_route(&b.spec.name, Some(name));
+        if kind == ResultKind::ToolCall {
+            let audit = &b.spec.config.audit;
+            ctx.set_arguments(crate::request::audited_arguments(
+                audit,
+                params.get("arguments"),
+            ));
+        }
         params["name"] = route.original.clone().into();
         if kind == ResultKind::ToolCall
             && let Some(o) = b.tool_override(&route.original)

@@ -17,7 +17,7 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use super::{AppState, HttpError, headers};
 use crate::auth::{AuthError, Authenticator, Principal};
 use crate::jsonrpc;
-use crate::request::Rejection;
+use crate::request::{Rejection, RequestContext};
 
 /// A request that passed the accept and authenticate phases.
 pub struct Accepted {
@@ -27,6 +27,17 @@ pub struct Accepted {
     pub body: Body,
     /// The authenticated caller (`None`: the endpoint is open).
     pub principal: Option<Arc<Principal>>,
+}
+
+/// The context of a host request that arrived now, with the peer's address.
+pub fn context(st: &AppState, req: &Request) -> RequestContext {
+    let mut ctx = RequestContext::new(&st.metrics);
+    ctx.set_client(
+        req.extensions()
+            .get::<ConnectInfo<SocketAddr>>()
+            .map(|c| c.0),
+    );
+    ctx
 }
 
 /// Runs the Origin check, authentication and the rate limit.

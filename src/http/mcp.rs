@@ -47,30 +47,34 @@ enum Framed {
 
 /// `POST /mcp`: one JSON-RPC message (or, for 2025-03-26 sessions, a batch).
 pub async fn post(State(st): State<AppState>, req: Request) -> Response {
-    let mut ctx = RequestContext::new(&st.metrics);
+    let mut ctx = super::accept::context(&st, &req);
     let (framed, principal) = match frame(&st, &mut ctx, req).await {
         Ok(f) => f,
         Err(e) => return reject(ctx, e),
     };
     match framed {
-        Framed::Initialize(req) => match initialize(&st, &req, principal.as_ref()).await {
-            Ok((resp, outcome)) => {
-                ctx.finish(outcome);
-                resp
+        Framed::Initialize(req) => {
+            match initialize(&st, &mut ctx, &req, principal.as_ref()).await {
+                Ok((resp, outcome)) => {
+                    ctx.finish(outcome);
+                    resp
+                }
+                Err(e) => reject(ctx, e),
             }
-            Err(e) => reject(ctx, e),
-        },
+        }
         Framed::Batch(session, items) => {
             ctx.finish(Outcome::Ok);
             batch(&st, &session, items).await
         }
         Framed::One(session, Message::Notification(n)) => {
             st.relay.handle_notification(&session, &n);
+            ctx.set_status(202);
             ctx.finish(Outcome::Ok);
             StatusCode::ACCEPTED.into_response()
         }
         Framed::One(session, Message::Response(r)) => {
             st.relay.handle_response(&session, r);
+            ctx.set_status(202);
             ctx.finish(Outcome::Ok);
             StatusCode::ACCEPTED.into_response()
         }
@@ -90,7 +94,9 @@ async fn frame(
 ) -> Result<(Framed, Option<Arc<Principal>>), HttpError> {
     let a = accept(st, req).await?;
     let h = &a.parts.headers;
+    ctx.set_principal(a.principal.as_ref());
     let body = read_body(st, h, a.body).await?;
+    ctx.set_bytes_in(body.len());
     headers::check_content_type(h)?;
     headers::check_post_accept(h)?;
     let principal = a.principal;
@@ -104,6 +110,7 @@ async fn frame(
         }
         let session = lookup(st, h, principal.as_ref())?;
         ctx.set_session(session.log_id());
+        ctx.set_revision(session.version());
         headers::protocol_version(h)?;
         if !session.version().allows_batches() {
             return Err(invalid(
@@ -115,11 +122,15 @@ async fn frame(
     }
     let msg = jsonrpc::parse_message(&body).map_err(|e| HttpError::envelope(&e))?;
     match &msg {
-        Message::Request(r) => ctx.set_request(&r.method),
+        Message::Request(r) => {
+            ctx.set_request(&r.method);
+            ctx.set_rpc_id(&r.id);
+        }
         Message::Notification(n) => ctx.set_notification(Some(&n.method)),
         Message::Response(_) => ctx.set_notification(None),
     }
     if modern::era_of(&msg, h) == Era::Modern {
+        ctx.set_modern();
         if modern_served(st) {
             return Ok((Framed::Modern(Box::new(h.clone()), msg), principal));
         }
@@ -149,6 +160,7 @@ async fn frame(
     }
     let session = lookup(st, h, principal.as_ref())?;
     ctx.set_session(session.log_id());
+    ctx.set_revision(session.version());
     headers::protocol_version(h)?;
     session.touch();
     Ok((Framed::One(session, msg), principal))
@@ -244,6 +256,7 @@ fn modern_probe_refused(id: &jsonrpc::Id, what: &str) -> HttpError {
 /// `Error` for an `initialize` without a protocol version.
 async fn initialize(
     st: &AppState,
+    ctx: &mut RequestContext,
     req: &RpcRequest,
     principal: Option<&Arc<Principal>>,
 ) -> Result<(Response, Outcome), HttpError> {
@@ -259,10 +272,12 @@ async fn initialize(
             jsonrpc::INVALID_PARAMS,
             "initialize: params.protocolVersion must be a string",
         );
-        let body = jsonrpc::error_bytes(Some(&req.id), &e).into();
+        let body: Bytes = jsonrpc::error_bytes(Some(&req.id), &e).into();
+        ctx.set_bytes_out(body.len());
         return Ok((json_response(body), Outcome::Error));
     };
     let version = ProtocolVersion::negotiate(requested);
+    ctx.set_revision(version);
     let capabilities = params
         .and_then(|p| p.get("capabilities"))
         .filter(|c| c.is_object())
@@ -309,7 +324,10 @@ async fn initialize(
         result["instructions"] = text.clone().into();
     }
     tracing::info!(session = %session.log_id(), version = %version, "session started");
-    let mut resp = json_response(jsonrpc::result_value_bytes(&req.id, &result).into());
+    ctx.set_session(session.log_id());
+    let body: Bytes = jsonrpc::result_value_bytes(&req.id, &result).into();
+    ctx.set_bytes_out(body.len());
+    let mut resp = json_response(body);
     if let Ok(v) = HeaderValue::from_str(session.id()) {
         resp.headers_mut().insert(SESSION_ID, v);
     }
@@ -346,7 +364,9 @@ async fn batch(
             Message::Request(req) => {
                 let mut ctx = RequestContext::new(&st.metrics);
                 ctx.set_request(&req.method);
+                ctx.set_rpc_id(&req.id);
                 ctx.set_session(session.log_id());
+                ctx.set_revision(session.version());
                 match st.dispatch.handle(ctx, &host, req).await {
                     Reply::Now(b) => answers.push(b.to_vec()),
                     Reply::Stream(mut rx) => {

@@ -103,7 +103,7 @@ fn refuse(
 /// Serves one modern message.
 pub async fn serve(
     st: &AppState,
-    ctx: RequestContext,
+    mut ctx: RequestContext,
     h: &HeaderMap,
     msg: Message,
     principal: Option<Arc<Principal>>,
@@ -113,6 +113,7 @@ pub async fn serve(
         // No client→server notification is defined over HTTP on this revision
         // (cancellation is closing the stream): accepted and ignored.
         Message::Notification(_) => {
+            ctx.set_status(202);
             ctx.finish(Outcome::Ok);
             return StatusCode::ACCEPTED.into_response();
         }
@@ -128,6 +129,7 @@ pub async fn serve(
         Ok(host) => host,
         Err(e) => return reject(ctx, e),
     };
+    ctx.set_revision(host.version);
     let host = Host::Modern(Arc::new(host));
     // A stateless client may call before it lists (no handshake waits for the
     // backends at start, as `initialize` does): give them a bounded moment.

@@ -21,12 +21,7 @@ use crate::streamable_http::{LAST_EVENT_ID, ResumeError, SESSION_ID};
 
 /// Answers a request refused on the HTTP plane, recording why.
 pub(super) fn reject(ctx: RequestContext, e: HttpError) -> Response {
-    tracing::debug!(
-        status = e.status.as_u16(),
-        reason = e.reason.label(),
-        "request refused"
-    );
-    ctx.reject(e.reason);
+    ctx.reject_with(e.reason, e.status.as_u16(), e.detail.error.code);
     e.into_response()
 }
 
@@ -82,7 +77,7 @@ pub(super) fn reserve_stream(
 /// or, with `Last-Event-ID`, the resumption of an interrupted stream (its events
 /// after that id, on that stream only).
 pub async fn get(State(st): State<AppState>, req: Request) -> Response {
-    let mut ctx = RequestContext::new(&st.metrics);
+    let mut ctx = super::accept::context(&st, &req);
     match open_stream(&st, &mut ctx, req).await {
         Ok(resp) => {
             ctx.finish(Outcome::Ok);
@@ -98,6 +93,7 @@ async fn open_stream(
     req: Request,
 ) -> Result<Response, HttpError> {
     let a = accept(st, req).await?;
+    ctx.set_principal(a.principal.as_ref());
     let h = &a.parts.headers;
     if let Some(e) = super::modern::refuse_get_or_delete(h) {
         return Err(e);
@@ -105,6 +101,7 @@ async fn open_stream(
     headers::check_get_accept(h)?;
     let session = lookup(st, h, a.principal.as_ref())?;
     ctx.set_session(session.log_id());
+    ctx.set_revision(session.version());
     headers::protocol_version(h)?;
     session.touch();
     let slot = reserve_stream(st, &session)?;
@@ -137,9 +134,10 @@ async fn open_stream(
 /// `DELETE /mcp`: ends the session and its backend state (HTTP backends get a
 /// `DELETE` of their own session, per-session stdio children are stopped).
 pub async fn delete(State(st): State<AppState>, req: Request) -> Response {
-    let mut ctx = RequestContext::new(&st.metrics);
+    let mut ctx = super::accept::context(&st, &req);
     let found = async {
         let a = accept(&st, req).await?;
+        ctx.set_principal(a.principal.as_ref());
         if let Some(e) = super::modern::refuse_get_or_delete(&a.parts.headers) {
             return Err(e);
         }
@@ -150,6 +148,7 @@ pub async fn delete(State(st): State<AppState>, req: Request) -> Response {
     match found.await {
         Ok(session) => {
             ctx.set_session(session.log_id());
+            ctx.set_revision(session.version());
             tracing::info!(session = %session.log_id(), "session deleted by the client");
             // Unknown from now on; backend connections close in the background
             // (a child that ignores SIGTERM must not hold up the answer).

@@ -5,18 +5,38 @@
 //! fills in what it learns (method, session, backend, exposed name) and the phase
 //! that knows the end sets the typed [`Outcome`]. The context records itself
 //! exactly once, when it is dropped: request metrics, rejection metrics and the
-//! access log line are written there and nowhere else (pingora's `logging` hook).
+//! access (audit) log line are written there and nowhere else (pingora's `logging`
+//! hook).
+//!
+//! The access line: one `INFO` event per host request, target `mcpgate::access`
+//! (filter it with `RUST_LOG=info,mcpgate::access=off`), message `request`, fields
+//! `method`, `rpc_id`, `session` (short id), `era` (`legacy`/`modern`), `revision`,
+//! `issuer` and `subject` (the principal; never the token), `client` (the peer's
+//! socket address), `backend`, `name` (the exposed tool/prompt name or URI),
+//! `outcome` (the `mcpgate_requests_total` label), `code` (the JSON-RPC error code),
+//! `status` (HTTP), `reason` (why refused), `ms` (duration), `bytes_in`,
+//! `bytes_out` (the request body and the JSON-RPC answer, in bytes). Absent fields
+//! are left out. Results are never logged; arguments only where the backend opts
+//! in (`[backends.NAME.audit]`, field `arguments`).
 //! A context dropped without an outcome (the host went away, a task was
 //! cancelled) is recorded as [`Outcome::Cancelled`].
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 
 use tokio::time::Instant;
 
+use crate::auth::Principal;
 use crate::backend::BackendError;
 use crate::error::RpcError;
-use crate::mcp::Method;
+use crate::jsonrpc::Id;
+use crate::mcp::{Method, ProtocolVersion};
 use crate::metrics::Metrics;
+
+mod access;
+
+use access::Audit;
+pub use access::audited_arguments;
 
 /// Why a request was refused on the HTTP plane, before routing (metric label
 /// `mcpgate_rejections_total{reason}`).
@@ -198,6 +218,7 @@ pub struct RequestContext {
     /// A JSON-RPC request (counted in `mcpgate_requests_total`); notifications,
     /// responses and GET/DELETE get only the access log line unless refused.
     is_request: bool,
+    audit: Audit,
 }
 
 impl RequestContext {
@@ -212,7 +233,54 @@ impl RequestContext {
             target: None,
             outcome: None,
             is_request: false,
+            audit: Audit::default(),
         }
+    }
+
+    /// The accept phase: the peer's socket address.
+    pub fn set_client(&mut self, client: Option<SocketAddr>) {
+        self.audit.client = client;
+    }
+
+    /// The accept phase authenticated `principal`.
+    pub fn set_principal(&mut self, principal: Option<&Arc<Principal>>) {
+        self.audit.principal = principal.cloned();
+    }
+
+    /// The frame phase read a body of `n` bytes.
+    pub fn set_bytes_in(&mut self, n: usize) {
+        self.audit.bytes_in = Some(n);
+    }
+
+    /// The JSON-RPC id of the request.
+    pub fn set_rpc_id(&mut self, id: &Id) {
+        self.audit.rpc_id = Some(id.clone());
+    }
+
+    /// The protocol revision the request is served under (its era follows).
+    pub fn set_revision(&mut self, revision: ProtocolVersion) {
+        self.audit.revision = Some(revision);
+        self.audit.modern = Some(revision.is_modern());
+    }
+
+    /// The frame phase found a 2026-07-28 message (its revision not checked yet).
+    pub fn set_modern(&mut self) {
+        self.audit.modern = Some(true);
+    }
+
+    /// The HTTP status of the answer, where it is not 200.
+    pub fn set_status(&mut self, status: u16) {
+        self.audit.status = Some(status);
+    }
+
+    /// What the access line shows of the call's arguments ([`audited_arguments`]).
+    pub fn set_arguments(&mut self, shown: Option<String>) {
+        self.audit.arguments = shown;
+    }
+
+    /// The JSON-RPC answer is `n` bytes.
+    pub fn set_bytes_out(&mut self, n: usize) {
+        self.audit.bytes_out = Some(n);
     }
 
     /// The frame phase read a JSON-RPC request of `method`.
@@ -258,8 +326,16 @@ impl RequestContext {
         self.outcome = Some(outcome);
     }
 
-    /// Ends the request as refused on the HTTP plane.
-    pub fn reject(self, why: Rejection) {
+    /// Ends the request with a JSON-RPC error of `code` (recorded now).
+    pub fn finish_error(mut self, outcome: Outcome, code: i64) {
+        self.audit.code = Some(code);
+        self.finish(outcome);
+    }
+
+    /// Ends the request as refused with HTTP `status` and JSON-RPC `code`.
+    pub fn reject_with(mut self, why: Rejection, status: u16, code: i64) {
+        self.audit.status = Some(status);
+        self.audit.code = Some(code);
         self.finish(Outcome::Rejected(why));
     }
 
@@ -298,20 +374,7 @@ impl RequestContext {
                 }
             }
         }
-        tracing::debug!(
-            target: "mcpgate::access",
-            method,
-            session = self.session.as_deref().unwrap_or("-"),
-            backend,
-            name = self.target.as_deref().unwrap_or("-"),
-            outcome = outcome.label(),
-            reason = match outcome {
-                Outcome::Rejected(why) => why.label(),
-                _ => "-",
-            },
-            ms = (secs * 1000.0) as u64,
-            "request"
-        );
+        self.log(outcome, secs);
     }
 }
 
@@ -381,7 +444,7 @@ mod tests {
         );
         assert!(text.contains(r#"outcome="unavailable""#), "{text}");
         let m = Arc::new(Metrics::new());
-        RequestContext::new(&m).reject(Rejection::Unauthorized);
+        RequestContext::new(&m).reject_with(Rejection::Unauthorized, 401, -32000);
         let text = m.render();
         assert!(
             text.contains(r#"mcpgate_rejections_total{reason="unauthorized"} 1"#),

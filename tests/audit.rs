@@ -1,0 +1,253 @@
+//! The access (audit) log: one `mcpgate::access` line per host request, at info,
+//! from a real `mcpgate serve` with JSON logs, a real OIDC issuer and the fake
+//! stdio backend. Who (issuer, subject, client address), what (method, id, exposed
+//! name, backend), how it ended (outcome, JSON-RPC code, HTTP status, reason) and
+//! how big — and never the token or an argument.
+
+mod auth_support;
+mod common;
+
+use std::time::Duration;
+
+use auth_support::Issuer;
+use common::McpClient;
+use common::served::Served;
+use serde_json::{Value, json};
+
+const RESOURCE: &str = "https://gw.example.test/mcp";
+const SECRET_ARGUMENT: &str = "do-not-log-this-argument";
+
+fn access_lines(served: &Served) -> Vec<Value> {
+    served
+        .log()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|v| v["target"] == "mcpgate::access")
+        .map(|v| v["fields"].clone())
+        .collect()
+}
+
+/// The access line whose `rpc_id` is `id` (waits: lines are written as requests end).
+async fn line_for(served: &Served, id: &str) -> Value {
+    let mut found = None;
+    common::wait_for(Duration::from_secs(5), || {
+        found = access_lines(served).into_iter().find(|f| f["rpc_id"] == id);
+        found.is_some()
+    })
+    .await;
+    found.unwrap_or_else(|| panic!("no access line for id {id}:\n{}", served.log()))
+}
+
+#[tokio::test]
+async fn every_request_gets_one_access_line_with_who_what_and_how_it_ended() {
+    let issuer = Issuer::start().await;
+    let served = Served::start(&format!(
+        r#"
+[server]
+listen = "127.0.0.1:0"
+metrics_listen = "off"
+[auth]
+resource = "{RESOURCE}"
+issuers = ["{}"]
+[backends.fx]
+type = "stdio"
+command = "${{FAKE_STDIO}}"
+"#,
+        issuer.url
+    ))
+    .await;
+    let token = issuer.mint(&issuer.claims("alice", "mcp:tools", RESOURCE));
+    let bearer = format!("Bearer {token}");
+    let auth = [("authorization", bearer.as_str())];
+    let mut c = McpClient::new(&served.url);
+
+    let init = json!({"jsonrpc": "2.0", "id": "init-1", "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {},
+        "clientInfo": {"name": "audit-test", "version": "1"}}});
+    let r = c.post(&auth, init.to_string()).await;
+    assert_eq!(r.status, 200, "{r:?}");
+    c.session = r.header("mcp-session-id").map(str::to_owned);
+    c.version = Some("2025-11-25".into());
+    let note = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+    assert_eq!(c.post(&auth, note.to_string()).await.status, 202);
+
+    let call = json!({"jsonrpc": "2.0", "id": "call-ok", "method": "tools/call",
+        "params": {"name": "fx__echo", "arguments": {"text": SECRET_ARGUMENT}}});
+    let call_body = call.to_string();
+    let r = c.post(&auth, call_body.clone()).await;
+    assert_eq!(r.status, 200, "{r:?}");
+    let unknown = json!({"jsonrpc": "2.0", "id": "call-unknown", "method": "tools/call",
+        "params": {"name": "fx__nope", "arguments": {}}});
+    let r = c.post(&auth, unknown.to_string()).await;
+    assert_eq!(r.json()["error"]["code"], -32602, "{r:?}");
+    let anonymous = json!({"jsonrpc": "2.0", "id": "no-token", "method": "tools/list"});
+    let r = c.post(&[], anonymous.to_string()).await;
+    assert_eq!(r.status, 401, "{r:?}");
+
+    let ok = line_for(&served, "\"call-ok\"").await;
+    assert_eq!(ok["message"], "request");
+    assert_eq!(ok["method"], "tools/call");
+    assert_eq!(ok["era"], "legacy");
+    assert_eq!(ok["revision"], "2025-11-25");
+    assert_eq!(ok["issuer"], issuer.url.as_str());
+    assert_eq!(ok["subject"], "alice");
+    assert!(
+        ok["client"].as_str().unwrap().starts_with("127.0.0.1:"),
+        "{ok}"
+    );
+    assert_eq!(ok["backend"], "fx");
+    assert_eq!(ok["name"], "fx__echo");
+    assert_eq!(ok["outcome"], "ok");
+    assert_eq!(ok["status"], 200);
+    assert_eq!(ok["bytes_in"], call_body.len() as u64, "{ok}");
+    assert!(ok["bytes_out"].as_u64().unwrap() > 20, "{ok}");
+    assert!(ok["ms"].is_u64(), "{ok}");
+    assert!(ok.get("code").is_none(), "{ok}");
+    let session = ok["session"].as_str().unwrap();
+    assert!(!session.is_empty());
+    assert_ne!(
+        Some(session),
+        c.session.as_deref(),
+        "the log holds a short id, not the session id"
+    );
+
+    let init_line = line_for(&served, "\"init-1\"").await;
+    assert_eq!(init_line["method"], "initialize");
+    assert_eq!(init_line["session"], session, "{init_line}");
+    assert_eq!(init_line["revision"], "2025-11-25");
+
+    let failed = line_for(&served, "\"call-unknown\"").await;
+    assert_eq!(failed["outcome"], "error", "{failed}");
+    assert_eq!(failed["code"], -32602, "{failed}");
+    assert_eq!(failed["subject"], "alice");
+
+    // Refused before its body is read: who and why, not what.
+    let refused = access_lines(&served)
+        .into_iter()
+        .find(|f| f["status"] == 401)
+        .expect("a line for the 401");
+    assert_eq!(refused["status"], 401, "{refused}");
+    assert_eq!(refused["reason"], "unauthorized", "{refused}");
+    assert_eq!(refused["outcome"], "rejected", "{refused}");
+    assert!(refused.get("subject").is_none(), "{refused}");
+    assert!(
+        refused["client"]
+            .as_str()
+            .unwrap()
+            .starts_with("127.0.0.1:")
+    );
+
+    let lines = access_lines(&served);
+    let notes: Vec<&Value> = lines
+        .iter()
+        .filter(|f| f["method"] == "notifications/initialized")
+        .collect();
+    assert_eq!(notes.len(), 1, "{lines:?}");
+    assert_eq!(notes[0]["status"], 202);
+    for id in ["\"init-1\"", "\"call-ok\"", "\"call-unknown\""] {
+        let n = lines.iter().filter(|f| f["rpc_id"] == id).count();
+        assert_eq!(n, 1, "one line for {id}: {lines:?}");
+    }
+    let log = served.log();
+    assert!(!log.contains(&token), "the token is never logged");
+    assert!(!log.contains(SECRET_ARGUMENT), "arguments are never logged");
+}
+
+#[tokio::test]
+async fn modern_requests_and_their_refusals_are_logged_as_the_modern_era() {
+    let served = Served::start(
+        r#"
+[server]
+listen = "127.0.0.1:0"
+metrics_listen = "off"
+[backends.fx]
+type = "stdio"
+command = "${FAKE_STDIO}"
+"#,
+    )
+    .await;
+    let c = McpClient::new(&served.url);
+    let h = [
+        ("mcp-protocol-version", "2026-07-28"),
+        ("mcp-method", "server/discover"),
+    ];
+    let meta = json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {}});
+    let discover = json!({"jsonrpc": "2.0", "id": 41, "method": "server/discover",
+        "params": {"_meta": meta}});
+    let r = c.post(&h, discover.to_string()).await;
+    assert_eq!(r.status, 200, "{r:?}");
+    let bad = json!({"jsonrpc": "2.0", "id": 42, "method": "server/discover",
+        "params": {"_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28"}}});
+    let r = c.post(&h, bad.to_string()).await;
+    assert_eq!(r.status, 400, "{r:?}");
+
+    let ok = line_for(&served, "41").await;
+    assert_eq!(ok["era"], "modern", "{ok}");
+    assert_eq!(ok["revision"], "2026-07-28", "{ok}");
+    assert_eq!(ok["outcome"], "ok", "{ok}");
+    assert!(ok.get("session").is_none(), "stateless: {ok}");
+    assert!(ok.get("subject").is_none(), "open endpoint: {ok}");
+    let refused = line_for(&served, "42").await;
+    assert_eq!(refused["era"], "modern", "{refused}");
+    assert_eq!(refused["status"], 400, "{refused}");
+    assert_eq!(refused["code"], -32602, "{refused}");
+    assert_eq!(refused["reason"], "modern_envelope", "{refused}");
+}
+
+#[tokio::test]
+async fn a_backend_that_opts_in_gets_argument_keys_or_redacted_values() {
+    let served = Served::start(
+        r#"
+[server]
+listen = "127.0.0.1:0"
+metrics_listen = "off"
+[backends.fx]
+type = "stdio"
+command = "${FAKE_STDIO}"
+[backends.fx.audit]
+arguments = "values"
+[backends.keys]
+type = "stdio"
+command = "${FAKE_STDIO}"
+[backends.keys.audit]
+arguments = "keys"
+"#,
+    )
+    .await;
+    let mut c = McpClient::new(&served.url);
+    c.initialize(json!({})).await;
+    let args = json!({"text": "hello", "password": "p4ssw0rd",
+        "nested": [{"Api_Key": "k-123", "depth": 2}]});
+    let r = c
+        .request_id(
+            json!("with-values"),
+            "tools/call",
+            json!({"name": "fx__echo", "arguments": args}),
+        )
+        .await;
+    assert_eq!(common::text_of(&r.response), "hello");
+    let r = c
+        .request_id(
+            json!("with-keys"),
+            "tools/call",
+            json!({"name": "keys__echo", "arguments": args}),
+        )
+        .await;
+    assert_eq!(common::text_of(&r.response), "hello");
+
+    let values = line_for(&served, "\"with-values\"").await;
+    let shown: Value = serde_json::from_str(values["arguments"].as_str().unwrap()).unwrap();
+    assert_eq!(
+        shown,
+        json!({"text": "hello", "password": "[redacted]",
+            "nested": [{"Api_Key": "[redacted]", "depth": 2}]})
+    );
+    let keys = line_for(&served, "\"with-keys\"").await;
+    assert_eq!(
+        keys["arguments"], r#"["text","password","nested"]"#,
+        "{keys}"
+    );
+    let log = served.log();
+    assert!(!log.contains("p4ssw0rd") && !log.contains("k-123"), "{log}");
+}
