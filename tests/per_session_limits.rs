@@ -77,8 +77,7 @@ fn an_idle_timeout_below_the_session_ttl_is_refused() {
         idle_timeout = "10m"
     "#;
     let problems = mcpgate::config::Config::parse(text, std::path::Path::new("t.toml"), &|_| None)
-        .err()
-        .expect("an idle_timeout below the session TTL is a config problem");
+        .expect_err("an idle_timeout below the session TTL is a config problem");
     let p = problems
         .iter()
         .find(|p| p.path == "backends.ps.idle_timeout")

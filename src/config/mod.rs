@@ -253,8 +253,11 @@ pub struct BackendConfig {
     /// at once; sessions beyond it get a "busy" error. Default 256.
     pub max_connections: usize,
     /// per_session mode: a connection unused this long is closed (it is reopened
-    /// on the next call). Default 10 minutes.
-    pub idle_timeout: Duration,
+    /// on the next call, with the session's log level and subscriptions set
+    /// again), unless it holds the session's subscriptions or tasks. `None` (the
+    /// default): it lives as long as its session. Never below
+    /// `server.session_idle_timeout`.
+    pub idle_timeout: Option<Duration>,
     /// http: a file of `Name: value` header lines (mounted secrets), read at
     /// each connect and merged over `headers`.
     pub headers_file: Option<PathBuf>,
@@ -353,7 +356,11 @@ pub struct RawBackend {
     pub queue_timeout: Option<Duration>,
     /// per_session mode: most connections open at once. Default 256.
     pub max_connections: Option<usize>,
-    /// per_session mode: an unused connection is closed after this. Default 10 minutes.
+    /// per_session mode: an unused connection is closed after this, even though its
+    /// session lives on (it reopens on the next call, with the session's log level
+    /// and subscriptions set again; one holding subscriptions or tasks is kept).
+    /// At least `server.session_idle_timeout`. Default: none, the connection lives
+    /// as long as its session.
     #[serde(default, with = "humantime_serde")]
     #[schemars(schema_with = "schema::duration")]
     pub idle_timeout: Option<Duration>,

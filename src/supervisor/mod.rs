@@ -44,7 +44,13 @@ pub struct Supervisor {
     stopping: AtomicBool,
     /// Refresh pacing per backend index (refreshes asked for by `list_changed`).
     paces: Mutex<HashMap<usize, pace::Pace>>,
+    /// The per-session connection last opened for each (session, backend index):
+    /// tells a new connection from a replacement and from one already set up.
+    opened: Mutex<HashMap<SessionBackend, std::sync::Weak<Connection>>>,
 }
+
+/// A host session's id and a backend index.
+type SessionBackend = (Arc<str>, usize);
 
 impl Supervisor {
     /// A supervisor for `catalog`'s backends; call [`Supervisor::start`].
@@ -65,6 +71,7 @@ impl Supervisor {
             expected: AtomicUsize::new(0),
             stopping: AtomicBool::new(false),
             paces: Mutex::new(HashMap::new()),
+            opened: Mutex::new(HashMap::new()),
         })
     }
 
