@@ -11,7 +11,7 @@
 //! across an `.await`.
 
 mod call;
-mod events;
+mod host;
 mod record;
 mod store;
 
@@ -19,14 +19,13 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
-use base64::Engine;
 use bytes::Bytes;
 use serde_json::Value;
 use tokio::time::Instant;
 use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
 
-pub use call::{HostCall, Outbound};
-pub use events::{Attached, EventLog, Frame, ResumeError};
+pub use call::{Ask, HostCall, Outbound};
+pub use host::{Host, ModernHost};
 pub use record::{SessionRecord, TaskRoute, UpstreamSession};
 pub use store::{MemoryStore, SessionStore};
 
@@ -35,27 +34,12 @@ use crate::auth::{Principal, PrincipalId};
 use crate::backend::{Connection, Slot};
 use crate::jsonrpc::Id;
 use crate::mcp::{LogLevel, ProtocolVersion};
+use crate::streamable_http::{EventLog, new_session_id};
 
 /// A short, non-reversible form of a session id for logs (ids are bearer secrets).
 pub fn log_id(id: &str) -> String {
     let d = <sha2::Sha256 as sha2::Digest>::digest(id.as_bytes());
     d[..4].iter().map(|b| format!("{b:02x}")).collect()
-}
-
-/// Generates a session id: 128 random bits, base64url (22 visible ASCII chars,
-/// MCP 2025-11-25 transports: cryptographically secure, 0x21–0x7E only).
-pub fn new_session_id() -> Arc<str> {
-    let mut bytes = [0u8; 16];
-    if getrandom::fill(&mut bytes).is_err() {
-        // The OS RNG failing is not recoverable in a meaningful way; fall back to a
-        // hash of time and address entropy rather than panicking.
-        let seed = format!("{:?}{:p}", std::time::SystemTime::now(), &bytes);
-        let digest = <sha2::Sha256 as sha2::Digest>::digest(seed.as_bytes());
-        bytes.copy_from_slice(&digest[..16]);
-    }
-    base64::engine::general_purpose::URL_SAFE_NO_PAD
-        .encode(bytes)
-        .into()
 }
 
 /// A server→client request relayed to the host and not yet answered.

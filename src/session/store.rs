@@ -133,8 +133,8 @@ mod tests {
 
     #[test]
     fn ids_are_random_visible_ascii() {
-        let a = crate::session::new_session_id();
-        let b = crate::session::new_session_id();
+        let a = crate::streamable_http::new_session_id();
+        let b = crate::streamable_http::new_session_id();
         assert_ne!(a, b);
         assert!(a.len() >= 22);
         assert!(a.bytes().all(|c| (0x21..=0x7e).contains(&c)));

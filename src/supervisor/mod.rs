@@ -47,6 +47,9 @@ pub struct Supervisor {
     /// The per-session connection last opened for each (session, backend index):
     /// tells a new connection from a replacement and from one already set up.
     opened: Mutex<HashMap<SessionBackend, std::sync::Weak<Connection>>>,
+    /// Per-session backends' connections for stateless requests, by (backend,
+    /// caller and declared capabilities); see `sessions.rs`.
+    pool: Mutex<HashMap<(usize, String), Arc<crate::backend::Slot>>>,
 }
 
 /// A host session's id and a backend index.
@@ -72,6 +75,7 @@ impl Supervisor {
             stopping: AtomicBool::new(false),
             paces: Mutex::new(HashMap::new()),
             opened: Mutex::new(HashMap::new()),
+            pool: Default::default(),
         })
     }
 
@@ -96,6 +100,9 @@ impl Supervisor {
     /// Waits until every backend's first connection attempt finished, at most
     /// `limit`. Hosts that initialize right after start see complete lists.
     pub async fn wait_loaded(&self, limit: Duration) {
+        if self.is_loaded() {
+            return;
+        }
         let want = self.expected.load(Ordering::Acquire);
         let mut rx = self.loaded.subscribe();
         let _ = tokio::time::timeout(limit, rx.wait_for(|n| *n >= want)).await;
@@ -266,8 +273,10 @@ impl Supervisor {
         f(paces.entry(idx).or_default())
     }
 
-    /// Tells every session that the `changed` lists changed.
+    /// Tells every session, and every listen stream that asked, that the
+    /// `changed` lists changed.
     fn announce_changes(&self, changed: &[Changed]) {
+        self.relay.listens().announce(changed);
         for session in self.sessions.all() {
             for c in changed {
                 session
@@ -329,6 +338,7 @@ impl Supervisor {
     /// Stops everything: ends every session and closes the shared connections.
     pub async fn shutdown(&self) {
         self.begin_shutdown();
+        self.relay.listens().end_all();
         for s in self.sessions.all() {
             self.end_session(&s).await;
         }
@@ -336,6 +346,14 @@ impl Supervisor {
             if let Some(conn) = b.shared().take() {
                 conn.close().await;
             }
+        }
+        let pooled: Vec<_> = self
+            .pool
+            .lock()
+            .map(|mut p| p.drain().filter_map(|(_, s)| s.take()).collect())
+            .unwrap_or_default();
+        for conn in pooled {
+            conn.close().await;
         }
     }
 }
