@@ -59,6 +59,9 @@ pub struct Metrics {
     pub config_last_reload_success_timestamp: Gauge,
     /// `server.max_sessions`: the session cap (`mcpgate_sessions_active` reaches it).
     pub sessions_max: IntGauge,
+    /// Server→client requests and log messages of a shared backend connection that
+    /// could not be tied to exactly one host call (refused or dropped), by backend.
+    pub unroutable_backend_messages: IntCounterVec,
 }
 
 /// The source revision baked in at build time (`MCPGATE_REVISION=$(git rev-parse
@@ -243,6 +246,12 @@ impl Metrics {
                 &r,
                 "mcpgate_sessions_max",
                 "The session cap (server.max_sessions).",
+            ),
+            unroutable_backend_messages: counter_vec(
+                &r,
+                "mcpgate_unroutable_backend_requests_total",
+                "Server-to-client requests and logs of a shared backend connection that no single host call could be tied to (refused or dropped), by backend.",
+                backend,
             ),
             registry: r,
         };

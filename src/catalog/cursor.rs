@@ -31,8 +31,8 @@ impl CursorKey {
         CursorKey(Arc::new(key))
     }
 
-    /// A fixed key (tests).
-    #[cfg(test)]
+    /// A fixed key (tests and fuzzing).
+    #[cfg(any(test, feature = "fuzzing"))]
     pub fn fixed(byte: u8) -> Self {
         CursorKey(Arc::new([byte; 32]))
     }
