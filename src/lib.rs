@@ -256,7 +256,7 @@ fn idle_period(catalog: &Catalog, session_idle_timeout: Duration) -> Duration {
         .backends()
         .active()
         .iter()
-        .map(|b| b.spec.config.idle_timeout)
+        .filter_map(|b| b.spec.config.idle_timeout)
         .fold(session_idle_timeout, Duration::min);
     (shortest / 4).clamp(Duration::from_millis(100), Duration::from_secs(30))
 }

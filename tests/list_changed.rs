@@ -1,12 +1,15 @@
-//! A backend's `notifications/tools/list_changed` reaches the host once, on its GET
-//! stream, and the next `tools/list` has the new tool.
+//! A backend's `notifications/tools/list_changed` reaches the host once, on its
+//! GET stream, and the next `tools/list` has the new tool; a backend that
+//! announces after every list (a notification storm) is not re-listed in a loop
+//! and announces nothing while its lists stay the same; a backend restarted with
+//! a different catalogue and no notification is re-read after the restart.
 
 mod common;
 
 use std::time::Duration;
 
-use common::{FakeHttp, TestGateway, names, text_of};
-use serde_json::json;
+use common::{FakeHttp, TestGateway, logged, names, text_of};
+use serde_json::{Value, json};
 
 #[tokio::test]
 async fn list_changed_reaches_the_host_once_and_the_list_is_refreshed() {
@@ -112,4 +115,96 @@ async fn add_tool_on_a_per_session_http_backend_refreshes_the_catalogue() {
     );
     let tools = names(&s.list_all("tools/list", "tools").await);
     assert!(tools.contains(&"web__fresh".to_owned()), "{tools:?}");
+}
+
+/// Milliseconds since the epoch of every `tools/list` a fake-stdio log shows.
+fn list_times(log: &std::path::Path) -> Vec<u64> {
+    logged(log, "tools/list")
+        .iter()
+        .filter_map(|e| e.get("ts").and_then(Value::as_u64))
+        .collect()
+}
+
+#[tokio::test]
+async fn a_backend_announcing_after_every_list_is_not_relisted_in_a_loop() {
+    let gw = TestGateway::start(
+        r#"
+        [backends.storm]
+        type = "stdio"
+        command = "${FAKE_STDIO}"
+        args = ["--storm", "--log", "${TEST_DIR}/storm.log"]
+        "#,
+    )
+    .await;
+    let log = gw.dir.path("storm.log");
+    let s = gw.session().await;
+    let mut listen = s.get_stream().await;
+    let start = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let times = list_times(&log);
+    // Unpaced, every list answered by a notification is re-listed ~50 ms later
+    // (over 100 lists in 6 s, forever).
+    assert!(times.len() <= 6, "{} lists in 6 s: {times:?}", times.len());
+    let late = times.iter().filter(|t| **t > start + 3000).count();
+    assert!(late <= 1, "the storm settles: {late} lists in the last 3 s");
+    while let Some(m) = listen.next(Duration::from_millis(300)).await {
+        assert_ne!(
+            m["method"], "notifications/tools/list_changed",
+            "nothing changed, so nothing is announced"
+        );
+    }
+    let tools = names(&s.list_all("tools/list", "tools").await);
+    assert!(tools.contains(&"storm__echo".to_owned()), "{tools:?}");
+    // A real change is still picked up (within the backed-off period).
+    let r = s
+        .call_tool("storm__add_tool", json!({"name": "fresh"}))
+        .await;
+    assert_eq!(text_of(&r.response), "added fresh");
+    let note = listen.next(Duration::from_secs(20)).await;
+    assert_eq!(
+        note.as_ref().map(|m| m["method"].clone()),
+        Some(json!("notifications/tools/list_changed")),
+        "{note:?}"
+    );
+    let tools = names(&s.list_all("tools/list", "tools").await);
+    assert!(tools.contains(&"storm__fresh".to_owned()), "{tools:?}");
+}
+
+#[tokio::test]
+async fn a_backend_restarted_with_another_catalogue_is_reread() {
+    let dir = common::TestDir::new();
+    let tools = dir.path("tools.json");
+    let tool = |name: &str| json!([{"name": name, "inputSchema": {"type": "object"}}]);
+    std::fs::write(&tools, tool("before").to_string()).unwrap();
+    let gw = TestGateway::start_in(
+        dir,
+        r#"
+        [backends.fx]
+        type = "stdio"
+        command = "${FAKE_STDIO}"
+        args = ["--tools-json", "${TEST_DIR}/tools.json", "--exit-after-calls", "0"]
+        "#,
+    )
+    .await;
+    let s = gw.session().await;
+    let mut listen = s.get_stream().await;
+    let listed = names(&s.list_all("tools/list", "tools").await);
+    assert!(listed.contains(&"fx__before".to_owned()), "{listed:?}");
+    // The next child serves another catalogue; this one dies on the next call
+    // and says nothing about lists.
+    std::fs::write(&tools, tool("after").to_string()).unwrap();
+    let r = s.call_tool("fx__echo", json!({"text": "x"})).await;
+    assert!(r.response.get("error").is_some(), "{}", r.response);
+    let note = listen.next(Duration::from_secs(10)).await;
+    assert_eq!(
+        note.as_ref().map(|m| m["method"].clone()),
+        Some(json!("notifications/tools/list_changed")),
+        "{note:?}"
+    );
+    let listed = names(&s.list_all("tools/list", "tools").await);
+    assert!(listed.contains(&"fx__after".to_owned()), "{listed:?}");
+    assert!(!listed.contains(&"fx__before".to_owned()), "{listed:?}");
 }

@@ -210,6 +210,15 @@ async fn max_sessions_caps_initialize_with_503() {
     let r = gw.client().post(&[], body.to_string()).await;
     assert_eq!(r.status, 503);
     assert!(r.header("mcp-session-id").is_none());
+    // RFC 9110 §10.2.3: a 503 may say when to come back; hosts and load
+    // balancers back off by it instead of retrying at once.
+    let retry = r.header("retry-after").map(str::parse::<u64>);
+    assert!(
+        matches!(retry, Some(Ok(1..=60))),
+        "Retry-After in whole seconds within a minute: {:?}",
+        r.header("retry-after")
+    );
+    assert_eq!(r.json()["error"]["code"], -32000, "{:?}", r.body);
     assert!(a.delete().await.status.is_success());
     let _c = gw.session().await;
 }

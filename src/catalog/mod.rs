@@ -26,6 +26,44 @@ use crate::config::Config;
 use crate::mcp::Changed;
 use cursor::CursorKey;
 
+/// Whether two lists hold the same items, in any order (objects compare by
+/// content; key order never matters).
+fn same_items(a: &[serde_json::Value], b: &[serde_json::Value]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    if a == b {
+        return true;
+    }
+    let sorted = |l: &[serde_json::Value]| {
+        let mut v: Vec<String> = l.iter().map(canonical).collect();
+        v.sort_unstable();
+        v
+    };
+    sorted(a) == sorted(b)
+}
+
+/// `v` serialized with object keys sorted, so equal values serialize equally.
+fn canonical(v: &serde_json::Value) -> String {
+    use serde_json::Value;
+    match v {
+        Value::Object(m) => {
+            let mut keys: Vec<&String> = m.keys().collect();
+            keys.sort_unstable();
+            let fields: Vec<String> = keys
+                .into_iter()
+                .map(|k| format!("{}:{}", Value::from(k.as_str()), canonical(&m[k])))
+                .collect();
+            format!("{{{}}}", fields.join(","))
+        }
+        Value::Array(a) => format!(
+            "[{}]",
+            a.iter().map(canonical).collect::<Vec<_>>().join(",")
+        ),
+        other => other.to_string(),
+    }
+}
+
 /// The catalogue; see the module docs.
 pub struct Catalog {
     backends: Backends,
@@ -77,7 +115,9 @@ impl Catalog {
     }
 
     /// Stores backend `idx`'s freshly fetched lists and rebuilds the view if they
-    /// changed. Returns which of the three `list_changed` lists changed.
+    /// changed. Returns which of the three `list_changed` lists changed: none when
+    /// every list holds the same items (in any order), so an unchanged refetch is
+    /// announced to nobody and keeps the view (and its cursors) as it was.
     pub fn install(&self, idx: usize, fresh: BackendCatalog) -> Vec<Changed> {
         let b = self.backends.at(idx);
         let old = b.catalog();
@@ -86,18 +126,27 @@ impl Catalog {
             .filter(|c| {
                 let Some(o) = old.as_ref() else { return true };
                 match c {
-                    Changed::Tools => o.tools != fresh.tools,
-                    Changed::Prompts => o.prompts != fresh.prompts,
+                    Changed::Tools => !same_items(&o.tools, &fresh.tools),
+                    Changed::Prompts => !same_items(&o.prompts, &fresh.prompts),
                     Changed::Resources => {
-                        o.resources != fresh.resources || o.templates != fresh.templates
+                        !same_items(&o.resources, &fresh.resources)
+                            || !same_items(&o.templates, &fresh.templates)
                     }
                 }
             })
             .collect();
-        b.set_catalog(Some(Arc::new(fresh)));
-        if !changed.is_empty() {
-            self.rebuild();
+        // Capabilities and instructions may change across a restart with the
+        // lists unchanged (the view must follow); that is nothing to announce.
+        let same_init = old.as_ref().is_some_and(|o| {
+            o.init.capabilities == fresh.init.capabilities
+                && o.init.instructions == fresh.init.instructions
+                && o.init.version == fresh.init.version
+        });
+        if changed.is_empty() && same_init {
+            return changed;
         }
+        b.set_catalog(Some(Arc::new(fresh)));
+        self.rebuild();
         changed
     }
 
@@ -121,5 +170,71 @@ impl Catalog {
         );
         self.access.record(epoch, catalogs.clone());
         *current = Arc::new(view);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::backend::InitInfo;
+    use crate::mcp::ProtocolVersion;
+
+    fn lists(tools: Vec<serde_json::Value>) -> BackendCatalog {
+        BackendCatalog {
+            init: InitInfo {
+                version: ProtocolVersion::LATEST,
+                capabilities: json!({"tools": {"listChanged": true}}),
+                instructions: None,
+            },
+            tools,
+            prompts: vec![],
+            resources: vec![],
+            templates: vec![],
+        }
+    }
+
+    #[test]
+    fn same_items_ignores_order_but_not_content() {
+        let a = json!({"name": "a", "inputSchema": {"type": "object", "properties": {}}});
+        let b = json!({"name": "b", "inputSchema": {"type": "object"}});
+        let a_reordered = json!({"inputSchema": {"properties": {}, "type": "object"}, "name": "a"});
+        assert!(same_items(
+            &[a.clone(), b.clone()],
+            &[b.clone(), a_reordered]
+        ));
+        assert!(!same_items(
+            &[a.clone(), b.clone()],
+            &[a.clone(), a.clone()]
+        ));
+        assert!(!same_items(
+            std::slice::from_ref(&a),
+            &[a.clone(), b.clone()]
+        ));
+        let mut a2 = a.clone();
+        a2["description"] = "new".into();
+        assert!(!same_items(&[a], &[a2]));
+    }
+
+    #[test]
+    fn an_unchanged_refetch_changes_nothing_and_keeps_the_view() {
+        let config = Config::parse(
+            "[backends.fx]\ntype = \"stdio\"\ncommand = \"x\"\n",
+            std::path::Path::new("t.toml"),
+            &|_| None,
+        )
+        .unwrap();
+        let catalog = Catalog::new(&config);
+        let t = |n: &str| json!({"name": n, "inputSchema": {"type": "object"}});
+        assert_eq!(catalog.install(0, lists(vec![t("a"), t("b")])).len(), 3);
+        let epoch = catalog.view().epoch;
+        assert!(catalog.install(0, lists(vec![t("b"), t("a")])).is_empty());
+        assert_eq!(catalog.view().epoch, epoch, "same view, cursors stay valid");
+        assert_eq!(
+            catalog.install(0, lists(vec![t("a"), t("c")])),
+            vec![Changed::Tools]
+        );
+        assert!(catalog.view().epoch > epoch);
     }
 }

@@ -295,9 +295,16 @@ pub struct BackendConfig {
     /// per_session mode: most connections (child processes, backend sessions) open
     /// at once; sessions beyond it get a "busy" error. Default 256.
     pub max_connections: usize,
-    /// per_session mode: a connection unused this long is closed (it is reopened
-    /// on the next call). Default 10 minutes.
-    pub idle_timeout: Duration,
+    /// Connections of a per_session backend (or an auto one once it serves
+    /// sessions their own), stdio or http, unused this long are closed; they
+    /// reopen on the next call. Default (`None`) differs by kind: a session's
+    /// own connection lives as long as its session (when set, it is reopened
+    /// with the session's log level and subscriptions, and one holding the
+    /// session's subscriptions or tasks is kept); a pooled one (stateless
+    /// 2026-07-28 requests) closes after `server.session_idle_timeout`. Never
+    /// below `server.session_idle_timeout`. The shared connection (`shared`, or
+    /// `auto` before the switch) is never closed for idleness.
+    pub idle_timeout: Option<Duration>,
     /// http: a file of `Name: value` header lines (mounted secrets), read at
     /// each connect and merged over `headers`.
     pub headers_file: Option<PathBuf>,
@@ -399,7 +406,14 @@ pub struct RawBackend {
     pub queue_timeout: Option<Duration>,
     /// per_session mode: most connections open at once. Default 256.
     pub max_connections: Option<usize>,
-    /// per_session mode: an unused connection is closed after this. Default 10 minutes.
+    /// per_session (and auto, once it serves sessions their own) backends, stdio
+    /// or http: an unused connection is closed after this and reopens on the next
+    /// call. At least `server.session_idle_timeout`. Default when unset: a
+    /// session's own connection lives as long as its session; a pooled one
+    /// (stateless 2026-07-28 requests) closes after `server.session_idle_timeout`.
+    /// When set, a session's own connection is reopened with the session's log
+    /// level and subscriptions, and one holding subscriptions or tasks is kept.
+    /// The shared connection is never closed for idleness.
     #[serde(default, with = "humantime_serde")]
     #[schemars(schema_with = "schema::duration")]
     pub idle_timeout: Option<Duration>,

@@ -132,9 +132,7 @@ pub(super) fn build(raw: RawConfig, p: &mut Vec<ConfigProblem>) -> Config {
             max_concurrency: b.max_concurrency,
             queue_timeout: b.queue_timeout.unwrap_or(std::time::Duration::from_secs(5)),
             max_connections: b.max_connections.unwrap_or(256),
-            idle_timeout: b
-                .idle_timeout
-                .unwrap_or(std::time::Duration::from_secs(600)),
+            idle_timeout: b.idle_timeout,
             headers_file: b.headers_file,
             upstream_auth: b.auth,
             audit: b.audit,
@@ -243,10 +241,17 @@ pub fn validate(c: &Config) -> Vec<ConfigProblem> {
                 "must be at least 1",
             ));
         }
-        if b.idle_timeout.is_zero() {
+        if let Some(idle) = b.idle_timeout
+            && idle < s.session_idle_timeout
+        {
+            let fmt = humantime_serde::re::humantime::format_duration;
+            let ttl = fmt(s.session_idle_timeout);
             p.push(ConfigProblem::new(
                 at("idle_timeout"),
-                "must be greater than zero",
+                format!(
+                    "{} is shorter than server.session_idle_timeout ({ttl}): a per-session connection would be closed while its session is alive, losing the backend's state for it; remove idle_timeout (the connection then lives as long as its session) or make it at least {ttl}",
+                    fmt(idle)
+                ),
             ));
         }
         if b.max_concurrency == Some(0) {

@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use axum::body::Bytes;
 use axum::extract::{Request, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::value::RawValue;
 use serde_json::{Value, json};
@@ -254,6 +254,23 @@ fn modern_probe_refused(id: &jsonrpc::Id, what: &str) -> HttpError {
 /// `initialize`: negotiates the revision, opens a session and answers with the
 /// aggregated capabilities (MCP 2025-11-25 basic/lifecycle). The outcome is
 /// `Error` for an `initialize` without a protocol version.
+/// `Retry-After` (RFC 9110 §10.2.3, whole seconds) for an `initialize` refused at
+/// the session cap: when the longest-idle session expires, the soonest a place
+/// frees up without a `DELETE`; between 1 and 60 s.
+fn session_cap_retry_after(st: &AppState) -> HeaderValue {
+    let ttl = st.server.session_idle_timeout;
+    let now = tokio::time::Instant::now();
+    let soonest = st
+        .sessions
+        .all()
+        .iter()
+        .filter(|s| !s.is_busy())
+        .map(|s| (s.last_seen() + ttl).saturating_duration_since(now))
+        .min()
+        .unwrap_or(std::time::Duration::from_secs(60));
+    HeaderValue::from(soonest.as_secs().clamp(1, 60))
+}
+
 async fn initialize(
     st: &AppState,
     ctx: &mut RequestContext,
@@ -310,7 +327,8 @@ async fn initialize(
             StatusCode::SERVICE_UNAVAILABLE,
             jsonrpc::TRANSPORT_ERROR,
             "Service Unavailable: too many sessions",
-        ));
+        )
+        .with_header(header::RETRY_AFTER, session_cap_retry_after(st)));
     }
     let view = st.catalog.view_for_key(&key);
     let mut capabilities = view.capabilities.clone();

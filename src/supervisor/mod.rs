@@ -7,11 +7,13 @@
 //! Per-request work is not here: that is the dispatch (host → backend) and the
 //! relay (backend → host).
 
+mod pace;
 mod reload;
 mod sessions;
 
-use std::sync::Arc;
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -40,10 +42,18 @@ pub struct Supervisor {
     /// Backends whose first connection attempt `loaded` waits for.
     expected: AtomicUsize,
     stopping: AtomicBool,
+    /// Refresh pacing per backend index (refreshes asked for by `list_changed`).
+    paces: Mutex<HashMap<usize, pace::Pace>>,
+    /// The per-session connection last opened for each (session, backend index):
+    /// tells a new connection from a replacement and from one already set up.
+    opened: Mutex<HashMap<SessionBackend, std::sync::Weak<Connection>>>,
     /// Per-session backends' connections for stateless requests, by (backend,
     /// caller and declared capabilities); see `sessions.rs`.
-    pool: std::sync::Mutex<std::collections::HashMap<(usize, String), Arc<crate::backend::Slot>>>,
+    pool: Mutex<HashMap<(usize, String), Arc<crate::backend::Slot>>>,
 }
+
+/// A host session's id and a backend index.
+type SessionBackend = (Arc<str>, usize);
 
 impl Supervisor {
     /// A supervisor for `catalog`'s backends; call [`Supervisor::start`].
@@ -63,6 +73,8 @@ impl Supervisor {
             loaded: watch::channel(0).0,
             expected: AtomicUsize::new(0),
             stopping: AtomicBool::new(false),
+            paces: Mutex::new(HashMap::new()),
+            opened: Mutex::new(HashMap::new()),
             pool: Default::default(),
         })
     }
@@ -181,6 +193,15 @@ impl Supervisor {
     /// connection first) and, if it changed, tells every session which lists
     /// changed.
     async fn refresh(&self, idx: usize) -> Result<Arc<Connection>, BackendError> {
+        self.refresh_changes(idx).await.map(|(conn, _)| conn)
+    }
+
+    /// [`Supervisor::refresh`], also telling which lists changed (none: the
+    /// lists are the same as before, and nothing was announced).
+    async fn refresh_changes(
+        &self,
+        idx: usize,
+    ) -> Result<(Arc<Connection>, Vec<Changed>), BackendError> {
         let b = self.catalog.backend(idx);
         let _one_at_a_time = b.refreshing().await;
         let removed = || BackendError::closed(&b.spec.name, "removed by a configuration reload");
@@ -210,26 +231,49 @@ impl Supervisor {
         if !changed.is_empty() && (!first || b.is_late()) {
             self.announce_changes(&changed);
         }
-        Ok(conn)
+        Ok((conn, changed))
     }
 
     /// Serves the relay's requests to re-read a backend's lists (after its
-    /// `list_changed`), coalescing bursts into one refresh shortly after.
+    /// `list_changed`): bursts coalesce into one refresh, paced per backend
+    /// (see [`pace`]) so a backend announcing after every list is not re-listed
+    /// in a loop.
     async fn refresh_on_request(self: Arc<Self>, mut refreshes: mpsc::UnboundedReceiver<usize>) {
         while let Some(idx) = refreshes.recv().await {
             if !self.catalog.backend(idx).schedule_refresh() {
                 continue;
             }
-            let me = self.clone();
-            tokio::spawn(async move {
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                let b = me.catalog.backend(idx);
-                b.refresh_started();
-                if let Err(e) = me.refresh(idx).await {
-                    tracing::warn!(backend = %b.spec.name, cause = %e, "catalogue refresh after list_changed failed");
-                }
-            });
+            tokio::spawn(self.clone().paced_refresh(idx));
         }
+    }
+
+    /// One refresh asked for by `list_changed`, once its pace allows.
+    async fn paced_refresh(self: Arc<Self>, idx: usize) {
+        let now = tokio::time::Instant::now;
+        let mut wait = self.pace(idx, |p| p.until_due(now())).max(pace::QUIET);
+        while !wait.is_zero() {
+            tokio::time::sleep(wait).await;
+            wait = self.pace(idx, |p| p.until_due(now()));
+        }
+        let b = self.catalog.backend(idx);
+        b.refresh_started();
+        self.pace(idx, |p| p.started(now()));
+        let changed = match self.refresh_changes(idx).await {
+            Ok((_, changed)) => !changed.is_empty(),
+            Err(e) => {
+                tracing::warn!(backend = %b.spec.name, cause = %e, "catalogue refresh after list_changed failed");
+                false
+            }
+        };
+        if let Some(every) = self.pace(idx, |p| p.finished(now(), changed)) {
+            tracing::warn!(backend = %b.spec.name, every = ?every, "backend announces list changes that change nothing; re-listing it less often");
+        }
+    }
+
+    /// Runs `f` on backend `idx`'s refresh pace.
+    fn pace<T>(&self, idx: usize, f: impl FnOnce(&mut pace::Pace) -> T) -> T {
+        let mut paces = self.paces.lock().unwrap_or_else(|e| e.into_inner());
+        f(paces.entry(idx).or_default())
     }
 
     /// Tells every session, and every listen stream that asked, that the

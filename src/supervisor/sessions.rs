@@ -1,6 +1,14 @@
 //! Hosts' backend state over time: the connection that serves a host on a backend
 //! (a session's own, opened on first use, for per-session backends; a pooled one
 //! for stateless 2026-07-28 requests), the end of a session, and idle expiry.
+//!
+//! A session's own connection lives as long as its session unless the backend
+//! sets `idle_timeout` (never below `server.session_idle_timeout`, checked in
+//! config); even then one holding the session's subscriptions or tasks on that
+//! backend is not closed. One that replaces an earlier connection of the session
+//! (closed for idleness, or lost) is given the session's state again. Pooled
+//! connections hold no host state: they close after `idle_timeout`, by default
+//! `server.session_idle_timeout`.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -10,9 +18,11 @@ use serde_json::{Value, json};
 use super::Supervisor;
 use crate::backend::Slot;
 use crate::backend::{BackendError, Connection, Owner};
+use crate::catalog::BackendState;
 use crate::config::ConnectionMode;
 use crate::jsonrpc;
-use crate::session::{Host, ModernHost, Session, UpstreamSession};
+use crate::mcp::Method;
+use crate::session::{Host, ModernHost, Session, SessionRecord, UpstreamSession};
 
 /// How long ending a session waits for a backend to take a cancel (or a host
 /// stream to take its last answer) before going on.
@@ -62,16 +72,101 @@ impl Supervisor {
         let caps = client_capabilities_for_backend(session.client_capabilities());
         let owner = Owner::Exclusive(session.id().clone());
         let conn = slot.get(&b.spec, owner, handler, caps).await?;
+        let Some(replaced) = self.note_opened(session, idx, &conn) else {
+            // A concurrent first use opened it and sets it up.
+            return Ok(conn);
+        };
         b.count_connection(&conn);
         if session.is_ended() {
+            self.forget_opened(session);
             conn.close().await;
             return Err(BackendError::closed(&b.spec.name, "session ended"));
         }
         let upstream = conn
             .upstream_session()
             .map(|(id, version)| UpstreamSession { id, version });
+        let record = session.record();
         session.set_upstream_session(&b.spec.name, upstream);
+        self.reestablish(&b, session, &record, &conn, replaced)
+            .await;
         Ok(conn)
+    }
+
+    /// Records `conn` as `session`'s connection to backend `idx`: `None` if it
+    /// already was, else whether it replaces an earlier one.
+    fn note_opened(&self, session: &Session, idx: usize, conn: &Arc<Connection>) -> Option<bool> {
+        let mut opened = self.opened.lock().unwrap_or_else(|e| e.into_inner());
+        let key = (session.id().clone(), idx);
+        match opened.insert(key, Arc::downgrade(conn)) {
+            Some(before) if std::ptr::eq(before.as_ptr(), Arc::as_ptr(conn)) => None,
+            before => Some(before.is_some()),
+        }
+    }
+
+    /// Forgets which connections `session` had opened (it ended).
+    fn forget_opened(&self, session: &Session) {
+        self.opened
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|(id, _), _| id != session.id());
+    }
+
+    /// A new per-session connection gets the session state the gateway knows: its
+    /// log level (always: a level set before the connection existed must reach it
+    /// too) and, when it replaces an earlier connection of this session (closed
+    /// for idleness, or lost), the session's subscriptions on this backend. A
+    /// replacement is logged: what else the backend kept for the session (its
+    /// own session, in-memory state) is gone.
+    async fn reestablish(
+        &self,
+        b: &BackendState,
+        session: &Session,
+        record: &SessionRecord,
+        conn: &Arc<Connection>,
+        replaced: bool,
+    ) {
+        let timeout = conn.timeout();
+        if let Some(level) = record.log_level
+            && conn.info().is_some_and(|i| i.has("logging"))
+        {
+            let params = json!({ "level": level.as_str() });
+            if let Err(e) = conn
+                .request(&Method::LoggingSetLevel, Some(params), None, timeout)
+                .await
+            {
+                tracing::debug!(backend = %b.spec.name, cause = %e, "logging/setLevel refused");
+            }
+        }
+        if !replaced {
+            return;
+        }
+        let uris = record
+            .subscriptions
+            .iter()
+            .filter(|(backend, _)| **backend == *b.spec.name)
+            .map(|(_, uri)| uri);
+        let mut resubscribed = 0;
+        for uri in uris {
+            let params = json!({ "uri": uri });
+            match conn
+                .request(&Method::ResourcesSubscribe, Some(params), None, timeout)
+                .await
+            {
+                Ok(_) => resubscribed += 1,
+                Err(e) => {
+                    tracing::warn!(backend = %b.spec.name, session = %session.log_id(), cause = %e, "resubscribing on a replaced connection failed")
+                }
+            }
+        }
+        let previous = record.upstream_sessions.get(&*b.spec.name);
+        tracing::warn!(
+            backend = %b.spec.name,
+            session = %session.log_id(),
+            previous_backend_session = previous.map(|u| u.id.as_str()),
+            log_level = record.log_level.map(|l| l.as_str()),
+            resubscribed,
+            "per-session backend connection replaced; log level and subscriptions set again, any other state the backend kept for this session is gone"
+        );
     }
 
     /// A per-session backend's connection for a stateless request: backend sessions
@@ -127,6 +222,9 @@ impl Supervisor {
             .subscriptions()
             .drop_session(&self.catalog, session);
         let (slots, calls) = session.end();
+        // After `end`: a connection opened concurrently either is forgotten here
+        // or sees the session ended and forgets itself.
+        self.forget_opened(session);
         let cancels =
             calls
                 .iter()
@@ -180,8 +278,10 @@ impl Supervisor {
             .sum()
     }
 
-    /// Closes per-session and pooled backend connections unused for longer than
-    /// their backend's `idle_timeout` (they reopen on the next call).
+    /// Closes backend connections unused for longer than their backend's
+    /// `idle_timeout` (they reopen on the next call): a session's own only if the
+    /// backend sets one and the session holds no subscriptions or tasks there;
+    /// pooled ones also by default, after `server.session_idle_timeout`.
     async fn close_idle_connections(&self) {
         let mut idle = Vec::new();
         let pooled: Vec<(usize, Arc<Slot>)> = self
@@ -189,10 +289,9 @@ impl Supervisor {
             .lock()
             .map(|p| p.iter().map(|((i, _), s)| (*i, s.clone())).collect())
             .unwrap_or_default();
-        let sessions = self.sessions.all();
-        let slots = sessions.iter().flat_map(|s| s.slots()).chain(pooled);
-        for (idx, slot) in slots {
+        for (idx, slot) in pooled {
             let limit = self.catalog.backend(idx).spec.config.idle_timeout;
+            let limit = limit.unwrap_or(self.server.session_idle_timeout);
             if let Some(c) = slot.current()
                 && c.in_flight() == 0
                 && c.idle_for() > limit
@@ -200,10 +299,26 @@ impl Supervisor {
                 idle.push((slot.clone(), c));
             }
         }
+        for s in self.sessions.all() {
+            let mut record = None;
+            for (idx, slot) in s.slots() {
+                let b = self.catalog.backend(idx);
+                let Some(limit) = b.spec.config.idle_timeout else {
+                    continue;
+                };
+                if let Some(c) = slot.current()
+                    && c.in_flight() == 0
+                    && c.idle_for() > limit
+                    && !holds_state(record.get_or_insert_with(|| s.record()), &b.spec.name)
+                {
+                    idle.push((slot.clone(), c));
+                }
+            }
+        }
         for (slot, conn) in idle {
             if slot.current().is_some_and(|c| Arc::ptr_eq(&c, &conn)) {
                 slot.take();
-                tracing::debug!(backend = %conn.backend, "closing an idle per-session connection");
+                tracing::info!(backend = %conn.backend, "closing an idle per-session connection (idle_timeout)");
                 conn.close().await;
             }
         }
@@ -225,6 +340,14 @@ impl Supervisor {
             self.end_session(&s).await;
         }
     }
+}
+
+/// Whether the session keeps state on backend `backend` that a new connection
+/// could not take over: subscriptions (updates would be missed meanwhile) or
+/// tasks (the backend holds their results).
+fn holds_state(record: &SessionRecord, backend: &str) -> bool {
+    record.subscriptions.iter().any(|(b, _)| b == backend)
+        || record.tasks.values().any(|t| t.backend == backend)
 }
 
 /// The client capabilities a backend's shared connection declares. In shared

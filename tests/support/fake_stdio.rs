@@ -15,7 +15,9 @@
 //! `unsubscribe`, and offers a tool `touch {uri, force?}` that sends
 //! `notifications/resources/updated` for `uri` if it is subscribed, or `force`), `--tasks` (declares the tasks
 //! capability and serves task-augmented `tools/call`, `tasks/get|result|cancel|list`,
-//! sending `notifications/tasks/status` on every status change).
+//! sending `notifications/tasks/status` on every status change),
+//! `--storm` (sends `notifications/tools/list_changed` after every `tools/list`
+//! answer, with nothing changed: a notification storm).
 //!
 //! A tool named `log_later` (declare it with `--tools-json`) answers at once and
 //! sends a `notifications/message` `{delay_ms}` later, unrelated to any request.
@@ -54,6 +56,7 @@ struct Knobs {
     hang_after: Option<usize>,
     subscribe: bool,
     tasks: bool,
+    storm: bool,
 }
 
 fn parse_args() -> Knobs {
@@ -79,6 +82,7 @@ fn parse_args() -> Knobs {
             "--hang-after" => k.hang_after = val().parse().ok(),
             "--subscribe" => k.subscribe = true,
             "--tasks" => k.tasks = true,
+            "--storm" => k.storm = true,
             other => eprintln!("fake-stdio: unknown argument {other:?}"),
         }
     }
@@ -294,6 +298,9 @@ impl Server {
             _ => Err((-32601, format!("Method not found: {method}"))),
         };
         self.answer(&id, outcome);
+        if self.knobs.storm && method == "tools/list" {
+            self.send(&json!({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}));
+        }
     }
 
     fn call(self: &Arc<Self>, id: Value, params: Value) {
