@@ -91,6 +91,16 @@ impl HttpError {
         )
     }
 
+    /// 503: the store holds `server.max_sessions` sessions.
+    pub fn too_many_sessions() -> Self {
+        HttpError::new(
+            Rejection::TooManySessions,
+            StatusCode::SERVICE_UNAVAILABLE,
+            jsonrpc::TRANSPORT_ERROR,
+            "Service Unavailable: too many sessions",
+        )
+    }
+
     /// 403: a browser Origin or Host header that is not allowed.
     pub fn forbidden_origin() -> Self {
         HttpError::new(

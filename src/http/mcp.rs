@@ -18,7 +18,7 @@ use serde_json::{Value, json};
 
 use super::accept::{accept, read_body};
 use super::headers::{self, SESSION};
-use super::session::{lookup, reject, reserve_stream};
+use super::session::{count_drops, lookup, reject, reserve_stream};
 use super::sse::{json_response, stream_reply};
 use super::{AppState, HttpError};
 use crate::auth::Principal;
@@ -27,7 +27,7 @@ use crate::jsonrpc::{self, EnvelopeError, ErrorObject, Message, Request as RpcRe
 use crate::mcp::version::shape_capabilities;
 use crate::mcp::{META_PROTOCOL_VERSION, Method, ProtocolVersion};
 use crate::request::{Outcome, Rejection, RequestContext};
-use crate::session::{Outbound, Session, StreamSlot};
+use crate::session::{Identity, Outbound, Session, SessionToken, StreamSlot};
 
 /// What the frame and session phases found in a POST body.
 enum Framed {
@@ -254,27 +254,26 @@ async fn initialize(
     st.supervisor
         .wait_loaded(std::time::Duration::from_secs(10))
         .await;
-    let key = st.catalog.view_key(principal.map(|p| &**p));
-    let session = Arc::new(
-        Session::new(version, capabilities, client_info)
-            .with_principal(principal.map(|p| &**p), key.clone()),
+    let p = principal.map(|p| &**p);
+    let key = st.catalog.view_key(p);
+    let identity = Identity::mint(st.sessions.epoch());
+    let token = SessionToken::new(
+        &st.sealer,
+        identity,
+        p.map(Principal::id).as_ref(),
+        version,
+        &capabilities,
     );
-    let dropped = st
-        .metrics
-        .dropped_messages
-        .with_label_values(&["slow_host"]);
-    session.events().count_drops_in(dropped);
+    let id = token.seal(&st.sealer).into();
+    let session = Session::new(id, identity, version, capabilities, client_info);
+    let session = Arc::new(session.with_principal(p, key.clone()));
+    count_drops(st, &session);
     if let Err(full) = st.sessions.insert(session.clone()) {
         tracing::warn!(
             limit = full.limit,
             "session limit reached; initialize refused"
         );
-        return Err(HttpError::new(
-            Rejection::TooManySessions,
-            StatusCode::SERVICE_UNAVAILABLE,
-            jsonrpc::TRANSPORT_ERROR,
-            "Service Unavailable: too many sessions",
-        ));
+        return Err(HttpError::too_many_sessions());
     }
     let view = st.catalog.view_for_key(&key);
     let mut capabilities = view.capabilities.clone();

@@ -14,12 +14,12 @@ mod call;
 mod events;
 mod record;
 mod store;
+mod token;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
-use base64::Engine;
 use bytes::Bytes;
 use serde_json::Value;
 use tokio::time::Instant;
@@ -29,6 +29,7 @@ pub use call::{HostCall, Outbound};
 pub use events::{Attached, EventLog, Frame, ResumeError};
 pub use record::{SessionRecord, TaskRoute, UpstreamSession};
 pub use store::{MemoryStore, SessionStore};
+pub use token::{Identity, SessionToken};
 
 use crate::auth::policy::ViewKey;
 use crate::auth::{Principal, PrincipalId};
@@ -40,22 +41,6 @@ use crate::mcp::{LogLevel, ProtocolVersion};
 pub fn log_id(id: &str) -> String {
     let d = <sha2::Sha256 as sha2::Digest>::digest(id.as_bytes());
     d[..4].iter().map(|b| format!("{b:02x}")).collect()
-}
-
-/// Generates a session id: 128 random bits, base64url (22 visible ASCII chars,
-/// MCP 2025-11-25 transports: cryptographically secure, 0x21–0x7E only).
-pub fn new_session_id() -> Arc<str> {
-    let mut bytes = [0u8; 16];
-    if getrandom::fill(&mut bytes).is_err() {
-        // The OS RNG failing is not recoverable in a meaningful way; fall back to a
-        // hash of time and address entropy rather than panicking.
-        let seed = format!("{:?}{:p}", std::time::SystemTime::now(), &bytes);
-        let digest = <sha2::Sha256 as sha2::Digest>::digest(seed.as_bytes());
-        bytes.copy_from_slice(&digest[..16]);
-    }
-    base64::engine::general_purpose::URL_SAFE_NO_PAD
-        .encode(bytes)
-        .into()
 }
 
 /// A server→client request relayed to the host and not yet answered.
@@ -99,7 +84,9 @@ struct Live {
 
 /// One host session; see the module docs.
 pub struct Session {
+    /// The sealed `Mcp-Session-Id` (`token.rs`); the store key.
     id: Arc<str>,
+    identity: Identity,
     log_id: String,
     principal: Option<PrincipalId>,
     version: ProtocolVersion,
@@ -121,12 +108,20 @@ impl Drop for StreamSlot {
 }
 
 impl Session {
-    /// A new session for a host that sent `initialize`.
-    pub fn new(version: ProtocolVersion, client_capabilities: Value, client_info: Value) -> Self {
-        let id = new_session_id();
+    /// A session under `id` (sealed from a [`SessionToken`] of `identity`): one a
+    /// host just initialized, or one restored from its id (then `client_info` is
+    /// unknown and the capabilities are those of the id's bits).
+    pub fn new(
+        id: Arc<str>,
+        identity: Identity,
+        version: ProtocolVersion,
+        client_capabilities: Value,
+        client_info: Value,
+    ) -> Self {
         Session {
             log_id: log_id(&id),
             id,
+            identity,
             principal: None,
             version,
             client_capabilities,
@@ -163,6 +158,11 @@ impl Session {
     /// A short hash of the id, for logs.
     pub fn log_id(&self) -> &str {
         &self.log_id
+    }
+
+    /// Who the session is, as its id carries it.
+    pub fn identity(&self) -> &Identity {
+        &self.identity
     }
 
     /// The revision negotiated with the host.
