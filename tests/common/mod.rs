@@ -9,6 +9,7 @@ pub mod client;
 pub mod fake_http;
 #[path = "../support/fake_sse.rs"]
 pub mod fake_sse;
+pub mod served;
 #[path = "../support/tools.rs"]
 pub mod tools;
 
