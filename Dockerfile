@@ -21,15 +21,22 @@ ARG DEBIAN_RELEASE=bookworm
 # ---------------------------------------------------------------------------- build
 FROM rust:${RUST_VERSION}-slim-${DEBIAN_RELEASE} AS build
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+# The official slim image has gcc and libc6-dev but not make, which tikv-jemalloc-sys
+# (the allocator) runs to build jemalloc.
+# hadolint ignore=DL3008
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends make \
+    && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 
-# Dependency caching with a stub crate rather than cargo-chef: mcpgate is a single
-# package whose only targets are src/lib.rs and src/main.rs, so stubbing those two files
-# gives exactly the dependency build that the real one will reuse, without installing
-# an extra tool or pulling a third-party image. This layer is rebuilt only when
-# Cargo.toml or Cargo.lock change. If Cargo.toml ever gains targets outside src/ (a
-# [[bin]] under tests/, benches), stub them here too: cargo reads every target's path
-# even when it builds one binary.
+# Dependency caching with a stub crate rather than cargo-chef: the product's targets are
+# src/lib.rs and src/main.rs, so stubbing those two files gives exactly the dependency
+# build that the real one will reuse, without installing an extra tool or pulling a
+# third-party image. This layer is rebuilt only when Cargo.toml or Cargo.lock change.
+# Cargo loads every workspace member and needs the file of every target it builds: the
+# test-only fake backend is an [[example]] (tests/ is not in the context, and
+# `--bin mcpgate` builds no example), and bench/ is a workspace of its own. A new [[bin]]
+# or workspace member in Cargo.toml would have to be stubbed here.
 COPY Cargo.toml Cargo.lock ./
 RUN mkdir src \
     && echo 'fn main() {}' > src/main.rs \

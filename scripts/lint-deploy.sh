@@ -5,7 +5,7 @@
 #   yamllint     deploy/ (--strict, config deploy/.yamllint)  (PyPI yamllint, pinned)
 #   kubernetes-validate  deploy/kubernetes/*.yaml against the Kubernetes API schemas
 #                (--strict: unknown fields fail)              (PyPI kubernetes-validate, pinned)
-#   ShellCheck   scripts/lint-deploy.sh, tests/lb/*.sh        (if installed)
+#   ShellCheck   scripts/lint-deploy.sh, scripts/image-check.sh, tests/lb/*.sh (if installed)
 #   haproxy -c   deploy/haproxy/haproxy.cfg                   (if installed)
 #   consistency  the copy of haproxy.cfg in deploy/kubernetes/haproxy.yaml is identical;
 #                deploy/grafana/*.json parse
@@ -342,7 +342,7 @@ check_shell() {
     echo "skipped: shellcheck not installed"
     return 0
   fi
-  shellcheck scripts/lint-deploy.sh tests/lb/*.sh
+  shellcheck scripts/lint-deploy.sh scripts/image-check.sh tests/lb/*.sh
 }
 
 if ! ensure_tools; then

@@ -5,18 +5,25 @@
 #                 stamp does not match tests/package.json + package-lock.json
 #   2. python     tests/.venv (created if missing), pip install -r tests/requirements.txt
 #                 only when the lock changed (stamp)
-#   3. build      cargo build --locked          -> $CARGO_TARGET_DIR/debug/mcpgate
+#   3. build      cargo build --locked          -> $CARGO_TARGET_DIR/debug/mcpgate, then
+#                 cargo build --locked --examples -> debug/examples/mcpgate-fake-stdio
 #   4. cargo-test cargo test --locked
 #   5. e2e        tests/.venv/bin/python -m pytest tests/e2e -v  (MCPGATE_BIN exported)
-#   6. conformance scripts/conformance.sh      (official MCP conformance suite: server
-#                 scenarios, then client scenarios with mcpgate as the client)
+#   6. conformance scripts/conformance.sh      (official MCP conformance suite, 0.1.16: server
+#                 scenarios, then client scenarios with mcpgate as the client; 0.2.0-alpha.12:
+#                 the 2025-11-25 and 2026-07-28 requirement sets)
 #   7. lb          tests/lb/ensure-haproxy.sh (apt-get install haproxy if missing), then
 #                 tests/.venv/bin/python -m pytest tests/lb -v  (two gateways behind the
 #                 shipped deploy/haproxy/haproxy.cfg)
 #   8. lint-deploy scripts/lint-deploy.sh      (hadolint, yamllint, kubernetes-validate,
 #                 ShellCheck, haproxy -c, promtool, check-config of the deploy configs)
-#   9. bench-smoke scripts/bench.sh --smoke   (every benchmark scenario with tiny durations;
+#   9. bench-lint cargo fmt --check and cargo clippy --all-targets -D warnings of bench/
+#                 (its own workspace: --manifest-path bench/Cargo.toml)
+#  10. bench-smoke scripts/bench.sh --smoke   (every benchmark scenario with tiny durations;
 #                 checks that every result key is produced, asserts nothing about speed)
+#  11. image      scripts/image-check.sh      (buildah builds the Dockerfile against local
+#                 stand-ins of its base images, then the image serves one tools/call;
+#                 needs root; caches in ${MCPGATE_CI_CACHE:-~/.cache/mcpgate}/image)
 #
 # Environment:
 #   CARGO_TARGET_DIR  honoured (default: target/ in the repository)
@@ -75,7 +82,9 @@ step_python() {
   echo "$want" >"$stamp"
 }
 
-step_build() { cargo build --locked; }
+# The fake stdio backend is an example (not a product binary): `cargo build` alone does
+# not build it, and the e2e tests use it.
+step_build() { cargo build --locked && cargo build --locked --examples; }
 
 step_cargo_test() { cargo test --locked; }
 
@@ -91,7 +100,14 @@ step_lb() {
 
 step_lint_deploy() { scripts/lint-deploy.sh; }
 
+step_bench_lint() {
+  cargo fmt --check --manifest-path bench/Cargo.toml &&
+    cargo clippy --locked --manifest-path bench/Cargo.toml --all-targets -- -D warnings
+}
+
 step_bench_smoke() { scripts/bench.sh --smoke; }
+
+step_image() { scripts/image-check.sh; }
 
 step_conformance() {
   # Results of the last run stay in the target dir (outside the clone in CI), not in /tmp.
@@ -185,7 +201,9 @@ run e2e step_e2e npm python build
 run conformance step_conformance npm python build
 run lb step_lb python build
 run lint-deploy step_lint_deploy python
+run bench-lint step_bench_lint
 run bench-smoke step_bench_smoke build
+run image step_image
 
 printf '\n===== mcpgate test summary =====\n'
 for i in "${!NAMES[@]}"; do

@@ -35,6 +35,10 @@ pub const TRANSPORT_ERROR: i64 = -32000;
 pub const SESSION_NOT_FOUND: i64 = -32001;
 /// MCP 2026-07-28: unsupported protocol version, `data: {supported, requested}`.
 pub const UNSUPPORTED_PROTOCOL_VERSION: i64 = -32022;
+/// A header disagrees with the body (MCP 2026-07-28 streamable-http, server validation).
+pub const HEADER_MISMATCH: i64 = -32020;
+/// The request needs a client capability it did not declare (MCP 2026-07-28 basic/index).
+pub const MISSING_CLIENT_CAPABILITY: i64 = -32021;
 
 /// A JSON-RPC request id: an integer or a string, never `null` (MCP basic/index).
 ///
@@ -416,7 +420,7 @@ mod tests {
         parse_message(s.as_bytes())
     }
 
-    /// Newcomer trial: JSON the skimming first pass accepts but a full parse
+    /// JSON the skimming first pass accepts but a full parse
     /// rejects is a parse error, and an object's own defects are named.
     #[test]
     fn syntax_found_late_is_a_parse_error_and_data_defects_are_named() {

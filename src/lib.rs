@@ -13,7 +13,6 @@ mod backend;
 mod catalog;
 mod cluster;
 pub mod config;
-pub mod demo;
 mod dispatch;
 mod error;
 mod http;
@@ -23,6 +22,7 @@ mod metrics;
 mod relay;
 mod request;
 mod session;
+pub mod streamable_http;
 mod supervisor;
 
 use std::net::SocketAddr;
@@ -130,7 +130,12 @@ impl Gateway {
             metrics.clone(),
         );
         supervisor.start(refresh_rx);
-        let dispatch = Dispatch::new(catalog.clone(), supervisor.clone(), relay.clone());
+        let dispatch = Dispatch::new(
+            server.input_required_timeout,
+            catalog.clone(),
+            supervisor.clone(),
+            relay.clone(),
+        );
         let limiter = server
             .rate_limit
             .and_then(http::limit::Limiter::new)

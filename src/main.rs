@@ -9,6 +9,8 @@ use anyhow::Context;
 use clap::{Parser, Subcommand};
 use mcpgate::config::{Config, ConfigError};
 
+mod demo;
+
 /// jemalloc instead of the system allocator: malloc/free were a fifth of the
 /// gateway's CPU per call under glibc (perf, http_echo and stdio_echo), and glibc
 /// keeps the memory of expired sessions while jemalloc purges freed pages.
@@ -47,7 +49,8 @@ enum Command {
     ConfigSchema,
     /// Run the built-in demo MCP server (stdio by default).
     DemoServer {
-        /// Serve Streamable HTTP on this address instead of stdio.
+        /// Serve Streamable HTTP on this address instead of stdio (port 0 picks a
+        /// free one); the endpoint URL is printed on stdout once listening.
         #[arg(long)]
         http: Option<SocketAddr>,
     },
@@ -69,7 +72,7 @@ fn main() -> ExitCode {
         Command::DemoServer { http } => {
             init_logging();
             runtime
-                .block_on(mcpgate::demo::run(http))
+                .block_on(demo::run(http))
                 .map_err(anyhow::Error::from)
         }
         Command::Serve { config, listen } => {
@@ -195,6 +198,7 @@ fn sha_of(bytes: &[u8]) -> [u8; 32] {
     sha2::Sha256::digest(bytes).into()
 }
 
+/// Resolves on Ctrl-C or SIGTERM (ends `serve` and `demo-server --http`).
 async fn shutdown_signal() {
     use tokio::signal::unix::{SignalKind, signal};
     let Ok(mut term) = signal(SignalKind::terminate()) else {

@@ -36,8 +36,16 @@ pub enum Rejection {
     BodyTimeout,
     /// 400: not a JSON-RPC message (-32700 / -32600).
     InvalidMessage,
-    /// 400: a 2026-07-28 request the endpoint does not serve.
+    /// 400: a 2026-07-28 request while the modern face is off.
     ModernProbe,
+    /// 400: a 2026-07-28 request without its required `_meta` fields (-32602).
+    ModernEnvelope,
+    /// 400: a header that disagrees with the body (-32020).
+    HeaderMismatch,
+    /// 404: a method the 2026-07-28 face does not serve (-32601).
+    MethodNotFound,
+    /// 405: GET or DELETE from a 2026-07-28 client (no sessions, no GET stream).
+    MethodNotAllowed,
     /// 400: `MCP-Protocol-Version` missing a supported value.
     Version,
     /// 400: no `Mcp-Session-Id` where one is required.
@@ -73,6 +81,10 @@ impl Rejection {
             Rejection::BodyTimeout => "body_timeout",
             Rejection::InvalidMessage => "invalid_message",
             Rejection::ModernProbe => "modern_probe",
+            Rejection::ModernEnvelope => "modern_envelope",
+            Rejection::HeaderMismatch => "header_mismatch",
+            Rejection::MethodNotFound => "method_not_found",
+            Rejection::MethodNotAllowed => "method_not_allowed",
             Rejection::Version => "version",
             Rejection::SessionMissing => "session_missing",
             Rejection::SessionUnknown => "session_unknown",
@@ -102,6 +114,8 @@ impl Rejection {
 pub enum Outcome {
     /// A result.
     Ok,
+    /// A 2026-07-28 `input_required` result: the call waits for the host's retry.
+    InputRequired,
     /// A JSON-RPC error decided by the gateway (unknown tool, bad params …).
     Error,
     /// A JSON-RPC error from the backend, passed on.
@@ -125,6 +139,7 @@ impl Outcome {
     pub fn label(self) -> &'static str {
         match self {
             Outcome::Ok => "ok",
+            Outcome::InputRequired => "input_required",
             Outcome::Error => "error",
             Outcome::RpcError => "rpc_error",
             Outcome::Timeout => "timeout",

@@ -1,6 +1,6 @@
-//! Tool curation (issue 4 item 5, acceptance 4), independent of auth: a renamed,
-//! described and filtered tool appears as configured and calls the right
-//! upstream tool with the hidden arguments; curated names obey the name rules.
+//! Tool curation, independent of auth: a renamed, described and filtered tool
+//! appears as configured and calls the right upstream tool with the hidden
+//! arguments; curated names obey the name rules.
 
 mod auth_support;
 

@@ -1,7 +1,6 @@
-//! Authorization views (issue 4 items 3 and 4, acceptance 2): two principals
-//! with different scopes see different lists from one gateway, are refused each
-//! other's sessions, and what a caller may not use answers exactly like an item
-//! that does not exist.
+//! Authorization views: two principals with different scopes see different lists
+//! from one gateway, are refused each other's sessions, and what a caller may not
+//! use answers exactly like an item that does not exist.
 
 mod auth_support;
 

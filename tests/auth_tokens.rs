@@ -1,6 +1,8 @@
-//! Bearer validation on the MCP endpoint: every bad-input token of issue 4, the
-//! RFC 6750 / RFC 9728 challenge (field fault BR-32), metadata documents, CORS on
-//! 401 (BR-02), JWKS outages and key rotation, and the non-loopback safe default.
+//! Bearer validation on the MCP endpoint: malformed, expired, not yet valid,
+//! foreign-issuer, wrong-audience, badly signed and query-string tokens; the RFC
+//! 6750 / RFC 9728 challenge (every 401 names the resource metadata, served at the
+//! path-inserted URL), metadata documents, CORS headers on a 401 so a browser host
+//! can read it, JWKS outages and key rotation, and the non-loopback safe default.
 
 mod auth_support;
 

@@ -1,8 +1,8 @@
-//! Upstream credentials (issue 4 item 6, acceptance 3): a backend behind client
-//! credentials receives the gateway's own token, a token-exchange backend a token
-//! issued for the caller, a static backend its secret-file headers — and no
-//! request to any backend ever carries the host's token. A backend refusing the
-//! gateway's credentials is a JSON-RPC error naming it, not the gateway's 401.
+//! Upstream credentials: a backend behind client credentials receives the gateway's
+//! own token, a token-exchange backend a token issued for the caller, a static
+//! backend its secret-file headers — and no request to any backend ever carries the
+//! host's token. A backend refusing the gateway's credentials is a JSON-RPC error
+//! naming it, not the gateway's 401.
 
 mod auth_support;
 

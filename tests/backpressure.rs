@@ -1,8 +1,7 @@
-//! A backend that floods notifications toward a host that does not read (issue 3
-//! bad input: "bounded queues, slow hosts must not grow memory without bound: drop
-//! or disconnect with a log line and metric"): the slow host's stream is cut and
-//! the drop is counted in `mcpgate_dropped_messages_total`; other sessions are
-//! served meanwhile, and the flooded session stays usable.
+//! A backend that floods notifications toward a host that does not read: queues
+//! stay bounded instead of growing memory without bound. The slow host's stream is
+//! cut and the drop is counted in `mcpgate_dropped_messages_total`; other sessions
+//! are served meanwhile, and the flooded session stays usable.
 
 mod common;
 

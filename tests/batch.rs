@@ -1,4 +1,4 @@
-//! BR-15: JSON-RPC batches are refused on 2025-06-18+ sessions without forwarding
+//! JSON-RPC batches are refused on 2025-06-18+ sessions without forwarding
 //! anything; on 2025-03-26 sessions they work, and `initialize` inside is refused.
 
 mod common;

@@ -1,6 +1,7 @@
-//! BR-23 and timeouts: host cancellation reaches the backend with the upstream id
-//! and suppresses the result; unknown cancels are ignored; a backend that never
-//! answers times out per backend with a JSON-RPC error and an upstream cancel.
+//! Cancellation and timeouts: host cancellation reaches the backend with the
+//! upstream id and suppresses the result; unknown cancels are ignored; a backend
+//! that never answers times out per backend with a JSON-RPC error and an upstream
+//! cancel.
 
 mod common;
 

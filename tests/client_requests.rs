@@ -1,7 +1,7 @@
-//! BR-25: sampling, elicitation and roots requests from per-session backends
-//! (HTTP and stdio) reach the host on the POST stream with a gateway id; the
-//! host's answer (202) completes the tool. Without the capability the backend
-//! gets an error at once and nothing reaches the host.
+//! Sampling, elicitation and roots requests from per-session backends (HTTP and
+//! stdio) reach the host on the POST stream with a gateway id; the host's answer
+//! (202) completes the tool. Without the capability the backend gets an error at
+//! once and nothing reaches the host.
 
 mod common;
 

@@ -1,6 +1,6 @@
-//! Connection-level guards of the listener (newcomer trial, issue 5 limits): a
-//! client that stalls while sending headers or a body, or announces a body over
-//! the limit, is answered or cut off promptly instead of holding a socket forever.
+//! Connection-level guards of the listener: a client that stalls while sending
+//! headers or a body, or announces a body over the limit, is answered or cut off
+//! promptly instead of holding a socket forever.
 
 mod common;
 

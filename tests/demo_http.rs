@@ -1,23 +1,42 @@
-//! The demo server over Streamable HTTP, served in-process on 127.0.0.1:0.
+//! The demo server over Streamable HTTP: the test spawns `mcpgate demo-server --http
+//! 127.0.0.1:0` and plays the client.
 
+use std::process::Stdio;
 use std::time::Duration;
 
 use futures_util::StreamExt;
 use reqwest::header::{HeaderMap, HeaderValue};
 use reqwest::{Response, StatusCode};
 use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
 use tokio::time::timeout;
 
 const WAIT: Duration = Duration::from_secs(10);
 const BOTH: &str = "application/json, text/event-stream";
 
-async fn serve() -> String {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+/// Starts `mcpgate demo-server --http` on a free loopback port; returns the process
+/// (killed when dropped) and the endpoint URL it printed on stdout.
+async fn serve() -> (Child, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_mcpgate"))
+        .args(["demo-server", "--http", "127.0.0.1:0"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn mcpgate demo-server --http");
+    let stdout = child.stdout.take().expect("stdout");
+    let url = timeout(WAIT, BufReader::new(stdout).lines().next_line())
         .await
-        .expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    tokio::spawn(async move { axum::serve(listener, mcpgate::demo::http_router()).await });
-    format!("http://{addr}/mcp")
+        .expect("demo server listening in time")
+        .expect("read stdout")
+        .expect("endpoint URL on stdout");
+    assert!(
+        url.starts_with("http://127.0.0.1:") && url.ends_with("/mcp"),
+        "{url}"
+    );
+    (child, url)
 }
 
 /// One SSE event: its id (if any) and data.
@@ -202,7 +221,7 @@ fn content_type(r: &Response) -> String {
 
 #[tokio::test]
 async fn tool_call_streams_related_messages_then_the_result() {
-    let url = serve().await;
+    let (_server, url) = serve().await;
     let c = Client::connect(&url, json!({})).await;
     let list = c.json(1, "tools/list", json!({})).await;
     assert!(
@@ -249,7 +268,7 @@ async fn tool_call_streams_related_messages_then_the_result() {
 
 #[tokio::test]
 async fn elicitation_answer_is_posted_back() {
-    let url = serve().await;
+    let (_server, url) = serve().await;
     let c = Client::connect(&url, json!({"elicitation": {}})).await;
     let r = c
         .call(
@@ -294,7 +313,7 @@ async fn elicitation_answer_is_posted_back() {
 
 #[tokio::test]
 async fn get_stream_carries_unrelated_notifications() {
-    let url = serve().await;
+    let (_server, url) = serve().await;
     let c = Client::connect(&url, json!({})).await;
     let get = c.get(None).await;
     assert_eq!(get.status(), StatusCode::OK);
@@ -340,7 +359,7 @@ async fn get_stream_carries_unrelated_notifications() {
 
 #[tokio::test]
 async fn closed_stream_resumes_with_last_event_id() {
-    let url = serve().await;
+    let (_server, url) = serve().await;
     let c = Client::connect(&url, json!({})).await;
     let r = c
         .call(7, "tools/call", json!({"name": "test_reconnection"}))
@@ -364,7 +383,7 @@ async fn closed_stream_resumes_with_last_event_id() {
 
 #[tokio::test]
 async fn cancelled_request_ends_its_stream_without_a_response() {
-    let url = serve().await;
+    let (_server, url) = serve().await;
     let c = Client::connect(&url, json!({})).await;
     let r = c
         .call(9, "tools/call", json!({"name": "countdown", "arguments": {"steps": 20, "delay_ms": 200}, "_meta": {"progressToken": "p"}}))
@@ -387,7 +406,7 @@ async fn cancelled_request_ends_its_stream_without_a_response() {
 
 #[tokio::test]
 async fn delete_ends_the_session() {
-    let url = serve().await;
+    let (_server, url) = serve().await;
     let c = Client::connect(&url, json!({})).await;
     assert_eq!(c.json(1, "ping", json!({})).await["result"], json!({}));
     let del = c
@@ -406,7 +425,7 @@ async fn delete_ends_the_session() {
 
 #[tokio::test]
 async fn transport_errors_use_http_statuses() {
-    let url = serve().await;
+    let (_server, url) = serve().await;
     let c = Client::connect(&url, json!({})).await;
     let http = &c.http;
     let ping = json!({"jsonrpc": "2.0", "id": 1, "method": "ping"}).to_string();
@@ -518,7 +537,7 @@ async fn transport_errors_use_http_statuses() {
 
 #[tokio::test]
 async fn batches_are_served_on_2025_03_26_sessions() {
-    let url = serve().await;
+    let (_server, url) = serve().await;
     let http = reqwest::Client::new();
     let post = |session: Option<String>, body: Value| {
         let mut req = http

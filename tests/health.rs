@@ -1,6 +1,6 @@
-//! Health and readiness (issue 5 item 2): `/healthz` is always 200; `/readyz` is
-//! 200 with per-backend JSON once every `required = true` backend is up, 503 while
-//! one is down (a child that crashes on start), and 200 again once it recovers.
+//! Health and readiness: `/healthz` is always 200; `/readyz` is 200 with
+//! per-backend JSON once every `required = true` backend is up, 503 while one is
+//! down (a child that crashes on start), and 200 again once it recovers.
 
 mod common;
 

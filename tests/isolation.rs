@@ -1,7 +1,7 @@
-//! Two hosts, two backends, nothing crosses sessions (issue 3 acceptance 3): two
-//! concurrent sessions drive two per-session backends (Streamable HTTP and stdio)
-//! with progress, logs, sampling, elicitation and roots relays, cancellation and
-//! `list_changed` at the same time; each sees only its own traffic.
+//! Two hosts, two backends, nothing crosses sessions: two concurrent sessions drive
+//! two per-session backends (Streamable HTTP and stdio) with progress, logs,
+//! sampling, elicitation and roots relays, cancellation and `list_changed` at the
+//! same time; each sees only its own traffic.
 
 mod common;
 

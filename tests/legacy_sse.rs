@@ -1,9 +1,8 @@
-//! Legacy HTTP+SSE backends (issue 3 item 10, field fault BR-27): the `endpoint`
-//! event is resolved against the stream URL without losing its path prefix; a
-//! prefix-unaware absolute path is used as given, and the 404 it earns is a clear
-//! backend error, not a hang; an endpoint on another origin is refused and nothing
-//! is sent there. A `type = "http"` backend whose `initialize` POST gets 405 falls
-//! back to the legacy transport.
+//! Legacy HTTP+SSE backends: the `endpoint` event is resolved against the stream
+//! URL without losing its path prefix; a prefix-unaware absolute path is used as
+//! given, and the 404 it earns is a clear backend error, not a hang; an endpoint on
+//! another origin is refused and nothing is sent there. A `type = "http"` backend
+//! whose `initialize` POST gets 405 falls back to the legacy transport.
 
 mod common;
 

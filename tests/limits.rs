@@ -1,9 +1,8 @@
-//! Limits (issue 5 item 7; bad input "rate limit exceeded", "1,000 idle sessions
-//! expiring"; field fault "per-session spawning that lets process count grow
-//! without bound"): a busy backend refuses with "busy" after its queue timeout,
-//! the rate limit answers 429 with `Retry-After`, a session's third SSE stream is
-//! 429, and idle sessions expire with their children — each rejection counted in
-//! `mcpgate_rejections_total`.
+//! Limits, so that load, a flood of requests or many idle sessions (and the
+//! per-session children they spawn) cannot grow without bound: a busy backend
+//! refuses with "busy" after its queue timeout, the rate limit answers 429 with
+//! `Retry-After`, a session's third SSE stream is 429, and idle sessions expire
+//! with their children — each rejection counted in `mcpgate_rejections_total`.
 
 mod common;
 
@@ -146,8 +145,8 @@ async fn a_session_may_hold_only_max_streams_per_session_streams() {
     assert!(ok, "closed streams free their slots");
 }
 
-/// Newcomer trial: four concurrent slow calls on a session limited to two
-/// streams all got 200 (each was checked before any had opened its stream).
+/// Four concurrent slow calls on a session limited to two streams must not all
+/// get 200 (as they did when each was checked before any had opened its stream).
 #[tokio::test]
 async fn concurrent_requests_cannot_all_pass_the_stream_limit() {
     let gw = TestGateway::start(TWO_STREAMS).await;

@@ -1,5 +1,5 @@
-//! BR-24: a backend's `notifications/tools/list_changed` reaches the host once, on
-//! its GET stream, and the next `tools/list` has the new tool.
+//! A backend's `notifications/tools/list_changed` reaches the host once, on its GET
+//! stream, and the next `tools/list` has the new tool.
 
 mod common;
 

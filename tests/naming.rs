@@ -1,5 +1,7 @@
-//! Namespacing: duplicate names across unprefixed backends (BR-17), names outside
-//! the allowed alphabet (BR-18) and bad `inputSchema`s (BR-19).
+//! Namespacing: duplicate names across unprefixed backends are kept apart, not
+//! dropped; names outside the allowed alphabet (`/`, non-ASCII) are made valid and
+//! stay distinct; one bad `inputSchema` does not make a strict host drop every
+//! tool.
 
 mod common;
 

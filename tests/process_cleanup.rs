@@ -1,6 +1,6 @@
-//! BR-28: no stdio child outlives its session or the gateway, including a child
-//! that ignores SIGTERM and one started through `/bin/sh -c '...; echo done'`,
-//! and none is left a zombie of the gateway.
+//! No stdio child outlives its session or the gateway, including a child that
+//! ignores SIGTERM and one started through `/bin/sh -c '...; echo done'`, and none
+//! is left a zombie of the gateway.
 
 mod common;
 

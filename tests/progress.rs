@@ -1,5 +1,5 @@
-//! BR-22: progress tokens (string, integer, none) on three sessions sharing one
-//! stdio backend: each sees only its own, monotonic, on its POST stream.
+//! Progress tokens (string, integer, none) on three sessions sharing one stdio
+//! backend: each sees only its own, monotonic, on its POST stream.
 
 mod common;
 

@@ -1,6 +1,6 @@
-//! Hot reload (issue 5 item 5): backends added, removed and changed at runtime
-//! without disturbing sessions on untouched backends; an invalid file is refused
-//! and the running configuration keeps serving; SIGHUP storms are harmless.
+//! Hot reload: backends added, removed and changed at runtime without disturbing
+//! sessions on untouched backends; an invalid file is refused and the running
+//! configuration keeps serving; SIGHUP storms are harmless.
 
 mod common;
 
@@ -143,7 +143,7 @@ async fn sighup_storm_and_a_broken_file_leave_the_gateway_serving() {
         .unwrap()
         .port();
     let body = ONE
-        .replace("${FAKE_STDIO}", common::FAKE_STDIO)
+        .replace("${FAKE_STDIO}", common::fake_stdio())
         .replace("${TEST_DIR}", &dir.0.to_string_lossy());
     std::fs::write(&cfg, format!("{body}\n")).unwrap();
     let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_mcpgate"))
@@ -212,7 +212,7 @@ async fn reload_results_build_info_and_session_cap_are_exported() {
     let dir = common::TestDir::new();
     let cfg = dir.path("gw.toml");
     let body = ONE
-        .replace("${FAKE_STDIO}", common::FAKE_STDIO)
+        .replace("${FAKE_STDIO}", common::fake_stdio())
         .replace("${TEST_DIR}", &dir.0.to_string_lossy())
         .replace(
             "metrics_listen = \"off\"",

@@ -1,5 +1,5 @@
-//! BR-14: overlapping requests with the same JSON-RPC id (`1`, `1`, `"1"` on one
-//! session, `1` on another) through one shared stdio backend never cross-wire.
+//! Overlapping requests with the same JSON-RPC id (`1`, `1`, `"1"` on one session,
+//! `1` on another) through one shared stdio backend never cross-wire.
 
 mod common;
 

@@ -1,5 +1,5 @@
-//! BR-21: resources and templates of two backends are listed, distinct and
-//! readable; URIs inside results are rewritten and readable; unknown → -32002.
+//! Resources and templates of two backends are listed, distinct and readable; URIs
+//! inside results are rewritten and readable; unknown → -32002.
 
 mod common;
 
@@ -75,7 +75,7 @@ async fn resources_of_two_backends_are_listed_readable_and_rewritten_in_results(
     }
 }
 
-/// Newcomer trial: a backend's "Resource not found" error names the URI the host
+/// A backend's "Resource not found" error names the URI the host
 /// asked for (with the backend's prefix), not the backend's own URI.
 #[tokio::test]
 async fn resource_errors_name_the_exposed_uri() {

@@ -1,6 +1,5 @@
-//! Resumable SSE (issue 3 item 7; bad input "Last-Event-ID that is malformed, from
-//! another session, or expired"; field fault "an expired resume answered with an
-//! empty 200 stream"): a POST stream cut by the host mid-call resumes with `GET` +
+//! Resumable SSE, including a `Last-Event-ID` that is malformed, from another
+//! session or expired: a POST stream cut by the host mid-call resumes with `GET` +
 //! `Last-Event-ID`, replaying only that stream's later events and the final
 //! response; a resume that cannot be honoured is 400 or 410, never an empty 200;
 //! 2025-11-25 POST streams start with the priming event; unrelated messages queued

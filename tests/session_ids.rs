@@ -371,7 +371,7 @@ async fn run_to_exit(
         .arg("--config")
         .arg(config)
         .env_remove("MCPGATE_SESSION_KEYS")
-        .env("FAKE_STDIO", common::FAKE_STDIO)
+        .env("FAKE_STDIO", common::fake_stdio())
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped());

@@ -1,5 +1,7 @@
-//! Session lifecycle: unknown ids (BR-09), upstream sessions that a backend drops
-//! (BR-10) and DELETE propagation (BR-11).
+//! Session lifecycle: an unknown session id is 404 so the host re-initializes; an
+//! upstream session that a backend drops is re-established instead of leaving the
+//! host session partly dead; DELETE reaches the backends, so no upstream session
+//! leaks.
 
 mod common;
 

@@ -1,9 +1,9 @@
-//! Graceful shutdown of the real `mcpgate serve` process (issue 5 item 4 and
-//! acceptance 3; bad input "SIGTERM during a long streamed tool call", "a child
-//! that ignores stdin close"; field fault "stdio children orphaned or left as
-//! zombies"): on SIGTERM the in-flight call completes within the grace period, the
-//! process exits 0 and no child is left, including one that ignores SIGTERM; on
-//! SIGKILL of the gateway its stdio children die with it (parent-death signal).
+//! Graceful shutdown of the real `mcpgate serve` process, also during a long
+//! streamed tool call and with a child that ignores stdin close, leaving no stdio
+//! child orphaned or a zombie: on SIGTERM the in-flight call completes within the
+//! grace period, the process exits 0 and no child is left, including one that
+//! ignores SIGTERM; on SIGKILL of the gateway its stdio children die with it
+//! (parent-death signal).
 
 mod common;
 
@@ -12,7 +12,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use common::{FAKE_STDIO, McpClient, TestDir, gone, logged_pids, proc_state, text_of, wait_for};
+use common::{McpClient, TestDir, fake_stdio, gone, logged_pids, proc_state, text_of, wait_for};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use serde_json::{Value, json};
@@ -66,7 +66,7 @@ async fn serve(backends: &str) -> Served {
     let child = Command::new(MCPGATE)
         .args(["serve", "--config"])
         .arg(dir.path("gw.toml"))
-        .env("FAKE_STDIO", FAKE_STDIO)
+        .env("FAKE_STDIO", fake_stdio())
         .env("TEST_DIR", &dir.0)
         .env("MCPGATE_LOG_FORMAT", "json")
         .env("RUST_LOG", "info")

@@ -1,7 +1,8 @@
-//! stdio backends failing and stopping (BR-28, BR-31): a child that exits or is
-//! killed mid-call fails that call fast with an error naming the backend and is
-//! restarted; a child that crashes on start does not hold anything up; noise on
-//! stdout is skipped; strict servers get `initialized` before anything else.
+//! stdio backends failing and stopping, so that a dead child never hangs a request
+//! and is never left orphaned: a child that exits or is killed mid-call fails that
+//! call fast with an error naming the backend and is restarted; a child that crashes on start does
+//! not hold anything up; noise on stdout is skipped; strict servers get
+//! `initialized` before anything else.
 
 mod common;
 

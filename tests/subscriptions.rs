@@ -1,9 +1,8 @@
-//! Resource subscriptions (issue 3 item 6, bad input "a subscribe to a URI no
-//! backend owns"): refcounted per (backend, URI) on a shared backend — subscribed
-//! once, unsubscribed with the last subscriber or when sessions end —,
-//! `notifications/resources/updated` only to subscribed sessions with the
-//! gateway-visible URI, -32002 for URIs nobody owns, -32601 for a backend without
-//! `resources.subscribe`.
+//! Resource subscriptions, including to a URI no backend owns: refcounted per
+//! (backend, URI) on a shared backend — subscribed once, unsubscribed with the last
+//! subscriber or when sessions end —, `notifications/resources/updated` only to
+//! subscribed sessions with the gateway-visible URI, -32002 for URIs nobody owns,
+//! -32601 for a backend without `resources.subscribe`.
 
 mod common;
 

@@ -1,8 +1,7 @@
-//! stdio supervision (issue 5 item 6; bad input "a child that crash-loops", "a
-//! child that writes 10 MB to stderr"; field fault "a dead stdio child still
-//! reported healthy while requests to it hang"): a crash-looping child is reported
-//! down and its restarts are backed off; a child that stops answering pings is
-//! restarted; a flood on stderr blocks nothing.
+//! stdio supervision, so that a child that crash-loops, floods stderr (10 MB) or
+//! stops answering is neither reported healthy nor left hanging requests: a
+//! crash-looping child is reported down and its restarts are backed off; a child
+//! that stops answering pings is restarted; a flood on stderr blocks nothing.
 
 mod common;
 

@@ -1,6 +1,6 @@
-//! Tasks (2025-11-25; issue 3 item 8): a task-augmented `tools/call` returns a
-//! `CreateTaskResult` with a namespaced `taskId`; `tasks/get|result|cancel|list`
-//! reach the owning backend; the task is invisible to other sessions (-32602);
+//! Tasks (2025-11-25): a task-augmented `tools/call` returns a `CreateTaskResult`
+//! with a namespaced `taskId`; `tasks/get|result|cancel|list` reach the owning
+//! backend; the task is invisible to other sessions (-32602);
 //! `notifications/tasks/status` is relayed with the namespaced id; tools of
 //! backends without the tasks capability lose `execution.taskSupport`; hosts on
 //! 2025-06-18 see no tasks capability.

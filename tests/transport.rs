@@ -1,7 +1,9 @@
-//! Streamable HTTP transport rules of the server face: content negotiation
-//! (BR-01, downstream), CORS and Origin (BR-02), method and status semantics
-//! (BR-04), Content-Type (415) and body size (413); keep-alive comments on idle
-//! streams and events flushed as they come (BR-05, BR-06).
+//! Streamable HTTP transport rules of the server face: content negotiation (406
+//! without an acceptable `Accept`), CORS and Origin (browser hosts can read the
+//! session id and send MCP headers; foreign origins are refused), method and status
+//! semantics (GET is SSE or 405, never 400), Content-Type (415) and body size
+//! (413); keep-alive comments so idle streams are not cut during long calls, and
+//! events flushed as they come, not held back by a buffering proxy.
 
 mod common;
 
@@ -322,7 +324,7 @@ async fn idle_streams_get_keep_alives_and_events_are_not_held_back() {
     );
 }
 
-/// Newcomer trial: an `Mcp-Session-Id` that is present but not visible ASCII
+/// An `Mcp-Session-Id` that is present but not visible ASCII
 /// names no session (404, re-initialize), rather than "header is required" (400);
 /// two of them are 400 (the first was used); a foreign Host is refused naming the
 /// Host, not the Origin.
@@ -350,4 +352,56 @@ async fn unreadable_session_ids_are_unknown_and_foreign_hosts_are_named() {
     assert_eq!(r.status, 403);
     let body = String::from_utf8_lossy(&r.body).into_owned();
     assert!(body.contains("Host not allowed"), "{body}");
+}
+
+/// Sends one raw HTTP/1.1 request and returns the response head (status line and
+/// headers, lower-cased) and whether the server then closed the connection.
+async fn raw_exchange(url: &str, request: &str) -> (String, bool) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let authority = url
+        .trim_start_matches("http://")
+        .split('/')
+        .next()
+        .unwrap()
+        .to_string();
+    let mut tcp = tokio::net::TcpStream::connect(&authority).await.unwrap();
+    tcp.write_all(request.replace("{host}", &authority).as_bytes())
+        .await
+        .unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    let closed = loop {
+        match tokio::time::timeout(Duration::from_secs(3), tcp.read(&mut buf)).await {
+            Ok(Ok(0)) => break true,
+            Ok(Ok(n)) => got.extend_from_slice(&buf[..n]),
+            Ok(Err(_)) => break true,
+            Err(_) => break false,
+        }
+    };
+    let text = String::from_utf8_lossy(&got).to_ascii_lowercase();
+    let head = text.split("\r\n\r\n").next().unwrap_or("").to_string();
+    (head, closed)
+}
+
+#[tokio::test]
+async fn a_refusal_before_the_body_is_read_announces_that_the_connection_closes() {
+    // A host that reuses its keep-alive connection after a refusal whose body was never
+    // read loses its next request ("server disconnected without a response") unless the
+    // refusal says `Connection: close` (RFC 9112 section 9.6).
+    let gw = TestGateway::start(FX).await;
+    let body = init_body();
+    let request = format!(
+        "POST /mcp HTTP/1.1\r\nhost: {{host}}\r\norigin: http://evil.example\r\n\
+         content-type: application/json\r\naccept: application/json, text/event-stream\r\n\
+         content-length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let (head, closed) = raw_exchange(&gw.url, &request).await;
+    assert!(head.starts_with("http/1.1 403"), "{head}");
+    assert!(head.contains("\r\nconnection: close"), "{head}");
+    assert!(
+        closed,
+        "the server closes the connection it announced closing"
+    );
+    assert_eq!(gw.gateway().session_count(), 0);
 }

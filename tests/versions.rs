@@ -1,6 +1,6 @@
-//! Protocol versions and protocol headers: each backend gets the version
-//! negotiated with it (BR-12), configured headers never replace protocol
-//! headers upstream (BR-01), downstream version header validation.
+//! Protocol versions and protocol headers: each backend gets the version negotiated
+//! with it, not the host's copied over; configured headers never replace protocol
+//! headers (such as `Accept`) upstream; downstream version header validation.
 
 mod common;
 
@@ -311,14 +311,15 @@ async fn batches_work_only_for_2025_03_26_sessions() {
     }
 }
 
-/// R0 (shared/design/dual-era.md): while the endpoint serves no 2026-07-28
-/// request, a modern probe gets 400 with a *non-modern* JSON-RPC error that
-/// carries the request id, names the revisions served and says to use
-/// `initialize`. A `-32022` would tell rmcp (and the spec's backward-compatibility
-/// rule) "modern server, retry" instead of "fall back".
+/// With the 2026-07-28 face off (`[server] modern = "off"`), a modern probe gets
+/// 400 with a *non-modern* JSON-RPC error that carries the request id, names the
+/// revisions served and says to use `initialize`. A `-32022` would tell rmcp (and
+/// the spec's backward-compatibility rule) "modern server, retry" instead of
+/// "fall back".
 #[tokio::test]
 async fn a_modern_probe_gets_a_non_modern_error_with_its_id_and_falls_back() {
-    let gw = TestGateway::start("[server]\nmetrics_listen = \"127.0.0.1:0\"\n").await;
+    let gw =
+        TestGateway::start("[server]\nmetrics_listen = \"127.0.0.1:0\"\nmodern = \"off\"\n").await;
     let envelope = json!({
         "io.modelcontextprotocol/protocolVersion": "2026-07-28",
         "io.modelcontextprotocol/clientCapabilities": {},

@@ -1,12 +1,15 @@
-//! `mcpgate-bench`: the benchmark of issue 6.
+//! `mcpgate-bench`: the gateway benchmark (bench/README.md).
 //!
 //! - `backend`: the fast benchmark MCP server (stdio, or Streamable HTTP with `--http`).
 //! - `load`: the load generator against one endpoint (closed-loop or `--rate`).
 //! - `suite`: every scenario, direct and through mcpgate in alternation, written to
 //!   `latest.json` and `latest.md` (what `scripts/bench.sh` runs).
+//! - `instructions`: instructions per call of the gateway under callgrind, merged
+//!   into the same files (`scripts/bench.sh --instructions`).
 
 mod backend;
 mod client;
+mod instructions;
 mod load;
 mod memory;
 mod procs;
@@ -109,6 +112,43 @@ enum Cmd {
         /// A peer's version for the report: NAME=VERSION.
         #[arg(long)]
         peer_version: Vec<String>,
+    },
+    /// Count the gateway's instructions per call under callgrind and merge the
+    /// figures into the results files.
+    Instructions {
+        /// The mcpgate binary.
+        #[arg(long)]
+        gateway: PathBuf,
+        /// Results directory.
+        #[arg(long, default_value = "bench/results")]
+        out: PathBuf,
+        /// Base name of the result files to merge into.
+        #[arg(long, default_value = "latest")]
+        name: String,
+        /// Where the callgrind profiles and top-symbol summaries go (default
+        /// OUT/callgrind, or the scratch directory with --smoke).
+        #[arg(long)]
+        profiles: Option<PathBuf>,
+        /// The smaller call count (default 2000; 20 with --smoke).
+        #[arg(long)]
+        n1: Option<u64>,
+        /// The larger call count (default 6000; 60 with --smoke).
+        #[arg(long)]
+        n2: Option<u64>,
+        /// Count each scenario this many times (the figure is the mean).
+        #[arg(long, default_value_t = 1)]
+        repeat: usize,
+        /// Tokio worker threads of the counted gateway (1: steadiest; see
+        /// bench/README.md).
+        #[arg(long, default_value_t = instructions::DEFAULT_WORKERS)]
+        workers: usize,
+        /// Tiny counts and only stdio_echo_c1 unless --only: checks the path works.
+        #[arg(long)]
+        smoke: bool,
+        /// Comma-separated scenario keys (stdio_echo_c1, stdio_echo_c16,
+        /// http_echo_c1, http_echo_c16, tools_list_cached).
+        #[arg(long, value_delimiter = ',')]
+        only: Vec<String>,
     },
 }
 
@@ -232,6 +272,136 @@ async fn run(cmd: Cmd) -> anyhow::Result<ExitCode> {
             peer,
             peer_version,
         } => suite_main(gateway, out, &name, smoke, &only, &peer, &peer_version).await,
+        Cmd::Instructions {
+            gateway,
+            out,
+            name,
+            profiles,
+            n1,
+            n2,
+            repeat,
+            workers,
+            smoke,
+            only,
+        } => {
+            let only = if smoke && only.is_empty() {
+                vec!["stdio_echo_c1".to_owned()]
+            } else {
+                only
+            };
+            let opts = instructions::Options {
+                n1: n1.unwrap_or(if smoke { 20 } else { 2000 }),
+                n2: n2.unwrap_or(if smoke { 60 } else { 6000 }),
+                repeat: repeat.max(1),
+                workers: workers.max(1),
+                profiles: profiles.unwrap_or_else(|| {
+                    if smoke {
+                        suite::scratch_dir(&out).join("callgrind")
+                    } else {
+                        out.join("callgrind")
+                    }
+                }),
+                only,
+            };
+            instructions_main(gateway, &out, &name, &opts).await
+        }
+    }
+}
+
+/// Runs the instruction step and merges its figures into `OUT/NAME.{json,md}`
+/// (other keys kept).
+async fn instructions_main(
+    gateway: PathBuf,
+    out: &std::path::Path,
+    name: &str,
+    opts: &instructions::Options,
+) -> anyhow::Result<ExitCode> {
+    let env = scratch_env(&gateway, out, suite::Sizes::smoke())?;
+    let (detail, figures) = instructions::run(&env, opts).await?;
+    let wanted: Vec<String> = instructions::keys()
+        .into_iter()
+        .filter(|k| {
+            opts.only.is_empty()
+                || opts
+                    .only
+                    .iter()
+                    .any(|o| k.strip_prefix("instructions_per_call_") == Some(o))
+        })
+        .collect();
+    let json_path = out.join(format!("{name}.json"));
+    let mut doc: Value = std::fs::read_to_string(&json_path)
+        .ok()
+        .and_then(|t| serde_json::from_str(&t).ok())
+        .unwrap_or_else(|| json!({}));
+    let Some(m) = doc.as_object_mut() else {
+        bail!("{} is not a JSON object", json_path.display());
+    };
+    // Figures of scenarios not run this time stay, with the details they came with.
+    let mut merged = m
+        .get("instructions")
+        .and_then(|v| v["scenarios"].as_object().cloned())
+        .unwrap_or_default();
+    if let Some(new) = detail["scenarios"].as_object() {
+        merged.extend(new.clone());
+    }
+    let mut detail = detail;
+    detail["scenarios"] = Value::Object(merged);
+    m.insert("instructions".into(), detail);
+    let missing: Vec<&String> = wanted
+        .iter()
+        .filter(|k| !figures.contains_key(*k))
+        .collect();
+    m.extend(figures);
+    let md_path = out.join(format!("{name}.md"));
+    std::fs::write(&json_path, serde_json::to_string_pretty(&doc)? + "\n")?;
+    std::fs::write(&md_path, report::markdown(&doc))?;
+    eprintln!(
+        "merged into {} and {}",
+        json_path.display(),
+        md_path.display()
+    );
+    if !missing.is_empty() {
+        eprintln!("missing keys: {missing:?}");
+        return Ok(ExitCode::FAILURE);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The scenario environment: the gateway binary, this binary, the scratch directory.
+fn scratch_env(
+    gateway: &std::path::Path,
+    out: &std::path::Path,
+    sizes: suite::Sizes,
+) -> anyhow::Result<suite::Env> {
+    let tmp = suite::scratch_dir(out);
+    std::fs::create_dir_all(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
+    Ok(suite::Env {
+        gateway: std::fs::canonicalize(gateway)
+            .with_context(|| format!("gateway binary {}", gateway.display()))?,
+        me: std::env::current_exe()?,
+        tmp,
+        sizes,
+        peers: Vec::new(),
+    })
+}
+
+/// The checked-out commit (12 hex digits), `-dirty` with uncommitted changes to
+/// tracked files outside `bench/results` (the results are not the code measured).
+pub fn commit() -> String {
+    let commit = sh("git", &["rev-parse", "--short=12", "HEAD"]);
+    let status = [
+        "status",
+        "--porcelain",
+        "--untracked-files=no",
+        "--",
+        ".",
+        ":(exclude)bench/results",
+    ];
+    let dirty = !sh("git", &status).is_empty();
+    if dirty {
+        format!("{commit}-dirty")
+    } else {
+        commit
     }
 }
 
@@ -281,23 +451,16 @@ async fn suite_main(
     peers: &[String],
     peer_versions: &[String],
 ) -> anyhow::Result<ExitCode> {
-    let tmp = suite::scratch_dir(&out);
-    std::fs::create_dir_all(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
-    let env = suite::Env {
-        gateway: std::fs::canonicalize(&gateway)
-            .with_context(|| format!("gateway binary {}", gateway.display()))?,
-        me: std::env::current_exe()?,
-        tmp,
-        sizes: if smoke {
-            suite::Sizes::smoke()
-        } else {
-            suite::Sizes::full()
-        },
-        peers: peers
-            .iter()
-            .map(|p| split_kv(p).map(|(name, command)| suite::Peer { name, command }))
-            .collect::<anyhow::Result<_>>()?,
+    let sizes = if smoke {
+        suite::Sizes::smoke()
+    } else {
+        suite::Sizes::full()
     };
+    let mut env = scratch_env(&gateway, &out, sizes)?;
+    env.peers = peers
+        .iter()
+        .map(|p| split_kv(p).map(|(name, command)| suite::Peer { name, command }))
+        .collect::<anyhow::Result<_>>()?;
     let wanted = |s: &str| only.is_empty() || only.iter().any(|o| o == s);
     let mut scenarios = Map::new();
     let mut errors = Vec::new();
@@ -331,8 +494,6 @@ async fn suite_main(
             Err(e) => errors.push(format!("sse_streams: {e:#}")),
         }
     }
-    let commit = sh("git", &["rev-parse", "--short=12", "HEAD"]);
-    let dirty = !sh("git", &["status", "--porcelain", "--untracked-files=no"]).is_empty();
     let mut versions = Map::new();
     for v in peer_versions {
         let (k, v) = split_kv(v)?;
@@ -340,7 +501,7 @@ async fn suite_main(
     }
     let mut doc = json!({
         "date": sh("date", &["-u", "+%Y-%m-%dT%H:%M:%SZ"]),
-        "commit": if dirty { format!("{commit}-dirty") } else { commit },
+        "commit": commit(),
         "machine": machine(),
         "smoke": smoke,
         "idle_session_kib": scenarios.get("idle_sessions").map_or(Value::Null, |v| v["idle_session_kib"].clone()),
@@ -353,6 +514,7 @@ async fn suite_main(
     doc["targets"] = report::targets(&doc);
     let json_path = out.join(format!("{name}.json"));
     let md_path = out.join(format!("{name}.md"));
+    keep_instruction_figures(&json_path, &mut doc);
     std::fs::write(&json_path, serde_json::to_string_pretty(&doc)? + "\n")?;
     std::fs::write(&md_path, report::markdown(&doc))?;
     eprintln!("wrote {} and {}", json_path.display(), md_path.display());
@@ -371,4 +533,24 @@ async fn suite_main(
     } else {
         ExitCode::FAILURE
     })
+}
+
+/// Carries the instruction figures (`instructions`, `instructions_per_call_*`) of the
+/// results file being replaced over into `doc`: they come from their own step
+/// (`scripts/bench.sh --instructions`), which records its commit and date.
+fn keep_instruction_figures(path: &std::path::Path, doc: &mut Value) {
+    let Some(old) = std::fs::read_to_string(path)
+        .ok()
+        .and_then(|t| serde_json::from_str::<Value>(&t).ok())
+    else {
+        return;
+    };
+    let (Some(old), Some(new)) = (old.as_object(), doc.as_object_mut()) else {
+        return;
+    };
+    for (k, v) in old {
+        if k.starts_with("instructions") && !new.contains_key(k) {
+            new.insert(k.clone(), v.clone());
+        }
+    }
 }

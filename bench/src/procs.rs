@@ -3,7 +3,7 @@
 
 use std::fs::File;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::Duration;
 
 use anyhow::{Context, bail};
@@ -56,10 +56,35 @@ impl Proc {
     pub fn rss_kib(&self) -> u64 {
         rss_kib(self.pid)
     }
+
+    /// Sends SIGTERM and waits up to `limit` for the process to exit (SIGKILL and
+    /// an error beyond it). For a process that must finish its own shutdown, such
+    /// as a gateway under valgrind writing its profile on exit.
+    pub async fn terminate(&mut self, limit: Duration) -> anyhow::Result<ExitStatus> {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.pid.to_string()])
+            .stderr(Stdio::null())
+            .status();
+        let until = Instant::now() + limit;
+        loop {
+            if let Some(status) = self.child.try_wait()? {
+                return Ok(status);
+            }
+            if Instant::now() > until {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                bail!("{} did not exit within {limit:?} of SIGTERM", self.name);
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
 }
 
 impl Drop for Proc {
     fn drop(&mut self) {
+        if !matches!(self.child.try_wait(), Ok(None)) {
+            return; // already exited (and reaped): its pid may be someone else's now
+        }
         let _ = Command::new("kill")
             .args(["-TERM", &self.pid.to_string()])
             .stderr(Stdio::null())

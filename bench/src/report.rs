@@ -1,5 +1,5 @@
 //! The results file (`latest.json`), its markdown twin (`latest.md`), the list of
-//! keys every run must produce, and the targets of issue 6.
+//! keys every run must produce, and the performance targets.
 
 use std::fmt::Write as _;
 
@@ -64,7 +64,7 @@ pub fn missing_keys(doc: &Value) -> Vec<String> {
     missing
 }
 
-/// The targets of issue 6, each with the value reached and whether it is met.
+/// The performance targets, each with the value reached and whether it is met.
 pub fn targets(doc: &Value) -> Value {
     let s = &doc["scenarios"];
     let num = |v: &Value| v.as_f64().unwrap_or(f64::NAN);
@@ -267,7 +267,8 @@ pub fn markdown(doc: &Value) -> String {
             }
         }
     }
-    md.push_str("\n## Targets (issue 6)\n\n| target | value | met |\n|---|---|---|\n");
+    instructions_section(doc, &mut md);
+    md.push_str("\n## Targets\n\n| target | value | met |\n|---|---|---|\n");
     for t in doc["targets"].as_array().into_iter().flatten() {
         let _ = writeln!(
             md,
@@ -278,4 +279,45 @@ pub fn markdown(doc: &Value) -> String {
         );
     }
     md
+}
+
+/// The instruction counts of `scripts/bench.sh --instructions`, when the results
+/// file has them (they may come from another commit than the timed scenarios).
+fn instructions_section(doc: &Value, md: &mut String) {
+    let i = &doc["instructions"];
+    let Some(scenarios) = i["scenarios"].as_object() else {
+        return;
+    };
+    md.push_str("\n## Instructions per call (callgrind)\n\n");
+    let _ = writeln!(
+        md,
+        "Gateway process only ({} tokio worker), (Ir(N2) − Ir(N1)) / (N2 − N1) with N1 = {}, N2 = {} calls; \
+         {} · commit `{}` · {}. Steady to ≈1 % between runs (times drift ±25 %): the \
+         figure to compare builds with. Syscalls (callgrind's sysCount, without \
+         `clock_gettime`, which is a vDSO call natively) show part of the kernel's share, \
+         which instructions do not count. Per-call top symbols: `bench/results/callgrind/*.top.txt`.\n",
+        cell(&i["tokio_workers"]),
+        cell(&i["n1"]),
+        cell(&i["n2"]),
+        cell(&i["date"]),
+        cell(&i["commit"]),
+        cell(&i["counter"]),
+    );
+    md.push_str("| scenario | C | request | instructions/call | syscalls/call | clock_gettime/call | spread of repeats % |\n|---|---|---|---|---|---|---|\n");
+    for (key, e) in scenarios {
+        let _ = writeln!(
+            md,
+            "| {key} | {} | {} | {} | {} | {} | {} |",
+            cell(&e["concurrency"]),
+            cell(&e["request"]),
+            cell(&e["per_call"]),
+            cell(&e["syscalls_per_call"]),
+            cell(&e["clock_reads_per_call"]),
+            if e["runs"].as_array().is_some_and(|r| r.len() > 1) {
+                cell(&e["spread_pct"])
+            } else {
+                "–".into()
+            },
+        );
+    }
 }

@@ -1,4 +1,4 @@
-//! The scenarios of issue 6. Every throughput scenario measures the direct backend
+//! The benchmark scenarios. Every throughput scenario measures the direct backend
 //! and mcpgate (and any peers) in alternation, round after round, in one run, so
 //! that a noisy neighbour slows both sides alike and the ratios hold.
 
@@ -128,6 +128,23 @@ impl Env {
         )
     }
 
+    /// Writes the config file of gateway `name` on a free port: `[server]` with the
+    /// listen line, `server_extra`, then `backends`. Returns its path and the port.
+    pub fn gateway_config(
+        &self,
+        name: &str,
+        server_extra: &str,
+        backends: &str,
+    ) -> anyhow::Result<(PathBuf, u16)> {
+        let port = free_port()?;
+        let config = format!(
+            "[server]\nlisten = \"127.0.0.1:{port}\"\nmax_sessions = 100000\n{server_extra}\n{backends}"
+        );
+        let path = self.tmp.join(format!("{name}.toml"));
+        std::fs::write(&path, config).with_context(|| format!("writing {}", path.display()))?;
+        Ok((path, port))
+    }
+
     /// Writes `config` (the part after `[server]`'s listen line) and starts mcpgate.
     pub fn spawn_gateway(
         &self,
@@ -135,12 +152,7 @@ impl Env {
         server_extra: &str,
         backends: &str,
     ) -> anyhow::Result<(Proc, u16)> {
-        let port = free_port()?;
-        let config = format!(
-            "[server]\nlisten = \"127.0.0.1:{port}\"\nmax_sessions = 100000\n{server_extra}\n{backends}"
-        );
-        let path = self.tmp.join(format!("{name}.toml"));
-        std::fs::write(&path, config).with_context(|| format!("writing {}", path.display()))?;
+        let (path, port) = self.gateway_config(name, server_extra, backends)?;
         let p = Proc::spawn(
             name,
             &self.gateway,
@@ -175,6 +187,19 @@ impl Env {
             self.me.display().to_string()
         )
     }
+}
+
+/// Arguments of the echo calls of `http_echo` and `stdio_echo`.
+pub const ECHO_ARGS: &str = r#"{"message":"hello from mcpgate-bench"}"#;
+
+/// The backends of the throughput gateway: `h` (the HTTP backend at `base`) and `s`
+/// (a stdio child), two tools each.
+pub fn echo_backends(env: &Env, base: &str) -> String {
+    format!(
+        "{}{}",
+        http_backend_toml("h", &format!("{base}/mcp")),
+        env.stdio_backend_toml("s")
+    )
 }
 
 /// A `[backends.NAME]` table for an HTTP backend at `url`.
@@ -279,7 +304,7 @@ pub async fn alternate(sides: &mut [Side], sizes: &Sizes) {
     }
 }
 
-/// The JSON entry of a direct/gateway pair (the keys of issue 6).
+/// The JSON entry of a direct/gateway pair (the keys every run reports).
 pub fn pair_entry(direct: &Side, gateway: &Side) -> Value {
     let (d, g) = (&direct.total, &gateway.total);
     let signed = |a: u64, b: u64| a as i64 - b as i64;
@@ -354,13 +379,9 @@ pub async fn throughput(
     out: &mut Map<String, Value>,
 ) -> anyhow::Result<()> {
     let (backend, base) = env.http_backend("backend-echo", 0).await?;
-    let backends = format!(
-        "{}{}",
-        http_backend_toml("h", &format!("{base}/mcp")),
-        env.stdio_backend_toml("s")
-    );
+    let backends = echo_backends(env, &base);
     let gw = env.gateway("gateway-echo", "", &backends, 4).await?;
-    let echo = r#"{"message":"hello from mcpgate-bench"}"#;
+    let echo = ECHO_ARGS;
     if only("http_echo") {
         let mut entries = Map::new();
         for c in [1, 16, 64] {

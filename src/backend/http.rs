@@ -25,9 +25,8 @@ use super::BackendError;
 use super::conn::{Connection, dispatch_text};
 use crate::auth::upstream::UpstreamCredentials;
 use crate::mcp::Method;
+use crate::streamable_http::{PROTOCOL_VERSION as VERSION_HEADER, SESSION_ID as SESSION_HEADER};
 
-const SESSION_HEADER: &str = "mcp-session-id";
-const VERSION_HEADER: &str = "mcp-protocol-version";
 const BOTH: &str = "application/json, text/event-stream";
 /// Headers only the gateway sets: a configured value must never stand in
 /// for one, e.g. a fixed `Mcp-Session-Id` on `initialize`, before the gateway has

@@ -8,7 +8,7 @@ use serde_json::{Map, Value};
 use super::view::View;
 use crate::mcp::ListKind;
 use crate::mcp::ProtocolVersion;
-use crate::mcp::version::downgrade_item;
+use crate::mcp::version::{complete_raw_for_modern, downgrade_item};
 
 impl View {
     pub(super) fn paginate(
@@ -47,6 +47,7 @@ impl View {
         host: ProtocolVersion,
     ) -> Option<&RawValue> {
         let pages = match host {
+            ProtocolVersion::V2026_07_28 => &self.modern_pages()[kind as usize],
             ProtocolVersion::V2025_11_25 => &self.pages[kind as usize],
             ProtocolVersion::V2025_06_18 => &self.older_pages(0, host)[kind as usize],
             _ => &self.older_pages(1, host)[kind as usize],
@@ -56,6 +57,21 @@ impl View {
             Some(c) => self.open_cursor(kind, c)?,
         };
         pages.get(index).map(|p| &**p)
+    }
+
+    /// The pages as complete results for 2026-07-28 hosts (`resultType`, cache
+    /// hints, `serverInfo`), built on first use.
+    fn modern_pages(&self) -> &[Vec<Box<RawValue>>; 4] {
+        self.modern.get_or_init(|| {
+            let mut out: [Vec<Box<RawValue>>; 4] = Default::default();
+            for (i, pages) in self.pages.iter().enumerate() {
+                out[i] = pages
+                    .iter()
+                    .map(|p| complete_raw_for_modern(p.clone(), true))
+                    .collect();
+            }
+            out
+        })
     }
 
     /// The pages with fields the host's revision does not know removed.

@@ -63,6 +63,8 @@ pub struct View {
     pub(super) key: CursorKey,
     /// Pages for hosts on 2025-06-18 and 2025-03-26, derived on first use.
     pub(super) older: [OnceLock<[Vec<Box<RawValue>>; 4]>; 2],
+    /// Pages shaped for 2026-07-28 hosts, built on first use.
+    pub(super) modern: OnceLock<[Vec<Box<RawValue>>; 4]>,
     /// The authorization filter of this view (`None`: everything visible);
     /// resource reads are checked against it.
     filter: Option<ItemFilter>,
@@ -238,6 +240,7 @@ impl View {
             instructions: (!instructions.is_empty()).then(|| instructions.join("\n\n")),
             key,
             older: Default::default(),
+            modern: OnceLock::new(),
             filter,
         };
         for (i, items) in lists.into_iter().enumerate() {

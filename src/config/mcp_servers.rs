@@ -134,8 +134,8 @@ mod tests {
     use super::super::{Config, Transport};
     use super::*;
 
-    /// Newcomer trial: an entry with both keys was silently served as HTTP, and
-    /// editor placeholders got a bare "invalid variable name".
+    /// An entry with both keys must not be silently served as HTTP, and
+    /// editor placeholders get more than a bare "invalid variable name".
     #[test]
     fn ambiguous_entries_and_editor_placeholders_are_explained() {
         let problems = |text: &str| -> Vec<String> {

@@ -166,6 +166,29 @@ pub struct ServerConfig {
     #[serde(with = "humantime_serde")]
     #[schemars(schema_with = "schema::duration")]
     pub shutdown_grace: Duration,
+    /// The 2026-07-28 (stateless) face of the endpoint: `"bridge"` (default:
+    /// served, legacy backends bridged), `"native"` (served only while every
+    /// backend speaks 2026-07-28; otherwise as `"off"`), `"off"` (a 2026-07-28
+    /// probe gets 400 naming the session-based revisions, so clients fall back).
+    pub modern: ModernFace,
+    /// How long a 2026-07-28 call answered `input_required` waits for the client's
+    /// retry before it is cancelled at the backend. Default 10 minutes.
+    #[serde(with = "humantime_serde")]
+    #[schemars(schema_with = "schema::duration")]
+    pub input_required_timeout: Duration,
+}
+
+/// `[server] modern`: whether the stateless 2026-07-28 revision is served.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ModernFace {
+    /// Served; legacy backends are bridged.
+    #[default]
+    Bridge,
+    /// Served only while every backend speaks 2026-07-28.
+    Native,
+    /// Not served: probes are refused so that clients use `initialize`.
+    Off,
 }
 
 /// `[server.rate_limit]`: a token bucket per client.
@@ -223,6 +246,8 @@ impl Default for ServerConfig {
             backend_ping_interval: Duration::from_secs(30),
             rate_limit: None,
             max_streams_per_session: 32,
+            modern: ModernFace::Bridge,
+            input_required_timeout: Duration::from_secs(600),
         }
     }
 }

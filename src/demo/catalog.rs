@@ -1,6 +1,6 @@
 //! Generic catalogue of tools, resources, resource templates and prompts with async handlers.
 //!
-//! A [`Catalog`] is plain data plus handler closures; the protocol engine
+//! A [`DemoCatalog`] is plain data plus handler closures; the protocol engine
 //! ([`super::server`]) serves any catalogue. Definitions are kept as JSON values so that
 //! every field a catalogue author writes (`title`, `icons`, `annotations`, `outputSchema`,
 //! `$schema`, `_meta`, …) reaches the client unchanged (MCP 2025-11-25 server/tools,
@@ -11,12 +11,14 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use base64::Engine as _;
-use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
+use base64::engine::general_purpose::STANDARD;
 use serde_json::{Map, Value, json};
+
+use mcpgate::jsonrpc::{ErrorObject, INVALID_PARAMS};
+use mcpgate::mcp::{Changed, ListKind};
 
 use crate::demo::context::RequestContext;
 use crate::demo::uri_template::UriTemplate;
-use crate::jsonrpc::{ErrorObject, INVALID_PARAMS};
 
 /// A boxed, sendable future, the return type of every handler.
 pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
@@ -205,43 +207,20 @@ pub struct CompletionRequest {
     pub context: Map<String, Value>,
 }
 
-/// Which list a change concerns (for `notifications/*/list_changed`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ListKind {
-    /// `tools/list`.
-    Tools,
-    /// `resources/list` and `resources/templates/list`.
-    Resources,
-    /// `prompts/list`.
-    Prompts,
-}
-
-impl ListKind {
-    /// The notification method announcing a change of this list.
-    pub fn notification(self) -> &'static str {
-        match self {
-            ListKind::Tools => "notifications/tools/list_changed",
-            ListKind::Resources => "notifications/resources/list_changed",
-            ListKind::Prompts => "notifications/prompts/list_changed",
-        }
-    }
-}
-
 /// Everything a server offers. Order is kept: lists are returned in insertion order.
 #[derive(Clone, Default)]
-pub struct Catalog {
+pub struct DemoCatalog {
     tools: Vec<Tool>,
     resources: Vec<Resource>,
     templates: Vec<ResourceTemplate>,
     prompts: Vec<Prompt>,
     completer: Option<Arc<CompleteFn>>,
-    page_size: Option<usize>,
 }
 
-impl Catalog {
+impl DemoCatalog {
     /// An empty catalogue.
     pub fn new() -> Self {
-        Catalog::default()
+        DemoCatalog::default()
     }
 
     /// Adds (or replaces, by name) a tool.
@@ -276,12 +255,6 @@ impl Catalog {
         F: Fn(&CompletionRequest) -> Result<Vec<String>, ErrorObject> + Send + Sync + 'static,
     {
         self.completer = Some(Arc::new(completer));
-        self
-    }
-
-    /// Pages every list by `n` items (MCP 2025-11-25 server/utilities/pagination).
-    pub fn with_page_size(mut self, n: usize) -> Self {
-        self.page_size = Some(n.max(1));
         self
     }
 
@@ -392,77 +365,44 @@ impl Catalog {
         !self.prompts.is_empty()
     }
 
-    /// The definitions of one list, used to detect changes.
-    pub fn definitions(&self, kind: ListKind) -> Vec<Value> {
+    /// The definitions a `list_changed` notification covers, used to detect changes
+    /// (resources and resource templates share one).
+    pub fn definitions(&self, kind: Changed) -> Vec<Value> {
         match kind {
-            ListKind::Tools => self.tools.iter().map(|t| t.definition.clone()).collect(),
-            ListKind::Resources => self
+            Changed::Tools => self.tools.iter().map(|t| t.definition.clone()).collect(),
+            Changed::Resources => self
                 .resources
                 .iter()
                 .map(|r| r.definition.clone())
                 .chain(self.templates.iter().map(|t| t.definition.clone()))
                 .collect(),
-            ListKind::Prompts => self.prompts.iter().map(|p| p.definition.clone()).collect(),
+            Changed::Prompts => self.prompts.iter().map(|p| p.definition.clone()).collect(),
         }
     }
 
-    /// One page of a list result, e.g. `{"tools": [...], "nextCursor": "..."}`.
-    ///
-    /// `method` is the list method (`tools/list`, `resources/list`,
-    /// `resources/templates/list`, `prompts/list`). An unreadable cursor → `-32602`.
-    pub fn list_page(&self, method: &str, cursor: Option<&str>) -> Result<Value, ErrorObject> {
-        let (key, items): (&str, Vec<&Value>) = match method {
-            "tools/list" => ("tools", self.tools.iter().map(|t| &t.definition).collect()),
-            "resources/list" => (
-                "resources",
-                self.resources.iter().map(|r| &r.definition).collect(),
-            ),
-            "resources/templates/list" => (
-                "resourceTemplates",
-                self.templates.iter().map(|t| &t.definition).collect(),
-            ),
-            "prompts/list" => (
-                "prompts",
-                self.prompts.iter().map(|p| &p.definition).collect(),
-            ),
-            _ => return Err(ErrorObject::new(INVALID_PARAMS, "not a list method")),
+    /// A whole list result, e.g. `{"tools": [...]}`: lists are not paged, so a
+    /// `cursor` (never handed out) → `-32602` (MCP 2025-11-25
+    /// server/utilities/pagination: invalid cursors).
+    pub fn list_page(&self, kind: ListKind, cursor: Option<&str>) -> Result<Value, ErrorObject> {
+        let items: Vec<&Value> = match kind {
+            ListKind::Tools => self.tools.iter().map(|t| &t.definition).collect(),
+            ListKind::Resources => self.resources.iter().map(|r| &r.definition).collect(),
+            ListKind::Templates => self.templates.iter().map(|t| &t.definition).collect(),
+            ListKind::Prompts => self.prompts.iter().map(|p| &p.definition).collect(),
         };
-        let start = match cursor {
-            None => 0,
-            Some(c) => decode_cursor(key, c)
-                .filter(|&n| n <= items.len())
-                .ok_or_else(|| ErrorObject::new(INVALID_PARAMS, "Invalid cursor"))?,
-        };
-        let end = match self.page_size {
-            Some(n) => (start + n).min(items.len()),
-            None => items.len(),
-        };
-        let page: Vec<Value> = items[start..end].iter().map(|v| (*v).clone()).collect();
-        let mut out = Map::new();
-        out.insert(key.to_owned(), Value::Array(page));
-        if end < items.len() {
-            out.insert("nextCursor".into(), Value::from(encode_cursor(key, end)));
+        // Lists are not paged, so no cursor was ever handed out.
+        if cursor.is_some() {
+            return Err(ErrorObject::new(INVALID_PARAMS, "Invalid cursor"));
         }
+        let page: Vec<Value> = items.into_iter().cloned().collect();
+        let mut out = Map::new();
+        out.insert(kind.key().to_owned(), Value::Array(page));
         Ok(Value::Object(out))
     }
 }
 
 fn name_of<'a>(definition: &'a Value, field: &str) -> &'a str {
     definition.get(field).and_then(Value::as_str).unwrap_or("")
-}
-
-fn encode_cursor(key: &str, offset: usize) -> String {
-    URL_SAFE_NO_PAD.encode(format!("{key}:{offset}"))
-}
-
-fn decode_cursor(key: &str, cursor: &str) -> Option<usize> {
-    let raw = URL_SAFE_NO_PAD.decode(cursor).ok()?;
-    let text = String::from_utf8(raw).ok()?;
-    let (k, n) = text.split_once(':')?;
-    if k != key {
-        return None;
-    }
-    n.parse().ok()
 }
 
 /// A `CallToolResult` with one text block.
@@ -510,33 +450,26 @@ mod tests {
     }
 
     #[test]
-    fn pages_lists_with_opaque_cursors() {
-        let c = Catalog::new()
+    fn lists_everything_and_refuses_cursors() {
+        let c = DemoCatalog::new()
             .with_tool(noop_tool("a"))
             .with_tool(noop_tool("b"))
-            .with_tool(noop_tool("c"))
-            .with_page_size(2);
-        let p1 = c.list_page("tools/list", None).unwrap();
-        assert_eq!(p1["tools"].as_array().unwrap().len(), 2);
-        let cursor = p1["nextCursor"].as_str().unwrap();
-        let p2 = c.list_page("tools/list", Some(cursor)).unwrap();
-        assert_eq!(p2["tools"][0]["name"], "c");
-        assert!(p2.get("nextCursor").is_none());
-        let err = c.list_page("tools/list", Some("garbage")).unwrap_err();
-        assert_eq!(err.code, INVALID_PARAMS);
-        // A cursor of another list is rejected too.
-        let err = c.list_page("prompts/list", Some(cursor)).unwrap_err();
+            .with_tool(noop_tool("c"));
+        let all = c.list_page(ListKind::Tools, None).unwrap();
+        assert_eq!(all["tools"].as_array().unwrap().len(), 3);
+        assert!(all.get("nextCursor").is_none());
+        let err = c.list_page(ListKind::Tools, Some("garbage")).unwrap_err();
         assert_eq!(err.code, INVALID_PARAMS);
     }
 
     #[test]
     fn replaces_by_name_and_keeps_order() {
-        let mut c = Catalog::new()
+        let mut c = DemoCatalog::new()
             .with_tool(noop_tool("a"))
             .with_tool(noop_tool("b"));
         c.add_tool(noop_tool("a"));
         let names: Vec<String> = c
-            .definitions(ListKind::Tools)
+            .definitions(Changed::Tools)
             .iter()
             .map(|d| d["name"].as_str().unwrap_or("").to_owned())
             .collect();

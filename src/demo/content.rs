@@ -15,7 +15,7 @@ use crate::demo::catalog::{
 use crate::demo::context::RequestContext;
 use crate::demo::media;
 use crate::demo::tools::red_pixel_base64;
-use crate::jsonrpc::ErrorObject;
+use mcpgate::jsonrpc::ErrorObject;
 
 const README: &str = "# mcpgate demo server\n\n\
 This server exists to exercise MCP clients and gateways. Try:\n\n\

@@ -1,83 +1,22 @@
 //! What a handler can do while serving one request: progress, logs, server→client requests.
 
-use std::str::FromStr;
 use std::sync::Arc;
 
+use mcpgate::jsonrpc::{self, ErrorObject, INTERNAL_ERROR, Id, METHOD_NOT_FOUND};
+use mcpgate::mcp::{LogLevel, Method};
 use serde_json::{Map, Value, json};
 use tokio::sync::oneshot;
-use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
+use tokio_util::sync::CancellationToken;
 
-use crate::demo::server::{Route, Server, lock};
+use crate::demo::server::{CLIENT_REQUEST_TIMEOUT, Route, Server, lock};
 use crate::demo::session::SessionInner;
-use crate::jsonrpc::{self, ErrorObject, INTERNAL_ERROR, Id, METHOD_NOT_FOUND};
-
-/// Syslog severities used by `notifications/message` (MCP 2025-11-25
-/// server/utilities/logging), least severe first so that `Ord` compares severity.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum LogLevel {
-    /// `debug`
-    Debug,
-    /// `info`
-    Info,
-    /// `notice`
-    Notice,
-    /// `warning`
-    Warning,
-    /// `error`
-    Error,
-    /// `critical`
-    Critical,
-    /// `alert`
-    Alert,
-    /// `emergency`
-    Emergency,
-}
-
-impl LogLevel {
-    /// The wire name.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            LogLevel::Debug => "debug",
-            LogLevel::Info => "info",
-            LogLevel::Notice => "notice",
-            LogLevel::Warning => "warning",
-            LogLevel::Error => "error",
-            LogLevel::Critical => "critical",
-            LogLevel::Alert => "alert",
-            LogLevel::Emergency => "emergency",
-        }
-    }
-}
-
-/// An unknown log level name.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown log level {0:?}")]
-pub struct UnknownLogLevel(pub String);
-
-impl FromStr for LogLevel {
-    type Err = UnknownLogLevel;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Ok(match s {
-            "debug" => LogLevel::Debug,
-            "info" => LogLevel::Info,
-            "notice" => LogLevel::Notice,
-            "warning" => LogLevel::Warning,
-            "error" => LogLevel::Error,
-            "critical" => LogLevel::Critical,
-            "alert" => LogLevel::Alert,
-            "emergency" => LogLevel::Emergency,
-            other => return Err(UnknownLogLevel(other.to_owned())),
-        })
-    }
-}
 
 /// The context of one client request, handed to every tool, resource and prompt handler.
 ///
 /// Messages sent through it are *related* to the request ([`Route::Related`]): over
 /// Streamable HTTP they travel on the request's SSE stream, before its response.
 /// Cancellation (client `notifications/cancelled` or session end) drops the handler's
-/// future; [`RequestContext::cancelled`] lets a handler notice it earlier.
+/// future.
 #[derive(Clone)]
 pub struct RequestContext {
     session: Arc<SessionInner>,
@@ -105,62 +44,14 @@ impl RequestContext {
         &self.session
     }
 
-    /// The client's id for this request.
-    pub fn request_id(&self) -> &Id {
-        &self.request_id
-    }
-
-    /// `params._meta.progressToken`, if the client asked for progress.
-    pub fn progress_token(&self) -> Option<&Value> {
-        self.progress_token.as_ref()
-    }
-
-    /// Resolves when the request is cancelled.
-    pub fn cancelled(&self) -> WaitForCancellationFuture<'_> {
-        self.cancel.cancelled()
-    }
-
-    /// `true` once the request was cancelled.
-    pub fn is_cancelled(&self) -> bool {
-        self.cancel.is_cancelled()
-    }
-
-    /// The negotiated protocol revision (empty before `initialize`).
-    pub fn protocol_version(&self) -> String {
-        self.session
-            .state()
-            .protocol_version
-            .clone()
-            .unwrap_or_default()
-    }
-
-    /// The client's declared capabilities.
-    pub fn client_capabilities(&self) -> Value {
-        self.session.state().client_capabilities.clone()
-    }
-
-    /// `true` if the client declared capability `name` (`sampling`, `elicitation`, `roots`).
-    pub fn client_supports(&self, name: &str) -> bool {
-        self.session
-            .state()
-            .client_capabilities
-            .get(name)
-            .is_some_and(Value::is_object)
-    }
-
     /// The server, e.g. to change the catalogue or announce resource updates.
     pub fn server(&self) -> Server {
         self.session.server.clone()
     }
 
-    /// A handle for messages unrelated to this request.
-    pub fn peer(&self) -> Peer {
-        Peer::new(self.session.clone())
-    }
-
     /// Sends a notification related to this request.
-    pub fn notify(&self, method: &str, params: Value) {
-        let msg = notification(method, Some(params));
+    fn notify(&self, method: &Method, params: &Value) {
+        let msg = jsonrpc::notification_bytes(method.as_str(), Some(params));
         self.session
             .sink
             .send(&Route::Related(self.request_id.clone()), msg);
@@ -180,7 +71,7 @@ impl RequestContext {
         if let Some(message) = message {
             params["message"] = json!(message);
         }
-        self.notify("notifications/progress", params);
+        self.notify(&Method::Progress, &params);
     }
 
     /// Sends `notifications/message` if `level` passes the session's `logging/setLevel`.
@@ -198,9 +89,9 @@ impl RequestContext {
     /// Fails with `-32601` if the client did not declare the matching capability, and
     /// with `-32603` on timeout, cancellation or session end; in those last cases the
     /// client is told with `notifications/cancelled`.
-    pub async fn request(&self, method: &str, params: Value) -> Result<Value, ErrorObject> {
+    pub async fn request(&self, method: Method, params: Value) -> Result<Value, ErrorObject> {
         let route = Route::Related(self.request_id.clone());
-        send_request(&self.session, route, method, params, &self.cancel).await
+        send_request(&self.session, route, &method, &params, &self.cancel).await
     }
 
     /// Closes the connection carrying this request's SSE stream without ending the stream,
@@ -220,39 +111,6 @@ fn number(x: f64) -> Value {
     }
 }
 
-/// Sends messages that are not related to a client request (they use the GET stream
-/// over Streamable HTTP).
-#[derive(Clone)]
-pub struct Peer {
-    session: Arc<SessionInner>,
-}
-
-impl Peer {
-    pub(crate) fn new(session: Arc<SessionInner>) -> Self {
-        Peer { session }
-    }
-
-    /// Sends an unrelated notification.
-    pub fn notify(&self, method: &str, params: Option<Value>) {
-        let msg = notification(method, params);
-        self.session.sink.send(&Route::Unrelated, msg);
-    }
-
-    /// Sends an unrelated `notifications/message`, subject to the session's log level.
-    pub fn log(&self, level: LogLevel, logger: Option<&str>, data: Value) {
-        if let Some(msg) = log_message(&self.session, level, logger, data) {
-            self.session.sink.send(&Route::Unrelated, msg);
-        }
-    }
-
-    /// Sends an unrelated server→client request and waits for the answer (see
-    /// [`RequestContext::request`]).
-    pub async fn request(&self, method: &str, params: Value) -> Result<Value, ErrorObject> {
-        let never = self.session.closed.child_token();
-        send_request(&self.session, Route::Unrelated, method, params, &never).await
-    }
-}
-
 fn log_message(
     session: &SessionInner,
     level: LogLevel,
@@ -268,31 +126,10 @@ fn log_message(
         params.insert("logger".into(), json!(logger));
     }
     params.insert("data".into(), data);
-    Some(notification(
-        "notifications/message",
-        Some(Value::Object(params)),
+    Some(jsonrpc::notification_bytes(
+        Method::LogMessage.as_str(),
+        Some(&Value::Object(params)),
     ))
-}
-
-/// Serializes a notification, taking ownership of its params.
-fn notification(method: &str, params: Option<Value>) -> Vec<u8> {
-    let mut msg = Map::new();
-    msg.insert("jsonrpc".into(), json!("2.0"));
-    msg.insert("method".into(), json!(method));
-    if let Some(params) = params {
-        msg.insert("params".into(), params);
-    }
-    serde_json::to_vec(&Value::Object(msg)).unwrap_or_default()
-}
-
-/// The client capability a server→client method needs (MCP 2025-11-25 client/*).
-fn required_capability(method: &str) -> Option<&'static str> {
-    match method {
-        "sampling/createMessage" => Some("sampling"),
-        "elicitation/create" => Some("elicitation"),
-        "roots/list" => Some("roots"),
-        _ => None,
-    }
 }
 
 /// Forgets an outstanding server→client request however the wait ends; if it ended
@@ -310,7 +147,7 @@ impl Drop for Pending<'_> {
         if !self.answered && was_pending && !self.session.closed.is_cancelled() {
             let params =
                 json!({ "requestId": self.id.to_value(), "reason": "request abandoned by server" });
-            let msg = jsonrpc::notification_bytes("notifications/cancelled", Some(&params));
+            let msg = jsonrpc::notification_bytes(Method::Cancelled.as_str(), Some(&params));
             self.session.sink.send(&self.route, msg);
         }
     }
@@ -319,11 +156,11 @@ impl Drop for Pending<'_> {
 async fn send_request(
     session: &Arc<SessionInner>,
     route: Route,
-    method: &str,
-    params: Value,
+    method: &Method,
+    params: &Value,
     cancel: &CancellationToken,
 ) -> Result<Value, ErrorObject> {
-    if let Some(cap) = required_capability(method) {
+    if let Some(cap) = method.client_capability() {
         let declared = session
             .state()
             .client_capabilities
@@ -345,16 +182,16 @@ async fn send_request(
         route: route.clone(),
         answered: false,
     };
-    session
-        .sink
-        .send(&route, jsonrpc::request_bytes(&id, method, Some(&params)));
-    let timeout = session.server.options().client_request_timeout;
+    session.sink.send(
+        &route,
+        jsonrpc::request_bytes(&id, method.as_str(), Some(params)),
+    );
     tokio::select! {
         answer = rx => {
             guard.answered = true;
             answer.unwrap_or_else(|_| Err(ErrorObject::new(INTERNAL_ERROR, "Session closed")))
         }
-        () = tokio::time::sleep(timeout) => {
+        () = tokio::time::sleep(CLIENT_REQUEST_TIMEOUT) => {
             Err(ErrorObject::new(INTERNAL_ERROR, format!("Client did not answer {method} in time")))
         }
         () = cancel.cancelled() => Err(ErrorObject::new(INTERNAL_ERROR, "Request cancelled")),
@@ -370,24 +207,5 @@ mod tests {
         assert_eq!(number(50.0), json!(50));
         assert_eq!(number(0.5), json!(0.5));
         assert_eq!(number(-3.0), json!(-3));
-    }
-
-    #[test]
-    fn log_levels_order_by_severity() {
-        assert!(LogLevel::Debug < LogLevel::Info);
-        assert!(LogLevel::Warning < LogLevel::Emergency);
-        for name in [
-            "debug",
-            "info",
-            "notice",
-            "warning",
-            "error",
-            "critical",
-            "alert",
-            "emergency",
-        ] {
-            assert_eq!(name.parse::<LogLevel>().map(LogLevel::as_str), Ok(name));
-        }
-        assert!("verbose".parse::<LogLevel>().is_err());
     }
 }

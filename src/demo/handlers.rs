@@ -1,25 +1,26 @@
-//! The MCP request methods, served from the session's [`Catalog`](super::catalog::Catalog).
+//! The MCP request methods, served from the session's [`DemoCatalog`](super::catalog::DemoCatalog).
 
+use mcpgate::jsonrpc::{
+    ErrorObject, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, RESOURCE_NOT_FOUND,
+};
+use mcpgate::mcp::{ListKind, LogLevel, Method, ProtocolVersion};
 use serde_json::{Map, Value, json};
 
 use crate::demo::catalog::{
     CompletionRef, CompletionRequest, HandlerResult, completion_result, error_result,
 };
-use crate::demo::context::{LogLevel, RequestContext};
-use crate::demo::server::{LATEST_VERSION, SUPPORTED_VERSIONS};
-use crate::jsonrpc::{
-    ErrorObject, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, RESOURCE_NOT_FOUND,
-};
+use crate::demo::context::RequestContext;
 
 /// Routes one request to its method. Before `initialize` only `initialize` and `ping`
-/// are served (MCP 2025-11-25 basic/lifecycle "Initialization").
+/// are served (MCP 2025-11-25 basic/lifecycle "Initialization"). A method whose
+/// capability the server does not announce is not found.
 pub(crate) async fn dispatch(
     ctx: RequestContext,
-    method: String,
+    method: Method,
     params: Option<Value>,
 ) -> HandlerResult {
     let params = params.unwrap_or_else(|| json!({}));
-    if method != "initialize" && method != "ping" && !ctx.session().is_initialized() {
+    if !matches!(method, Method::Initialize | Method::Ping) && !ctx.session().is_initialized() {
         return Err(ErrorObject::new(
             INVALID_REQUEST,
             "Server not initialized: send initialize first",
@@ -33,39 +34,44 @@ pub(crate) async fn dispatch(
             Err(method_not_found(&method))
         }
     };
-    match method.as_str() {
-        "initialize" => initialize(&ctx, &params),
-        "ping" => Ok(json!({})),
-        "tools/list" => require("tools").and_then(|()| list(&ctx, &method, &params)),
-        "resources/list" | "resources/templates/list" => {
-            require("resources").and_then(|()| list(&ctx, &method, &params))
+    match &method {
+        Method::Initialize => initialize(&ctx, &params),
+        Method::Ping => Ok(json!({})),
+        Method::ToolsList => require("tools").and_then(|()| list(&ctx, ListKind::Tools, &params)),
+        Method::ResourcesList => {
+            require("resources").and_then(|()| list(&ctx, ListKind::Resources, &params))
         }
-        "prompts/list" => require("prompts").and_then(|()| list(&ctx, &method, &params)),
-        "tools/call" => {
+        Method::ResourcesTemplatesList => {
+            require("resources").and_then(|()| list(&ctx, ListKind::Templates, &params))
+        }
+        Method::PromptsList => {
+            require("prompts").and_then(|()| list(&ctx, ListKind::Prompts, &params))
+        }
+        Method::ToolsCall => {
             require("tools")?;
             call_tool(ctx, &params).await
         }
-        "resources/read" => {
+        Method::ResourcesRead => {
             require("resources")?;
             read_resource(ctx, &params).await
         }
-        "resources/subscribe" | "resources/unsubscribe" => {
+        Method::ResourcesSubscribe | Method::ResourcesUnsubscribe => {
             if caps["resources"]["subscribe"] != Value::Bool(true) {
                 return Err(method_not_found(&method));
             }
-            subscribe(&ctx, &params, method == "resources/subscribe")
+            subscribe(&ctx, &params, method == Method::ResourcesSubscribe)
         }
-        "prompts/get" => {
+        Method::PromptsGet => {
             require("prompts")?;
             get_prompt(ctx, &params).await
         }
-        "completion/complete" => require("completions").and_then(|()| complete(&ctx, &params)),
-        "logging/setLevel" => require("logging").and_then(|()| set_level(&ctx, &params)),
+        Method::CompletionComplete => require("completions").and_then(|()| complete(&ctx, &params)),
+        Method::LoggingSetLevel => require("logging").and_then(|()| set_level(&ctx, &params)),
         _ => Err(method_not_found(&method)),
     }
 }
 
-fn method_not_found(method: &str) -> ErrorObject {
+fn method_not_found(method: &Method) -> ErrorObject {
     ErrorObject::new(METHOD_NOT_FOUND, format!("Method not found: {method}"))
 }
 
@@ -83,12 +89,7 @@ fn str_param<'a>(params: &'a Value, name: &str) -> Result<&'a str, ErrorObject> 
 /// `initialize`: echo a supported version, else answer the latest (MCP 2025-11-25
 /// basic/lifecycle "Version Negotiation").
 fn initialize(ctx: &RequestContext, params: &Value) -> HandlerResult {
-    let requested = str_param(params, "protocolVersion")?;
-    let version = if SUPPORTED_VERSIONS.contains(&requested) {
-        requested
-    } else {
-        LATEST_VERSION
-    };
+    let version = ProtocolVersion::negotiate(str_param(params, "protocolVersion")?);
     {
         let mut state = ctx.session().state();
         if state.protocol_version.is_some() {
@@ -97,7 +98,7 @@ fn initialize(ctx: &RequestContext, params: &Value) -> HandlerResult {
                 "Session already initialized",
             ));
         }
-        state.protocol_version = Some(version.to_owned());
+        state.protocol_version = Some(version);
         state.client_capabilities = params.get("capabilities").cloned().unwrap_or(json!({}));
         state.client_info = params.get("clientInfo").cloned().unwrap_or(Value::Null);
     }
@@ -108,7 +109,7 @@ fn initialize(ctx: &RequestContext, params: &Value) -> HandlerResult {
         server_info["title"] = json!(title);
     }
     let mut result = json!({
-        "protocolVersion": version,
+        "protocolVersion": version.as_str(),
         "capabilities": server.capabilities(),
         "serverInfo": server_info,
     });
@@ -118,13 +119,13 @@ fn initialize(ctx: &RequestContext, params: &Value) -> HandlerResult {
     Ok(result)
 }
 
-fn list(ctx: &RequestContext, method: &str, params: &Value) -> HandlerResult {
+fn list(ctx: &RequestContext, kind: ListKind, params: &Value) -> HandlerResult {
     let cursor = match params.get("cursor") {
         None | Some(Value::Null) => None,
         Some(Value::String(c)) => Some(c.as_str()),
         Some(_) => return Err(invalid("`cursor` must be a string")),
     };
-    ctx.server().catalog().list_page(method, cursor)
+    ctx.server().catalog().list_page(kind, cursor)
 }
 
 /// `tools/call`. Unknown tool → `-32602`; arguments that do not fit the input schema
@@ -297,9 +298,9 @@ fn complete(ctx: &RequestContext, params: &Value) -> HandlerResult {
 
 /// `logging/setLevel`: an unknown level → `-32602` (MCP 2025-11-25 server/utilities/logging).
 fn set_level(ctx: &RequestContext, params: &Value) -> HandlerResult {
-    let level: LogLevel = str_param(params, "level")?
-        .parse()
-        .map_err(|e: crate::demo::context::UnknownLogLevel| invalid(e.to_string()))?;
+    let name = str_param(params, "level")?;
+    let level =
+        LogLevel::parse(name).ok_or_else(|| invalid(format!("unknown log level {name:?}")))?;
     ctx.session().state().log_level = Some(level);
     Ok(json!({}))
 }

@@ -9,87 +9,50 @@
 //! rebinding; Accept, Content-Type and `MCP-Protocol-Version` are validated.
 
 use std::collections::HashMap;
+use std::convert::Infallible;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::Router;
+use axum::body::Body;
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use bytes::Bytes;
-use serde_json::value::RawValue;
-use tokio::time::Instant;
-
-use crate::demo::headers::{
-    Accept, EVENT_STREAM, JSON, check_host, header_str, is_json_content, supported_version,
-};
-use crate::demo::server::{SUPPORTED_VERSIONS, Server, lock};
-use crate::demo::session::Session;
-use crate::demo::streams::{Receiver, Streams, sse_body};
-use crate::jsonrpc::{
+use futures_util::StreamExt;
+use mcpgate::jsonrpc::{
     self, EnvelopeError, ErrorObject, INVALID_REQUEST, Message, Request, SESSION_NOT_FOUND,
     TRANSPORT_ERROR,
 };
+use mcpgate::mcp::{Method, ProtocolVersion};
+use mcpgate::streamable_http::{
+    Attached, EVENT_STREAM, JSON, LAST_EVENT_ID, SESSION_ID, accepts, is_json, new_session_id,
+};
+use serde_json::value::RawValue;
+use tokio::time::Instant;
+
+use crate::demo::headers::{check_host, header_str, supported_version};
+use crate::demo::server::{Server, lock};
+use crate::demo::session::Session;
+use crate::demo::streams::Streams;
 
 /// The endpoint path.
 pub const ENDPOINT: &str = "/mcp";
-
-const SESSION_HEADER: &str = "mcp-session-id";
-const LAST_EVENT_ID: &str = "last-event-id";
+/// Interval of SSE keep-alive comments.
+const KEEP_ALIVE: Duration = Duration::from_secs(15);
+/// Sessions idle this long (no request, no open stream) are forgotten.
+const SESSION_IDLE_TIMEOUT: Duration = Duration::from_secs(3600);
 
 /// Which `Host`/`Origin` values are accepted (DNS-rebinding protection, MCP 2025-11-25
 /// basic/transports "Security Warning": invalid `Origin` → 403).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum HostPolicy {
-    /// Only loopback hosts (`localhost`, `127.0.0.0/8`, `[::1]`) in `Host` and `Origin`.
+    /// Only loopback names (`localhost`, `*.localhost`, `127.0.0.0/8`, `[::1]`:
+    /// `mcpgate::streamable_http::is_loopback_name`) in `Host` and `Origin`.
     Localhost,
     /// Any `Host`; an `Origin`, if sent, must name the same authority as `Host`.
     SameOrigin,
-}
-
-/// How request responses are framed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ResponseMode {
-    /// SSE for `tools/call`, `prompts/get` and `resources/read` (their handlers may
-    /// send related requests and notifications), JSON otherwise.
-    Auto,
-    /// Always `application/json` (related messages then use the GET stream).
-    Json,
-    /// Always `text/event-stream`.
-    Sse,
-}
-
-/// Transport knobs.
-#[derive(Debug, Clone, PartialEq)]
-pub struct HttpOptions {
-    /// `Host`/`Origin` validation.
-    pub host_policy: HostPolicy,
-    /// Require `Accept` to list both `application/json` and `text/event-stream` on POST
-    /// (and `text/event-stream` on GET) literally, as the spec tells clients to. When
-    /// false, `*/*`, a missing header or either type alone is accepted and honoured.
-    pub strict_accept: bool,
-    /// JSON or SSE responses.
-    pub response_mode: ResponseMode,
-    /// The `retry` advice sent with priming events (SEP-1699).
-    pub retry: Duration,
-    /// Interval of SSE keep-alive comments.
-    pub keep_alive: Duration,
-    /// Sessions idle this long (no request, no open stream) are forgotten.
-    pub session_idle_timeout: Duration,
-}
-
-impl Default for HttpOptions {
-    fn default() -> Self {
-        HttpOptions {
-            host_policy: HostPolicy::Localhost,
-            strict_accept: false,
-            response_mode: ResponseMode::Auto,
-            retry: Duration::from_millis(1000),
-            keep_alive: Duration::from_secs(15),
-            session_idle_timeout: Duration::from_secs(3600),
-        }
-    }
 }
 
 /// Failures answered on the HTTP plane, before a JSON-RPC id is trusted.
@@ -113,9 +76,6 @@ pub enum HttpError {
     /// 400: the body is not a JSON-RPC message (`-32700`/`-32600`).
     #[error(transparent)]
     Envelope(EnvelopeError),
-    /// 500: no randomness for a session id.
-    #[error("Internal error: {0}")]
-    Internal(String),
 }
 
 impl IntoResponse for HttpError {
@@ -133,9 +93,6 @@ impl IntoResponse for HttpError {
                     }
                     HttpError::NotAcceptable(_) => (StatusCode::NOT_ACCEPTABLE, TRANSPORT_ERROR),
                     HttpError::SessionNotFound => (StatusCode::NOT_FOUND, SESSION_NOT_FOUND),
-                    HttpError::Internal(_) => {
-                        (StatusCode::INTERNAL_SERVER_ERROR, jsonrpc::INTERNAL_ERROR)
-                    }
                     _ => (StatusCode::BAD_REQUEST, TRANSPORT_ERROR),
                 };
                 let e = ErrorObject::new(code, other.to_string());
@@ -154,32 +111,27 @@ pub struct HttpServer {
 
 struct HttpInner {
     server: Server,
-    options: HttpOptions,
-    sessions: Mutex<HashMap<String, Arc<HttpSession>>>,
+    host_policy: HostPolicy,
+    sessions: Mutex<HashMap<Arc<str>, Arc<HttpSession>>>,
 }
 
 struct HttpSession {
-    id: String,
+    id: Arc<str>,
     session: Session,
     streams: Arc<Streams>,
     last_seen: Mutex<Instant>,
 }
 
 impl HttpServer {
-    /// A transport for `server`.
-    pub fn new(server: Server, options: HttpOptions) -> Self {
+    /// A transport for `server` with these `Host`/`Origin` rules.
+    pub fn new(server: Server, host_policy: HostPolicy) -> Self {
         HttpServer {
             inner: Arc::new(HttpInner {
                 server,
-                options,
+                host_policy,
                 sessions: Mutex::new(HashMap::new()),
             }),
         }
-    }
-
-    /// The served [`Server`].
-    pub fn server(&self) -> &Server {
-        &self.inner.server
     }
 
     /// The axum router serving [`ENDPOINT`]. Other methods get 405 with `Allow`.
@@ -187,11 +139,6 @@ impl HttpServer {
         Router::new()
             .route(ENDPOINT, post(post_mcp).get(get_mcp).delete(delete_mcp))
             .with_state(self.clone())
-    }
-
-    /// Number of live sessions.
-    pub fn session_count(&self) -> usize {
-        lock(&self.inner.sessions).len()
     }
 
     /// Ends every session (their clients get 404 next and must re-initialize).
@@ -206,11 +153,11 @@ impl HttpServer {
     }
 
     fn check_host(&self, headers: &HeaderMap) -> Result<(), HttpError> {
-        check_host(self.inner.options.host_policy, headers).map_err(HttpError::Forbidden)
+        check_host(self.inner.host_policy, headers).map_err(HttpError::Forbidden)
     }
 
     fn session(&self, headers: &HeaderMap) -> Result<Arc<HttpSession>, HttpError> {
-        let id = header_str(headers, SESSION_HEADER).ok_or_else(|| {
+        let id = header_str(headers, SESSION_ID).ok_or_else(|| {
             HttpError::BadRequest("No valid session ID provided (Mcp-Session-Id)".into())
         })?;
         let entry = lock(&self.inner.sessions)
@@ -221,28 +168,26 @@ impl HttpServer {
         Ok(entry)
     }
 
-    fn new_session(&self) -> Result<Arc<HttpSession>, HttpError> {
-        let mut bytes = [0u8; 16];
-        getrandom::fill(&mut bytes).map_err(|e| HttpError::Internal(e.to_string()))?;
-        let id: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
-        let streams = Arc::new(Streams::new(self.inner.options.retry));
+    fn new_session(&self) -> Arc<HttpSession> {
+        let streams = Arc::new(Streams::default());
         let session = self.inner.server.connect(streams.clone());
-        Ok(Arc::new(HttpSession {
-            id,
+        Arc::new(HttpSession {
+            id: new_session_id(),
             session,
             streams,
             last_seen: Mutex::new(Instant::now()),
-        }))
+        })
     }
 
     /// Forgets sessions idle past the timeout (checked whenever a session is created).
     fn sweep_idle(&self) {
-        let timeout = self.inner.options.session_idle_timeout;
         let expired: Vec<Arc<HttpSession>> = {
             let mut sessions = lock(&self.inner.sessions);
-            let ids: Vec<String> = sessions
+            let ids: Vec<Arc<str>> = sessions
                 .values()
-                .filter(|s| lock(&s.last_seen).elapsed() > timeout && !s.streams.has_live())
+                .filter(|s| {
+                    lock(&s.last_seen).elapsed() > SESSION_IDLE_TIMEOUT && !s.streams.has_live()
+                })
                 .map(|s| s.id.clone())
                 .collect();
             ids.iter().filter_map(|id| sessions.remove(id)).collect()
@@ -259,15 +204,19 @@ fn end(s: &HttpSession) {
 }
 
 fn unsupported_version() -> HttpError {
+    let supported: Vec<&str> = ProtocolVersion::HOST_SUPPORTED
+        .iter()
+        .map(|v| v.as_str())
+        .collect();
     HttpError::BadRequest(format!(
         "Unsupported MCP-Protocol-Version (supported: {})",
-        SUPPORTED_VERSIONS.join(", ")
+        supported.join(", ")
     ))
 }
 
 fn with_session(mut response: Response, session_id: &str) -> Response {
     if let Ok(v) = HeaderValue::from_str(session_id) {
-        response.headers_mut().insert(SESSION_HEADER, v);
+        response.headers_mut().insert(SESSION_ID, v);
     }
     response
 }
@@ -280,12 +229,16 @@ fn json_response(body: Vec<u8>, session_id: Option<&str>) -> Response {
     }
 }
 
-fn sse_response(rx: Receiver, keep_alive: Duration, session_id: &str) -> Response {
+/// An SSE answer: the events of `attached` (after a priming event when `prime`).
+fn sse_response(attached: Attached, prime: bool, session_id: &str) -> Response {
+    let body = attached
+        .into_sse(prime, KEEP_ALIVE)
+        .map(Ok::<Bytes, Infallible>);
     let r = Response::builder()
         .status(StatusCode::OK)
         .header(header::CONTENT_TYPE, EVENT_STREAM)
         .header(header::CACHE_CONTROL, "no-cache")
-        .body(sse_body(rx, keep_alive))
+        .body(Body::from_stream(body))
         .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response());
     with_session(r, session_id)
 }
@@ -300,16 +253,10 @@ async fn post_mcp(
     body: Bytes,
 ) -> Result<Response, HttpError> {
     http.check_host(&headers)?;
-    if !is_json_content(&headers) {
+    if !is_json(&headers) {
         return Err(HttpError::UnsupportedMediaType);
     }
-    let accept = Accept::parse(&headers);
-    let acceptable = if http.inner.options.strict_accept {
-        accept.json_literal && accept.sse_literal
-    } else {
-        accept.json || accept.sse
-    };
-    if !acceptable {
+    if !accepts(&headers, JSON) && !accepts(&headers, EVENT_STREAM) {
         return Err(HttpError::NotAcceptable(
             "Client must accept both application/json and text/event-stream",
         ));
@@ -329,14 +276,13 @@ async fn post_mcp(
     let message = jsonrpc::parse_message(&body).map_err(HttpError::Envelope)?;
     match message {
         Message::Request(req)
-            if req.method == crate::mcp::Method::Initialize
-                && header_str(&headers, SESSION_HEADER).is_none() =>
+            if req.method == Method::Initialize && header_str(&headers, SESSION_ID).is_none() =>
         {
-            initialize(&http, &accept, req).await
+            initialize(&http, &headers, req).await
         }
         Message::Request(req) => {
             let entry = http.session(&headers)?;
-            Ok(answer(&http, &entry, &accept, req).await)
+            Ok(answer(&entry, &headers, req).await)
         }
         Message::Notification(n) => {
             http.session(&headers)?.session.handle_notification(n);
@@ -353,45 +299,38 @@ async fn post_mcp(
 /// The answer is JSON unless the client accepts only `text/event-stream`.
 async fn initialize(
     http: &HttpServer,
-    accept: &Accept,
+    headers: &HeaderMap,
     req: Request,
 ) -> Result<Response, HttpError> {
     http.sweep_idle();
-    let entry = http.new_session()?;
+    let entry = http.new_session();
     let id = req.id.clone();
     let out = entry.session.handle_request(req).await.unwrap_or_default();
     let Some(version) = entry.session.protocol_version() else {
         end(&entry);
         return Ok(json_response(out, None));
     };
-    entry.streams.set_priming(version.as_str() >= "2025-11-25");
+    entry.streams.set_priming(version.primes_streams());
     lock(&http.inner.sessions).insert(entry.id.clone(), entry.clone());
-    tracing::info!(session = %entry.id, version, "session started");
-    if !accept.json
-        && let Some(rx) = entry.streams.open_request(&id)
+    tracing::info!(session = %entry.id, %version, "session started");
+    if !accepts(headers, JSON)
+        && let Some(attached) = entry.streams.open_request(&id)
     {
         entry.streams.finish(&id, Some(out));
-        return Ok(sse_response(rx, http.inner.options.keep_alive, &entry.id));
+        return Ok(sse_response(attached, entry.streams.primes(), &entry.id));
     }
     Ok(json_response(out, Some(&entry.id)))
 }
 
-/// Answers a request as JSON or on its own SSE stream.
-async fn answer(
-    http: &HttpServer,
-    entry: &Arc<HttpSession>,
-    accept: &Accept,
-    req: Request,
-) -> Response {
-    let wants_sse = match http.inner.options.response_mode {
-        ResponseMode::Json => false,
-        ResponseMode::Sse => true,
-        ResponseMode::Auto => matches!(
-            req.method.as_str(),
-            "tools/call" | "prompts/get" | "resources/read"
-        ),
-    };
-    let use_sse = (wants_sse && accept.sse) || !accept.json;
+/// Answers a request as JSON or on its own SSE stream: SSE for the methods whose
+/// handlers may send related requests and notifications first, when the client
+/// accepts it, and for a client that accepts only SSE.
+async fn answer(entry: &Arc<HttpSession>, headers: &HeaderMap, req: Request) -> Response {
+    let wants_sse = matches!(
+        req.method,
+        Method::ToolsCall | Method::PromptsGet | Method::ResourcesRead
+    );
+    let use_sse = (wants_sse && accepts(headers, EVENT_STREAM)) || !accepts(headers, JSON);
     if !use_sse {
         return match entry.session.handle_request(req).await {
             Some(out) => json_response(out, Some(&entry.id)),
@@ -399,18 +338,18 @@ async fn answer(
             None => accepted(),
         };
     }
-    let Some(rx) = entry.streams.open_request(&req.id) else {
+    let Some(attached) = entry.streams.open_request(&req.id) else {
         let e = ErrorObject::new(INVALID_REQUEST, "Request id is already in use");
         return json_response(jsonrpc::error_bytes(Some(&req.id), &e), Some(&entry.id));
     };
     let (session, streams, id) = (entry.session.clone(), entry.streams.clone(), req.id.clone());
     // The request runs on its own task: a client disconnect is not a cancellation
-    // (basic/transports), and its events stay buffered for resumption.
+    // (basic/transports), and its events stay recorded for resumption.
     tokio::spawn(async move {
         let out = session.handle_request(req).await;
         streams.finish(&id, out);
     });
-    sse_response(rx, http.inner.options.keep_alive, &entry.id)
+    sse_response(attached, entry.streams.primes(), &entry.id)
 }
 
 async fn get_mcp(
@@ -418,13 +357,7 @@ async fn get_mcp(
     headers: HeaderMap,
 ) -> Result<Response, HttpError> {
     http.check_host(&headers)?;
-    let accept = Accept::parse(&headers);
-    let ok = if http.inner.options.strict_accept {
-        accept.sse_literal
-    } else {
-        accept.sse
-    };
-    if !ok {
+    if !accepts(&headers, EVENT_STREAM) {
         return Err(HttpError::NotAcceptable(
             "Client must accept text/event-stream",
         ));
@@ -433,14 +366,24 @@ async fn get_mcp(
         return Err(unsupported_version());
     }
     let entry = http.session(&headers)?;
-    let rx = match header_str(&headers, LAST_EVENT_ID) {
-        Some(last) => entry
-            .streams
-            .resume(last)
-            .map_err(|e| HttpError::BadRequest(e.to_string()))?,
-        None => entry.streams.open_standalone(),
+    let response = match header_str(&headers, LAST_EVENT_ID) {
+        // A resumed stream continues where it was: no priming event.
+        Some(last) => {
+            let attached = entry
+                .streams
+                .resume(last)
+                .map_err(|e| HttpError::BadRequest(e.to_string()))?;
+            sse_response(attached, false, &entry.id)
+        }
+        None => {
+            let attached = entry
+                .streams
+                .open_standalone()
+                .ok_or(HttpError::SessionNotFound)?;
+            sse_response(attached, entry.streams.primes(), &entry.id)
+        }
     };
-    Ok(sse_response(rx, http.inner.options.keep_alive, &entry.id))
+    Ok(response)
 }
 
 async fn delete_mcp(

@@ -11,16 +11,11 @@ use std::time::Duration;
 
 use serde_json::{Map, Value, json};
 
-use crate::demo::catalog::{Catalog, ListKind};
+use mcpgate::jsonrpc::{self, Id};
+use mcpgate::mcp::{Changed, Method};
+
+use crate::demo::catalog::DemoCatalog;
 use crate::demo::session::{Session, SessionInner};
-use crate::jsonrpc::{self, Id};
-
-/// Protocol revisions this engine speaks, newest first (MCP 2025-11-25 basic/lifecycle
-/// "Version Negotiation").
-pub const SUPPORTED_VERSIONS: [&str; 3] = ["2025-11-25", "2025-06-18", "2025-03-26"];
-
-/// The revision answered when the client asks for one we do not support.
-pub const LATEST_VERSION: &str = "2025-11-25";
 
 /// Where an outgoing message belongs.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -57,25 +52,9 @@ pub struct ServerInfo {
     pub instructions: Option<String>,
 }
 
-/// Engine knobs.
-#[derive(Debug, Clone, PartialEq)]
-pub struct EngineOptions {
-    /// How long a server→client request (sampling, elicitation, roots) may wait for
-    /// the client's answer before it is cancelled (MCP 2025-11-25 basic/lifecycle "Timeouts").
-    pub client_request_timeout: Duration,
-    /// Replaces the capabilities derived from the catalogue, for servers that want to
-    /// announce (or hide) something specific.
-    pub capabilities: Option<Value>,
-}
-
-impl Default for EngineOptions {
-    fn default() -> Self {
-        EngineOptions {
-            client_request_timeout: Duration::from_secs(120),
-            capabilities: None,
-        }
-    }
-}
+/// How long a server→client request (sampling, elicitation, roots) may wait for the
+/// client's answer before it is cancelled (MCP 2025-11-25 basic/lifecycle "Timeouts").
+pub(crate) const CLIENT_REQUEST_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// A server: identity, capabilities and a catalogue shared by all its sessions.
 ///
@@ -89,9 +68,8 @@ pub struct Server {
 struct ServerInner {
     info: ServerInfo,
     capabilities: Value,
-    options: EngineOptions,
     /// Snapshot semantics: readers clone the `Arc` and never hold the lock across `.await`.
-    catalog: RwLock<Arc<Catalog>>,
+    catalog: RwLock<Arc<DemoCatalog>>,
     sessions: Mutex<Vec<Weak<SessionInner>>>,
 }
 
@@ -101,25 +79,16 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Server {
-    /// A server with default [`EngineOptions`].
-    pub fn new(info: ServerInfo, catalog: Catalog) -> Self {
-        Server::with_options(info, catalog, EngineOptions::default())
-    }
-
-    /// A server with explicit options. Unless `options.capabilities` is set, capabilities
-    /// are derived from the catalogue: `tools`/`resources`/`prompts` with
-    /// `listChanged: true` (and `resources.subscribe: true`) when present, `completions`
-    /// when a completer is set, and always `logging` (MCP 2025-11-25 basic/lifecycle).
-    pub fn with_options(info: ServerInfo, catalog: Catalog, options: EngineOptions) -> Self {
-        let capabilities = options
-            .capabilities
-            .clone()
-            .unwrap_or_else(|| derive_capabilities(&catalog));
+    /// A server whose capabilities are derived from the catalogue: `tools`/`resources`/
+    /// `prompts` with `listChanged: true` (and `resources.subscribe: true`) when present,
+    /// `completions` when a completer is set, and always `logging` (MCP 2025-11-25
+    /// basic/lifecycle).
+    pub fn new(info: ServerInfo, catalog: DemoCatalog) -> Self {
+        let capabilities = derive_capabilities(&catalog);
         Server {
             inner: Arc::new(ServerInner {
                 info,
                 capabilities,
-                options,
                 catalog: RwLock::new(Arc::new(catalog)),
                 sessions: Mutex::new(Vec::new()),
             }),
@@ -136,13 +105,8 @@ impl Server {
         &self.inner.capabilities
     }
 
-    /// The engine options.
-    pub fn options(&self) -> &EngineOptions {
-        &self.inner.options
-    }
-
     /// The current catalogue snapshot.
-    pub fn catalog(&self) -> Arc<Catalog> {
+    pub fn catalog(&self) -> Arc<DemoCatalog> {
         self.inner
             .catalog
             .read()
@@ -153,16 +117,16 @@ impl Server {
     /// Changes the catalogue, then sends `notifications/{tools,resources,prompts}/list_changed`
     /// to every session for each list whose definitions changed (and whose capability
     /// declares `listChanged`). Returns the changed lists.
-    pub fn update_catalog(&self, f: impl FnOnce(&mut Catalog)) -> Vec<ListKind> {
-        let kinds = [ListKind::Tools, ListKind::Resources, ListKind::Prompts];
-        let changed: Vec<ListKind> = {
+    pub fn update_catalog(&self, f: impl FnOnce(&mut DemoCatalog)) -> Vec<Changed> {
+        let kinds = Changed::ALL;
+        let changed: Vec<Changed> = {
             let mut guard = self
                 .inner
                 .catalog
                 .write()
                 .unwrap_or_else(PoisonError::into_inner);
             let before: Vec<Vec<Value>> = kinds.iter().map(|k| guard.definitions(*k)).collect();
-            let mut next = Catalog::clone(&guard);
+            let mut next = DemoCatalog::clone(&guard);
             f(&mut next);
             let changed = kinds
                 .iter()
@@ -181,16 +145,16 @@ impl Server {
 
     /// Sends `notifications/<kind>/list_changed` to every initialized session, if the
     /// capability declares `listChanged`.
-    pub fn notify_list_changed(&self, kind: ListKind) {
+    pub fn notify_list_changed(&self, kind: Changed) {
         let cap = match kind {
-            ListKind::Tools => "tools",
-            ListKind::Resources => "resources",
-            ListKind::Prompts => "prompts",
+            Changed::Tools => "tools",
+            Changed::Resources => "resources",
+            Changed::Prompts => "prompts",
         };
         if self.inner.capabilities[cap]["listChanged"] != Value::Bool(true) {
             return;
         }
-        let msg = jsonrpc::notification_bytes(kind.notification(), None);
+        let msg = jsonrpc::notification_bytes(kind.method().as_str(), None);
         for s in self.live_sessions() {
             if s.is_initialized() {
                 s.sink.send(&Route::Unrelated, msg.clone());
@@ -202,7 +166,7 @@ impl Server {
     /// (MCP 2025-11-25 server/resources "Subscriptions"). Returns how many were notified.
     pub fn notify_resource_updated(&self, uri: &str) -> usize {
         let msg = jsonrpc::notification_bytes(
-            "notifications/resources/updated",
+            Method::ResourcesUpdated.as_str(),
             Some(&json!({ "uri": uri })),
         );
         let mut n = 0;
@@ -213,11 +177,6 @@ impl Server {
             }
         }
         n
-    }
-
-    /// Number of sessions still alive.
-    pub fn session_count(&self) -> usize {
-        self.live_sessions().len()
     }
 
     /// Starts a session whose outgoing messages go to `sink`.
@@ -240,7 +199,7 @@ impl Server {
     }
 }
 
-fn derive_capabilities(catalog: &Catalog) -> Value {
+fn derive_capabilities(catalog: &DemoCatalog) -> Value {
     let mut caps = Map::new();
     if catalog.has_tools() {
         caps.insert("tools".into(), json!({ "listChanged": true }));
@@ -268,10 +227,10 @@ mod tests {
 
     #[test]
     fn capabilities_follow_the_catalog() {
-        let empty = derive_capabilities(&Catalog::new());
+        let empty = derive_capabilities(&DemoCatalog::new());
         assert_eq!(empty, json!({ "logging": {} }));
         let tool = Tool::new(json!({"name": "t"}), |_, _| async { Ok(text_result("")) });
-        let caps = derive_capabilities(&Catalog::new().with_tool(tool));
+        let caps = derive_capabilities(&DemoCatalog::new().with_tool(tool));
         assert_eq!(caps["tools"], json!({ "listChanged": true }));
         assert!(caps.get("prompts").is_none() && caps.get("completions").is_none());
     }

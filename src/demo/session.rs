@@ -12,13 +12,15 @@ use serde_json::value::RawValue;
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
-use crate::demo::context::{LogLevel, Peer, RequestContext};
-use crate::demo::handlers;
-use crate::demo::server::{Server, Sink, lock};
-use crate::jsonrpc::{
+use mcpgate::jsonrpc::{
     self, ErrorObject, INTERNAL_ERROR, INVALID_REQUEST, Id, Message, Notification, Request,
     Response,
 };
+use mcpgate::mcp::{LogLevel, Method, ProtocolVersion};
+
+use crate::demo::context::RequestContext;
+use crate::demo::handlers;
+use crate::demo::server::{Server, Sink, lock};
 
 /// One client's session: negotiated version, client capabilities, log level,
 /// subscriptions, in-flight requests and outstanding server→client requests.
@@ -45,7 +47,7 @@ pub(crate) struct SessionInner {
 #[derive(Debug, Default)]
 pub(crate) struct SessionState {
     /// Set by a successful `initialize`.
-    pub(crate) protocol_version: Option<String>,
+    pub(crate) protocol_version: Option<ProtocolVersion>,
     pub(crate) client_capabilities: Value,
     pub(crate) client_info: Value,
     /// `notifications/initialized` received.
@@ -99,32 +101,13 @@ impl Session {
     }
 
     /// The negotiated protocol revision, once `initialize` succeeded.
-    pub fn protocol_version(&self) -> Option<String> {
-        self.inner.state().protocol_version.clone()
-    }
-
-    /// The client's declared capabilities (`Value::Null` before `initialize`).
-    pub fn client_capabilities(&self) -> Value {
-        self.inner.state().client_capabilities.clone()
-    }
-
-    /// The server this session belongs to.
-    pub fn server(&self) -> &Server {
-        &self.inner.server
-    }
-
-    /// A handle for sending unrelated messages to this client.
-    pub fn peer(&self) -> Peer {
-        Peer::new(self.inner.clone())
-    }
-
-    /// `true` once [`Session::close`] ran.
-    pub fn is_closed(&self) -> bool {
-        self.inner.closed.is_cancelled()
+    pub fn protocol_version(&self) -> Option<ProtocolVersion> {
+        self.inner.state().protocol_version
     }
 
     /// Ids of the client requests still being handled.
-    pub fn in_flight(&self) -> Vec<Id> {
+    #[cfg(test)]
+    fn in_flight(&self) -> Vec<Id> {
         lock(&self.inner.in_flight).keys().cloned().collect()
     }
 
@@ -150,12 +133,7 @@ impl Session {
         };
         let progress = jsonrpc::progress_token(req.params.as_ref()).cloned();
         let ctx = RequestContext::new(self.inner.clone(), id.clone(), progress, token.clone());
-        let work = AssertUnwindSafe(handlers::dispatch(
-            ctx,
-            req.method.as_str().to_owned(),
-            req.params,
-        ))
-        .catch_unwind();
+        let work = AssertUnwindSafe(handlers::dispatch(ctx, req.method, req.params)).catch_unwind();
         let outcome = tokio::select! {
             biased;
             () = token.cancelled() => return None,
@@ -174,9 +152,9 @@ impl Session {
 
     /// Handles one client notification (`initialized`, `cancelled`, …); unknown ones are ignored.
     pub fn handle_notification(&self, n: Notification) {
-        match n.method.as_str() {
-            "notifications/initialized" => self.inner.state().initialized = true,
-            "notifications/cancelled" => {
+        match n.method {
+            Method::Initialized => self.inner.state().initialized = true,
+            Method::Cancelled => {
                 let params = n.params.unwrap_or(Value::Null);
                 let Some(id) = params.get("requestId").and_then(Id::from_value) else {
                     return;
@@ -188,7 +166,7 @@ impl Session {
                     token.cancel();
                 }
             }
-            other => tracing::debug!(method = other, "notification ignored"),
+            other => tracing::debug!(method = %other, "notification ignored"),
         }
     }
 
@@ -219,7 +197,10 @@ impl Session {
             let e = ErrorObject::new(INVALID_REQUEST, msg);
             Some(jsonrpc::error_bytes(None, &e))
         };
-        if self.protocol_version().as_deref() != Some("2025-03-26") {
+        if !self
+            .protocol_version()
+            .is_some_and(ProtocolVersion::allows_batches)
+        {
             return reject("JSON-RPC batches are not supported by this protocol revision");
         }
         if items.is_empty() {
@@ -230,7 +211,7 @@ impl Session {
         for raw in &items {
             match jsonrpc::classify_raw(raw) {
                 Err(e) => outputs.push(jsonrpc::error_bytes(e.id(), &e.to_error_object())),
-                Ok(Message::Request(r)) if r.method == crate::mcp::Method::Initialize => {
+                Ok(Message::Request(r)) if r.method == Method::Initialize => {
                     let e = ErrorObject::new(INVALID_REQUEST, "initialize must not be batched");
                     outputs.push(jsonrpc::error_bytes(Some(&r.id), &e));
                 }
@@ -267,8 +248,10 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::demo::catalog::{Catalog, ListKind, Tool, text_result};
-    use crate::demo::server::{LATEST_VERSION, Route, ServerInfo};
+    use mcpgate::mcp::Changed;
+
+    use crate::demo::catalog::{DemoCatalog, Tool, text_result};
+    use crate::demo::server::{Route, ServerInfo};
 
     struct Capture(Mutex<Vec<(Route, Value)>>);
 
@@ -286,10 +269,11 @@ mod tests {
             title: None,
             instructions: None,
         };
-        let catalog = Catalog::new().with_tool(Tool::new(
+        let catalog = DemoCatalog::new().with_tool(Tool::new(
             json!({"name": "wait", "inputSchema": {"type": "object"}}),
-            |_, ctx: RequestContext| async move {
-                ctx.cancelled().await;
+            |_, _| async move {
+                // Ends only when cancellation drops this future.
+                std::future::pending::<()>().await;
                 Ok(text_result("never"))
             },
         ));
@@ -299,7 +283,7 @@ mod tests {
     fn req(id: i64, method: &str, params: Value) -> Request {
         Request {
             id: Id::Num(id),
-            method: crate::mcp::Method::parse(method),
+            method: Method::parse(method),
             params: Some(params),
         }
     }
@@ -322,9 +306,12 @@ mod tests {
         let early: Value = serde_json::from_slice(&early.unwrap_or_default()).unwrap_or_default();
         assert_eq!(early["error"]["code"], INVALID_REQUEST);
         let r = init(&s).await;
-        assert_eq!(r["result"]["protocolVersion"], LATEST_VERSION);
+        assert_eq!(
+            r["result"]["protocolVersion"],
+            ProtocolVersion::LATEST.as_str()
+        );
         assert_eq!(r["result"]["capabilities"]["tools"]["listChanged"], true);
-        assert_eq!(s.protocol_version().as_deref(), Some(LATEST_VERSION));
+        assert_eq!(s.protocol_version(), Some(ProtocolVersion::LATEST));
         let again = init(&s).await;
         assert_eq!(again["error"]["code"], INVALID_REQUEST);
     }
@@ -340,7 +327,7 @@ mod tests {
             tokio::task::yield_now().await;
         }
         s.handle_notification(Notification {
-            method: crate::mcp::Method::Cancelled,
+            method: Method::Cancelled,
             params: Some(json!({"requestId": 5, "reason": "test"})),
         });
         assert_eq!(task.await.ok().flatten(), None);
@@ -356,7 +343,7 @@ mod tests {
         let changed = srv.update_catalog(|c| {
             c.remove_tool("wait");
         });
-        assert_eq!(changed, vec![ListKind::Tools]);
+        assert_eq!(changed, vec![Changed::Tools]);
         let sent = lock(&capture.0).clone();
         assert_eq!(sent.len(), 1);
         assert_eq!(sent[0].0, Route::Unrelated);

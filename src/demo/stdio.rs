@@ -17,7 +17,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::demo::server::{Route, Server, Sink};
 use crate::demo::session::Session;
-use crate::jsonrpc::{self, ErrorObject, INVALID_REQUEST, Message};
+use mcpgate::jsonrpc::{self, ErrorObject, INVALID_REQUEST, Message};
 
 /// Serves one session on the process's stdin and stdout until stdin ends.
 pub async fn serve_stdio(server: Server) -> io::Result<()> {
@@ -83,7 +83,7 @@ async fn read_loop<R: AsyncRead + Unpin>(
         match jsonrpc::parse_message(text) {
             Err(e) => send(tx, jsonrpc::error_bytes(e.id(), &e.to_error_object())),
             // Handled inline so that nothing read after it can overtake the handshake.
-            Ok(Message::Request(r)) if r.method == crate::mcp::Method::Initialize => {
+            Ok(Message::Request(r)) if r.method == mcpgate::mcp::Method::Initialize => {
                 if let Some(out) = session.handle_request(r).await {
                     send(tx, out);
                 }

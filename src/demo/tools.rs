@@ -9,11 +9,12 @@ use std::time::Duration;
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
+use mcpgate::mcp::{LogLevel, Method};
 use serde_json::{Value, json};
 
 use crate::demo::catalog::{Tool, error_result, text_result};
 use crate::demo::content::{bonus_prompt, bonus_resource};
-use crate::demo::context::{LogLevel, RequestContext};
+use crate::demo::context::RequestContext;
 use crate::demo::media::{self, COLORS};
 
 /// The base64 1×1 red PNG used by the conformance tools and prompts.
@@ -322,7 +323,7 @@ async fn sample(
         params["systemPrompt"] = json!(system);
     }
     let reply = ctx
-        .request("sampling/createMessage", params)
+        .request(Method::SamplingCreateMessage, params)
         .await
         .map_err(|e| e.message)?;
     let text = match &reply["content"] {
@@ -335,7 +336,7 @@ async fn sample(
 /// Sends a form-mode `elicitation/create` and describes the answer as a tool result.
 async fn elicit(ctx: &RequestContext, message: &str, schema: Value, label: &str) -> Value {
     let params = json!({ "message": message, "requestedSchema": schema });
-    match ctx.request("elicitation/create", params).await {
+    match ctx.request(Method::ElicitationCreate, params).await {
         Ok(answer) => {
             let action = answer["action"].as_str().unwrap_or("unknown");
             let content = answer.get("content").cloned().unwrap_or(json!({}));
@@ -491,7 +492,7 @@ fn friendly(counter: &Arc<AtomicU64>) -> Vec<Tool> {
                 no_args(),
             ),
             |_, ctx: RequestContext| async move {
-                Ok(match ctx.request("roots/list", json!({})).await {
+                Ok(match ctx.request(Method::RootsList, json!({})).await {
                     Ok(roots) => text_result(format!("Client roots: {}", roots["roots"])),
                     Err(e) => error_result(format!("roots/list failed: {}", e.message)),
                 })

@@ -10,17 +10,21 @@ use serde_json::Value;
 use serde_json::value::RawValue;
 use tokio::sync::mpsc;
 
+use super::bridge::{self, Continuation};
 use super::rewrite::{expose_error, rewrite_result};
 use super::{Dispatch, Reply, Upstream};
 use crate::backend::{BackendError, Caller};
 use crate::error::RpcError;
 use crate::jsonrpc::{self, Id};
+use crate::mcp::version::{complete_raw_for_modern, shape_error};
 use crate::mcp::{Method, names};
 use crate::request::{Outcome, RequestContext};
-use crate::session::{HostCall, Session, TaskRoute};
+use crate::session::{Ask, Host, HostCall, Session, TaskRoute};
 
 /// Related messages queued toward the host per call before new ones are dropped.
 const CALL_QUEUE: usize = 64;
+/// How long a bridged call gathers backend requests into one `input_required`.
+const GATHER: std::time::Duration = std::time::Duration::from_millis(50);
 
 impl Dispatch {
     /// Starts the upstream request and returns the stream its messages and
@@ -28,24 +32,35 @@ impl Dispatch {
     pub(super) fn forward(
         self: &Arc<Self>,
         ctx: RequestContext,
-        session: &Arc<Session>,
+        host: &Host,
         id: &Id,
-        up: Upstream,
+        mut up: Upstream,
     ) -> Reply {
         let (tx, rx) = mpsc::channel(CALL_QUEUE);
         let token = jsonrpc::progress_token(Some(&up.params)).cloned();
-        let call = Arc::new(HostCall::new(session.clone(), id.clone(), token, tx));
-        if !session.start_call(&call) {
-            let e = RpcError::InvalidRequest(
-                "request id is already in use by a request in flight".into(),
-            );
-            ctx.finish(Outcome::of(&e));
-            return Reply::Now(jsonrpc::error_bytes(Some(id), &e.to_error_object()).into());
+        let call = Arc::new(HostCall::new(host.clone(), id.clone(), token, tx));
+        match host {
+            // A legacy host cancels by id: the call must be findable, and its id
+            // unique among the session's calls in flight.
+            Host::Legacy(session) if !session.start_call(&call) => {
+                let e = RpcError::InvalidRequest(
+                    "request id is already in use by a request in flight".into(),
+                );
+                ctx.finish(Outcome::of(&e));
+                return Reply::Now(jsonrpc::error_bytes(Some(id), &e.to_error_object()).into());
+            }
+            Host::Legacy(_) => {}
+            Host::Modern(_) => super::modern::strip_envelope(&mut up.params),
         }
         let me = self.clone();
         let span = tracing::Span::current();
-        let task = async move { me.run(ctx, call, up).await };
-        tokio::spawn(tracing::Instrument::instrument(task, span));
+        if call.host.version().is_modern() && up.may_ask() {
+            let task = async move { me.run_modern(ctx, call, up).await };
+            tokio::spawn(tracing::Instrument::instrument(task, span));
+        } else {
+            let task = async move { me.run(ctx, call, up).await };
+            tokio::spawn(tracing::Instrument::instrument(task, span));
+        }
         Reply::Stream(rx)
     }
 
@@ -53,17 +68,33 @@ impl Dispatch {
     async fn run(&self, ctx: RequestContext, call: Arc<HostCall>, up: Upstream) {
         let outcome = {
             let _upstream = ctx.upstream_call();
-            self.call_backend(&call, &up).await
+            self.call_until_host_gone(&call, &up).await
         };
-        let session = &call.session;
         // Ours unless the host cancelled meanwhile (then no answer is due).
-        let ours = session.take_call(&call.id).is_some();
+        let ours = match &call.host {
+            Host::Legacy(session) => session.take_call(&call.id).is_some(),
+            Host::Modern(_) => true,
+        };
+        let id = call.id.clone();
+        self.finish_call(ctx, &call, &up, &id, outcome, ours).await;
+    }
+
+    /// The respond phase: the result or error in the host's terms, with id `id`.
+    async fn finish_call(
+        &self,
+        ctx: RequestContext,
+        call: &HostCall,
+        up: &Upstream,
+        id: &Id,
+        outcome: Result<Box<RawValue>, BackendError>,
+        ours: bool,
+    ) {
         let bytes = match outcome {
             Err(BackendError::Cancelled) => return ctx.finish(Outcome::Cancelled),
             Ok(raw) => {
                 ctx.finish(Outcome::Ok);
-                let raw = self.shape_result(session, &up, raw);
-                jsonrpc::result_bytes(&call.id, &raw)
+                let raw = self.shape_result(&call.host, up, raw);
+                jsonrpc::result_bytes(id, &raw)
             }
             Err(e) => {
                 let b = self.catalog.backend(up.backend);
@@ -71,7 +102,8 @@ impl Dispatch {
                 ctx.finish(Outcome::of_backend(&e));
                 let mut error = e.to_error_object();
                 expose_error(&mut error, &b.spec.name, &b.uri_prefix);
-                jsonrpc::error_bytes(Some(&call.id), &error)
+                shape_error(&mut error, call.host.version());
+                jsonrpc::error_bytes(Some(id), &error)
             }
         };
         if ours {
@@ -79,7 +111,148 @@ impl Dispatch {
         }
     }
 
-    /// Sends the upstream request on the connection that serves the session and
+    /// A 2026-07-28 call that may answer `input_required`: the upstream request
+    /// runs in a task of its own, so it can outlive this round (the bridge parks
+    /// it when the backend asks the host something).
+    async fn run_modern(self: Arc<Self>, ctx: RequestContext, call: Arc<HostCall>, up: Upstream) {
+        call.allow_asks();
+        let up = Arc::new(up);
+        let task = {
+            let (me, call, up) = (self.clone(), call.clone(), up.clone());
+            tokio::spawn(async move { me.call_backend(&call, &up).await })
+        };
+        let principal = match &call.host {
+            Host::Modern(m) => m.principal.clone(),
+            Host::Legacy(_) => None,
+        };
+        let id = call.id.clone();
+        let cont = self.bridge.continuation(call, task, up, principal.as_ref());
+        self.drive(ctx, cont, id).await;
+    }
+
+    /// One round of a bridged call: the backend's answer ends it; a backend
+    /// request for the host parks the call and answers `input_required`; the host
+    /// closing its stream cancels it.
+    async fn drive(&self, ctx: RequestContext, mut cont: Continuation, id: Id) {
+        enum Event {
+            Done(Result<Box<RawValue>, BackendError>),
+            Asked,
+            Gone,
+        }
+        let event = {
+            let _upstream = ctx.upstream_call();
+            tokio::select! {
+                done = &mut cont.task => Event::Done(done.unwrap_or(Err(BackendError::Cancelled))),
+                () = cont.call.asked() => Event::Asked,
+                () = cont.call.host_gone() => Event::Gone,
+            }
+        };
+        match event {
+            Event::Done(outcome) => {
+                let (call, up) = (cont.call.clone(), cont.upstream.clone());
+                self.finish_call(ctx, &call, &up, &id, outcome, true).await;
+            }
+            Event::Asked => {
+                // Backends often ask several things at once: one round for all.
+                tokio::time::sleep(GATHER).await;
+                let asks = cont.call.take_asks();
+                self.input_required(ctx, cont, &id, asks).await;
+            }
+            Event::Gone => {
+                bridge::abandon(cont, "the client closed its response stream");
+                ctx.finish(Outcome::Cancelled);
+            }
+        }
+    }
+
+    /// Parks the call and answers its host `input_required`.
+    async fn input_required(
+        &self,
+        ctx: RequestContext,
+        cont: Continuation,
+        id: &Id,
+        asks: Vec<Ask>,
+    ) {
+        let call = cont.call.clone();
+        let result = self.bridge.park(cont, asks);
+        ctx.finish(Outcome::InputRequired);
+        call.finish(jsonrpc::result_value_bytes(id, &result).into())
+            .await;
+    }
+
+    /// A retry of a parked call (`requestState` and `inputResponses` in its
+    /// params): the pending backend requests get the host's answers, missing
+    /// ones are asked again, and the call goes on, answering on this request.
+    pub(super) fn resume(
+        self: &Arc<Self>,
+        ctx: RequestContext,
+        host: &Host,
+        id: &Id,
+        method: &Method,
+        params: &Value,
+    ) -> Reply {
+        let principal = match host {
+            Host::Modern(m) => m.principal.as_ref(),
+            Host::Legacy(_) => None,
+        };
+        let state = params
+            .get("requestState")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let mut cont = match self.bridge.resume(state, method, params, principal) {
+            Ok(c) => c,
+            Err(e) => {
+                ctx.finish(Outcome::of(&e));
+                let mut error = e.to_error_object();
+                shape_error(&mut error, host.version());
+                return Reply::Now(jsonrpc::error_bytes(Some(id), &error).into());
+            }
+        };
+        let missing = cont.answer(params.get("inputResponses").and_then(Value::as_object));
+        let (tx, rx) = mpsc::channel(CALL_QUEUE);
+        cont.call.rebind(tx);
+        let me = self.clone();
+        let id = id.clone();
+        let span = tracing::Span::current();
+        let task = async move {
+            if missing > 0 {
+                // Still missing answers: a new input_required, not an error.
+                me.input_required(ctx, cont, &id, Vec::new()).await;
+            } else {
+                me.drive(ctx, cont, id).await;
+            }
+        };
+        tokio::spawn(tracing::Instrument::instrument(task, span));
+        Reply::Stream(rx)
+    }
+
+    /// [`Dispatch::call_backend`], given up when a modern host's response stream
+    /// closes: that is its cancellation, and the backend is told
+    /// (`notifications/cancelled`, MCP 2026-07-28 basic/patterns/cancellation).
+    async fn call_until_host_gone(
+        &self,
+        call: &Arc<HostCall>,
+        up: &Upstream,
+    ) -> Result<Box<RawValue>, BackendError> {
+        if matches!(call.host, Host::Legacy(_)) {
+            return self.call_backend(call, up).await;
+        }
+        // Pinned outside the select, so the upstream request is still pending
+        // (and its cancel is sent) when the host is found gone.
+        let backend = self.call_backend(call, up);
+        tokio::pin!(backend);
+        tokio::select! {
+            outcome = &mut backend => outcome,
+            () = call.host_gone() => {
+                if let Some((conn, id)) = call.mark_cancelled() {
+                    conn.cancel(id, Some("the client closed its response stream"));
+                }
+                Err(BackendError::Cancelled)
+            }
+        }
+    }
+
+    /// Sends the upstream request on the connection that serves the host and
     /// waits for its answer, within the backend's concurrency limit.
     async fn call_backend(
         &self,
@@ -90,11 +263,13 @@ impl Dispatch {
         let _permit = b.acquire().await?;
         let conn = self
             .supervisor
-            .connection_for(up.backend, &call.session)
+            .connection_for(up.backend, &call.host)
             .await?;
         // A host cancel that came while the connection was being set up found no
         // upstream request to cancel: do not start one now.
-        if !call.session.is_current_call(&call.id, call) {
+        if let Host::Legacy(session) = &call.host
+            && !session.is_current_call(&call.id, call)
+        {
             return Err(BackendError::Cancelled);
         }
         let timeout = conn.timeout();
@@ -105,15 +280,18 @@ impl Dispatch {
 
     /// The backend's result in the host's namespace and revision; a created task
     /// is registered with the session.
-    fn shape_result(&self, session: &Session, up: &Upstream, raw: Box<RawValue>) -> Box<RawValue> {
+    fn shape_result(&self, host: &Host, up: &Upstream, raw: Box<RawValue>) -> Box<RawValue> {
         let b = self.catalog.backend(up.backend);
-        let raw = rewrite_result(raw, up.kind, &b.uri_prefix, session.version());
-        match &up.task {
-            Some(exposed) => super::tasks::expose_task_result(raw, exposed),
-            None if up.creates_task() => {
+        let raw = rewrite_result(raw, up.kind, &b.uri_prefix, host.version());
+        match (host, &up.task) {
+            (Host::Modern(_), _) => {
+                complete_raw_for_modern(raw, up.kind == super::ResultKind::Resource)
+            }
+            (_, Some(exposed)) => super::tasks::expose_task_result(raw, exposed),
+            (Host::Legacy(session), None) if up.creates_task() => {
                 self.register_created_task(session, &b.spec.name, up.backend, raw)
             }
-            None => raw,
+            (Host::Legacy(_), None) => raw,
         }
     }
     /// After a task-augmented `tools/call`: the `CreateTaskResult`'s task id is
@@ -149,6 +327,15 @@ impl Dispatch {
 }
 
 impl Upstream {
+    /// Whether the call may answer `input_required` (MCP 2026-07-28 mrtr: only
+    /// `tools/call`, `resources/read` and `prompts/get`).
+    fn may_ask(&self) -> bool {
+        matches!(
+            self.method,
+            Method::ToolsCall | Method::ResourcesRead | Method::PromptsGet
+        )
+    }
+
     /// Whether this is a task-augmented `tools/call` (its result is a
     /// `CreateTaskResult`, MCP 2025-11-25 basic/utilities/tasks).
     fn creates_task(&self) -> bool {

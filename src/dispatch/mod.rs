@@ -5,7 +5,9 @@
 //! there ([`forward`]). The answer's outcome is typed and recorded once, by the
 //! request's [`RequestContext`].
 
+mod bridge;
 mod forward;
+mod modern;
 mod rewrite;
 mod tasks;
 
@@ -22,7 +24,7 @@ use crate::jsonrpc::{self, Id, Request};
 use crate::mcp::{ListKind, LogLevel, Method};
 use crate::relay::Relay;
 use crate::request::{Outcome, RequestContext};
-use crate::session::{Outbound, Session};
+use crate::session::{Host, Outbound, Session};
 use crate::supervisor::Supervisor;
 use rewrite::ResultKind;
 
@@ -46,6 +48,9 @@ struct Upstream {
     kind: ResultKind,
     /// For `tasks/get|result|cancel`: the exposed task id the result must carry.
     task: Option<String>,
+    /// For a 2026-07-28 call: the digest of the host's own params, which a retry
+    /// answering `input_required` must match.
+    digest: String,
 }
 
 /// What the route phase decided.
@@ -58,6 +63,7 @@ enum Routed {
 
 /// The dispatch; see the module docs.
 pub struct Dispatch {
+    bridge: Arc<bridge::Bridge>,
     catalog: Arc<Catalog>,
     supervisor: Arc<Supervisor>,
     relay: Arc<Relay>,
@@ -74,76 +80,98 @@ fn result(id: &Id, v: &Value) -> Routed {
     Routed::Answer(Ok(jsonrpc::result_value_bytes(id, v).into()))
 }
 
+/// A result the gateway answers itself, shaped for `host`'s revision.
+fn local_result(host: &Host, id: &Id, mut v: Value) -> Routed {
+    if host.version().is_modern()
+        && let Some(obj) = v.as_object_mut()
+    {
+        crate::mcp::version::complete_for_modern(obj, false);
+    }
+    result(id, &v)
+}
+
 impl Dispatch {
     /// The dispatch over `catalog`, opening connections through `supervisor`.
+    /// `input_required_timeout`: how long a call answered `input_required` waits
+    /// for its retry before it is cancelled upstream (MCP 2026-07-28 mrtr: never
+    /// assume the retry comes).
     pub fn new(
+        input_required_timeout: std::time::Duration,
         catalog: Arc<Catalog>,
         supervisor: Arc<Supervisor>,
         relay: Arc<Relay>,
     ) -> Arc<Dispatch> {
         Arc::new(Dispatch {
+            bridge: Arc::new(bridge::Bridge::new(input_required_timeout)),
             catalog,
             supervisor,
             relay,
         })
     }
 
-    /// Answers or routes one host request on `session`; `ctx` is finished when
-    /// the answer is known (now, or when the backend answers).
+    /// Answers or routes one request of `host`; `ctx` is finished when the answer
+    /// is known (now, or when the backend answers).
     pub async fn handle(
         self: &Arc<Self>,
         mut ctx: RequestContext,
-        session: &Arc<Session>,
+        host: &Host,
         req: Request,
     ) -> Reply {
         let Request { id, method, params } = req;
         let params = params.unwrap_or_else(|| json!({}));
-        match self.route(&mut ctx, session, &id, &method, params).await {
+        if host.version().is_modern() && params.get("requestState").is_some() {
+            return self.resume(ctx, host, &id, &method, &params);
+        }
+        if method == Method::SubscriptionsListen && host.version().is_modern() {
+            ctx.finish(Outcome::Ok);
+            return modern::listen(&self.catalog, &self.relay, host, &id, &params);
+        }
+        // What a retry of a bridged call must match, from the host's own params.
+        let digest = host
+            .version()
+            .is_modern()
+            .then(|| bridge::call_digest(&method, &params));
+        match self.route(&mut ctx, host, &id, &method, params).await {
             Routed::Answer(Ok(bytes)) => {
                 ctx.finish(Outcome::Ok);
                 Reply::Now(bytes)
             }
             Routed::Answer(Err(e)) => {
                 ctx.finish(Outcome::of(&e));
-                Reply::Now(jsonrpc::error_bytes(Some(&id), &e.to_error_object()).into())
+                let mut error = e.to_error_object();
+                crate::mcp::version::shape_error(&mut error, host.version());
+                Reply::Now(jsonrpc::error_bytes(Some(&id), &error).into())
             }
-            Routed::Forward(up) => self.forward(ctx, session, &id, up),
+            Routed::Forward(mut up) => {
+                up.digest = digest.unwrap_or_default();
+                self.forward(ctx, host, &id, up)
+            }
         }
     }
 
     async fn route(
         &self,
         ctx: &mut RequestContext,
-        session: &Arc<Session>,
+        host: &Host,
         id: &Id,
         method: &Method,
         params: Value,
     ) -> Routed {
         if let Some(kind) = method.list_kind() {
-            return Routed::Answer(self.list(session, id, kind, &params));
+            return Routed::Answer(self.list(host, id, kind, &params));
         }
-        let routed = match method {
-            Method::Ping => return result(id, &json!({})),
-            Method::ToolsCall | Method::PromptsGet => {
-                self.route_named(ctx, session, method, params)
+        let routed = match (method, host) {
+            (Method::ToolsCall | Method::PromptsGet, _) => {
+                self.route_named(ctx, host, method, params)
             }
-            Method::ResourcesRead => self.route_uri(ctx, session, method, params),
-            Method::ResourcesSubscribe | Method::ResourcesUnsubscribe => {
-                return Routed::Answer(self.subscription(ctx, session, id, method, params).await);
+            (Method::ResourcesRead, _) => self.route_uri(ctx, host, method, params),
+            (Method::CompletionComplete, _) => self.route_completion(ctx, host, id, params),
+            (Method::ServerDiscover, Host::Modern(_)) => {
+                let found = modern::discover(&self.catalog, &self.supervisor, host, id);
+                return Routed::Answer(found.await);
             }
-            Method::CompletionComplete => self.route_completion(ctx, session, id, params),
-            Method::LoggingSetLevel => return Routed::Answer(self.set_level(session, id, &params)),
-            Method::TasksGet | Method::TasksResult | Method::TasksCancel => {
-                self.route_task(ctx, session, method, params)
-            }
-            Method::TasksList => {
-                let listed = tasks::task_list(&self.catalog, &self.supervisor, session, id);
-                return Routed::Answer(listed.await);
-            }
-            Method::Initialize => Err(RpcError::InvalidRequest(
-                "session is already initialized".into(),
-            )),
-            other => Err(RpcError::MethodNotFound(other.as_str().to_owned())),
+            (_, Host::Legacy(session)) => self.route_legacy(ctx, session, id, method, params).await,
+            (other, Host::Modern(_)) => Err(RpcError::MethodNotFound(other.as_str().to_owned())),
         };
         match routed {
             Ok(r) => r,
@@ -151,15 +179,45 @@ impl Dispatch {
         }
     }
 
-    /// The catalogue `session` may see.
-    fn view_for(&self, session: &Session) -> Arc<View> {
-        self.catalog.view_for_key(&session.view_key())
+    /// The methods only a session has: `ping`, subscriptions, `logging/setLevel`,
+    /// the core tasks of 2025-11-25.
+    async fn route_legacy(
+        &self,
+        ctx: &mut RequestContext,
+        session: &Arc<Session>,
+        id: &Id,
+        method: &Method,
+        params: Value,
+    ) -> Result<Routed, RpcError> {
+        match method {
+            Method::Ping => Ok(result(id, &json!({}))),
+            Method::ResourcesSubscribe | Method::ResourcesUnsubscribe => Ok(Routed::Answer(
+                self.subscription(ctx, session, id, method, params).await,
+            )),
+            Method::LoggingSetLevel => Ok(Routed::Answer(self.set_level(session, id, &params))),
+            Method::TasksGet | Method::TasksResult | Method::TasksCancel => {
+                self.route_task(ctx, session, method, params)
+            }
+            Method::TasksList => {
+                let listed = tasks::task_list(&self.catalog, &self.supervisor, session, id);
+                Ok(Routed::Answer(listed.await))
+            }
+            Method::Initialize => Err(RpcError::InvalidRequest(
+                "session is already initialized".into(),
+            )),
+            other => Err(RpcError::MethodNotFound(other.as_str().to_owned())),
+        }
+    }
+
+    /// The catalogue `host` may see.
+    fn view_for(&self, host: &Host) -> Arc<View> {
+        self.catalog.view_for_key(&host.view_key())
     }
 
     /// The four lists, from the caller's pre-serialized view.
     fn list(
         &self,
-        session: &Session,
+        host: &Host,
         id: &Id,
         kind: ListKind,
         params: &Value,
@@ -169,9 +227,9 @@ impl Dispatch {
             Some(Value::String(c)) => Some(c.as_str()),
             Some(_) => return Err(RpcError::invalid_params("cursor must be a string")),
         };
-        let view = self.view_for(session);
+        let view = self.view_for(host);
         let page = view
-            .page(kind, cursor, session.version())
+            .page(kind, cursor, host.version())
             .ok_or(RpcError::InvalidCursor)?;
         Ok(jsonrpc::result_bytes(id, page).into())
     }
@@ -180,13 +238,13 @@ impl Dispatch {
     fn route_named(
         &self,
         ctx: &mut RequestContext,
-        session: &Session,
+        host: &Host,
         method: &Method,
         mut params: Value,
     ) -> Result<Routed, RpcError> {
         let name = str_param(&params, "name")?;
         tracing::Span::current().record("tool", name);
-        let view = self.view_for(session);
+        let view = self.view_for(host);
         let (table, what, kind) = if *method == Method::ToolsCall {
             (&view.tools, "tool", ResultKind::ToolCall)
         } else {
@@ -212,6 +270,7 @@ impl Dispatch {
             params,
             kind,
             task: None,
+            digest: String::new(),
         }))
     }
 
@@ -219,12 +278,12 @@ impl Dispatch {
     fn route_uri(
         &self,
         ctx: &mut RequestContext,
-        session: &Session,
+        host: &Host,
         method: &Method,
         mut params: Value,
     ) -> Result<Routed, RpcError> {
         let uri = str_param(&params, "uri")?;
-        let Some((backend, original)) = self.view_for(session).route_uri(uri) else {
+        let Some((backend, original)) = self.view_for(host).route_uri(uri) else {
             return Err(RpcError::ResourceNotFound {
                 uri: uri.to_owned(),
             });
@@ -237,6 +296,7 @@ impl Dispatch {
             params,
             kind: ResultKind::Resource,
             task: None,
+            digest: String::new(),
         }))
     }
 
@@ -244,11 +304,11 @@ impl Dispatch {
     fn route_completion(
         &self,
         ctx: &mut RequestContext,
-        session: &Session,
+        host: &Host,
         id: &Id,
         mut params: Value,
     ) -> Result<Routed, RpcError> {
-        let view = self.view_for(session);
+        let view = self.view_for(host);
         let target = match params.pointer("/ref/type").and_then(Value::as_str) {
             Some("ref/prompt") => params
                 .pointer("/ref/name")
@@ -270,9 +330,10 @@ impl Dispatch {
         let b = self.catalog.backend(backend);
         if !b.has_capability("completions") {
             // What a server without the capability answers (MCP server/utilities/completion).
-            return Ok(result(
+            return Ok(local_result(
+                host,
                 id,
-                &json!({"completion": {"values": [], "hasMore": false}}),
+                json!({"completion": {"values": [], "hasMore": false}}),
             ));
         }
         ctx.set_route(&b.spec.name, None);
@@ -283,6 +344,7 @@ impl Dispatch {
             params,
             kind: ResultKind::Opaque,
             task: None,
+            digest: String::new(),
         }))
     }
 
@@ -324,7 +386,8 @@ impl Dispatch {
         params: Value,
     ) -> Result<Bytes, RpcError> {
         let uri = str_param(&params, "uri")?;
-        let Some((backend, original)) = self.view_for(session).route_uri(uri) else {
+        let host = Host::Legacy(session.clone());
+        let Some((backend, original)) = self.view_for(&host).route_uri(uri) else {
             return Err(RpcError::ResourceNotFound {
                 uri: uri.to_owned(),
             });
@@ -350,7 +413,7 @@ impl Dispatch {
         if !upstream_needed {
             return Ok(jsonrpc::result_value_bytes(id, &json!({})).into());
         }
-        let outcome = match self.supervisor.connection_for(backend, session).await {
+        let outcome = match self.supervisor.connection_for(backend, &host).await {
             Ok(conn) => {
                 let timeout = conn.timeout();
                 let params = json!({ "uri": original });
@@ -401,6 +464,7 @@ impl Dispatch {
             params,
             kind,
             task: Some(exposed),
+            digest: String::new(),
         }))
     }
 }

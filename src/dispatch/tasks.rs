@@ -18,7 +18,7 @@ use crate::catalog::Catalog;
 use crate::error::RpcError;
 use crate::jsonrpc::{self, Id};
 use crate::mcp::{META_RELATED_TASK, Method};
-use crate::session::Session;
+use crate::session::{Host, Session};
 use crate::supervisor::Supervisor;
 
 /// A task-related result (already in the host's namespace otherwise): `taskId`
@@ -83,7 +83,9 @@ async fn list_backend_tasks(
     session: &Arc<Session>,
     backend: usize,
 ) -> Result<Vec<Value>, BackendError> {
-    let conn = supervisor.connection_for(backend, session).await?;
+    let conn = supervisor
+        .connection_for(backend, &Host::Legacy(session.clone()))
+        .await?;
     let mut out = Vec::new();
     let mut cursor: Option<String> = None;
     for _ in 0..100 {

@@ -31,14 +31,15 @@ pub struct Accepted {
 
 /// Runs the Origin check, authentication and the rate limit.
 ///
-/// Errors: the [`HttpError`] to answer. A request refused by authentication has
+/// Errors: the [`HttpError`] to answer; refusals that leave the body unread say
+/// `Connection: close`. A request refused by authentication has
 /// its body read first (bounded): hyper closes a connection whose request body
 /// was not read, and a host that sends its first request without a token (every
 /// OAuth client does) has often reused that connection already for the retry.
 pub async fn accept(st: &AppState, req: Request) -> Result<Accepted, HttpError> {
     let (mut parts, body) = req.into_parts();
     let presented = parts.headers.remove(header::AUTHORIZATION);
-    headers::check_origin(&parts.headers, &st.origins)?;
+    headers::check_origin(&parts.headers, &st.origins).map_err(closing)?;
     let principal = match &st.auth {
         None => None,
         Some(auth) => {
@@ -56,9 +57,7 @@ pub async fn accept(st: &AppState, req: Request) -> Result<Accepted, HttpError> 
                     let drained = axum::body::to_bytes(body, limit).await.is_ok();
                     let mut refused = auth_error(auth, &e);
                     if !drained {
-                        // The unread rest of the body makes the connection unusable.
-                        refused = refused
-                            .with_header(header::CONNECTION, HeaderValue::from_static("close"));
+                        refused = closing(refused);
                     }
                     return Err(refused);
                 }
@@ -70,13 +69,20 @@ pub async fn accept(st: &AppState, req: Request) -> Result<Accepted, HttpError> 
             .extensions
             .get::<ConnectInfo<SocketAddr>>()
             .map(|c| c.0);
-        limiter.check(principal.as_deref(), peer)?;
+        limiter.check(principal.as_deref(), peer).map_err(closing)?;
     }
     Ok(Accepted {
         parts,
         body,
         principal,
     })
+}
+
+/// A refusal sent before the request body is read: the unread body makes the
+/// connection unusable, and a host that has already queued its next request on it
+/// would lose that request unless told the connection closes (RFC 9112 section 9.6).
+fn closing(refused: HttpError) -> HttpError {
+    refused.with_header(header::CONNECTION, HeaderValue::from_static("close"))
 }
 
 /// The one place an [`AuthError`] becomes an HTTP rejection.
@@ -117,37 +123,39 @@ pub async fn read_body(st: &AppState, head: &HeaderMap, body: Body) -> Result<By
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.trim().parse::<u64>().ok());
     if announced.is_some_and(|n| n > limit as u64) {
-        return Err(HttpError::new(
+        return Err(closing(HttpError::new(
             Rejection::BodyTooLarge,
             StatusCode::PAYLOAD_TOO_LARGE,
             jsonrpc::INVALID_REQUEST,
             format!("request body larger than {limit} bytes (server.max_body_bytes)"),
-        ));
+        )));
     }
-    match axum::body::to_bytes(body, limit).await {
+    let refused = match axum::body::to_bytes(body, limit).await {
         Ok(b) => {
             st.metrics.bytes_in.inc_by(b.len() as u64);
-            Ok(b)
+            return Ok(b);
         }
-        Err(e) if caused_by::<tower_http::timeout::TimeoutError>(&e) => Err(HttpError::new(
+        Err(e) if caused_by::<tower_http::timeout::TimeoutError>(&e) => HttpError::new(
             Rejection::BodyTimeout,
             StatusCode::REQUEST_TIMEOUT,
             jsonrpc::INVALID_REQUEST,
             "the request body did not arrive within server.body_read_timeout",
-        )),
-        Err(e) if caused_by::<http_body_util::LengthLimitError>(&e) => Err(HttpError::new(
+        ),
+        Err(e) if caused_by::<http_body_util::LengthLimitError>(&e) => HttpError::new(
             Rejection::BodyTooLarge,
             StatusCode::PAYLOAD_TOO_LARGE,
             jsonrpc::INVALID_REQUEST,
             format!("request body larger than {limit} bytes (server.max_body_bytes)"),
-        )),
-        Err(e) => Err(HttpError::new(
+        ),
+        Err(e) => HttpError::new(
             Rejection::Other,
             StatusCode::BAD_REQUEST,
             jsonrpc::INVALID_REQUEST,
             format!("cannot read the request body: {e}"),
-        )),
-    }
+        ),
+    };
+    // The rest of the body was not read.
+    Err(closing(refused))
 }
 
 /// Whether `e` or one of its sources is an `E`.

@@ -7,12 +7,7 @@ use super::{HttpError, OriginPolicy};
 use crate::jsonrpc;
 use crate::mcp::ProtocolVersion;
 use crate::request::Rejection;
-
-/// `Mcp-Session-Id` (spelled `MCP-Session-Id` in 2025-11-25; names are
-/// case-insensitive).
-pub const SESSION: &str = "mcp-session-id";
-/// `MCP-Protocol-Version`.
-pub const VERSION: &str = "mcp-protocol-version";
+use crate::streamable_http::{EVENT_STREAM, JSON, PROTOCOL_VERSION, SESSION_ID, accepts, is_json};
 
 /// 403 unless Origin (if any) and Host are acceptable.
 pub fn check_origin(h: &HeaderMap, policy: &OriginPolicy) -> Result<(), HttpError> {
@@ -30,34 +25,10 @@ pub fn check_origin(h: &HeaderMap, policy: &OriginPolicy) -> Result<(), HttpErro
     Ok(())
 }
 
-/// Whether an `Accept` header admits `wanted` (`type/subtype`), counting `*/*`
-/// and `type/*` and ignoring `q=0` entries. An absent header admits everything.
-pub fn accepts(h: &HeaderMap, wanted: &str) -> bool {
-    let values: Vec<&str> = h
-        .get_all(header::ACCEPT)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .collect();
-    if values.is_empty() {
-        return true;
-    }
-    let (wtype, _) = wanted.split_once('/').unwrap_or((wanted, ""));
-    values.iter().flat_map(|v| v.split(',')).any(|item| {
-        let mut parts = item.split(';');
-        let range = parts.next().unwrap_or_default().trim().to_ascii_lowercase();
-        let refused = parts.any(|p| {
-            let p = p.trim();
-            p.strip_prefix("q=")
-                .is_some_and(|q| q.trim().parse::<f32>().is_ok_and(|q| q == 0.0))
-        });
-        !refused && (range == wanted || range == "*/*" || range == format!("{wtype}/*"))
-    })
-}
-
 /// POST needs both `application/json` and `text/event-stream` acceptable
 /// (MCP 2025-11-25 transports, sending messages: the client MUST list both).
 pub fn check_post_accept(h: &HeaderMap) -> Result<(), HttpError> {
-    if accepts(h, "application/json") && accepts(h, "text/event-stream") {
+    if accepts(h, JSON) && accepts(h, EVENT_STREAM) {
         Ok(())
     } else {
         Err(HttpError::new(
@@ -71,7 +42,7 @@ pub fn check_post_accept(h: &HeaderMap) -> Result<(), HttpError> {
 
 /// GET needs `text/event-stream` acceptable.
 pub fn check_get_accept(h: &HeaderMap) -> Result<(), HttpError> {
-    if accepts(h, "text/event-stream") {
+    if accepts(h, EVENT_STREAM) {
         Ok(())
     } else {
         Err(HttpError::new(
@@ -85,14 +56,7 @@ pub fn check_get_accept(h: &HeaderMap) -> Result<(), HttpError> {
 
 /// 415 unless the body is declared `application/json`.
 pub fn check_content_type(h: &HeaderMap) -> Result<(), HttpError> {
-    let ok = h
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| {
-            v.split(';')
-                .next()
-                .is_some_and(|t| t.trim().eq_ignore_ascii_case("application/json"))
-        });
+    let ok = is_json(h);
     if ok {
         Ok(())
     } else {
@@ -108,26 +72,23 @@ pub fn check_content_type(h: &HeaderMap) -> Result<(), HttpError> {
 /// The `MCP-Protocol-Version` header: `Ok(None)` when absent, 400 when it names
 /// a revision the gateway does not serve (MCP 2025-11-25 transports).
 pub fn protocol_version(h: &HeaderMap) -> Result<Option<ProtocolVersion>, HttpError> {
-    let Some(v) = h.get(VERSION) else {
+    let Some(v) = h.get(PROTOCOL_VERSION) else {
         return Ok(None);
     };
     let v = v.to_str().unwrap_or_default();
-    ProtocolVersion::parse(v)
-        .filter(|p| ProtocolVersion::HOST_SUPPORTED.contains(p))
-        .map(Some)
-        .ok_or_else(|| {
-            HttpError::new(
-                Rejection::Version,
-                StatusCode::BAD_REQUEST,
-                jsonrpc::TRANSPORT_ERROR,
-                format!("Bad Request: unsupported MCP-Protocol-Version {v:?}"),
-            )
-        })
+    ProtocolVersion::parse_host(v).map(Some).ok_or_else(|| {
+        HttpError::new(
+            Rejection::Version,
+            StatusCode::BAD_REQUEST,
+            jsonrpc::TRANSPORT_ERROR,
+            format!("Bad Request: unsupported MCP-Protocol-Version {v:?}"),
+        )
+    })
 }
 
 /// The `Mcp-Session-Id` header value, if present and readable.
 pub fn session_id(h: &HeaderMap) -> Option<&str> {
-    h.get(SESSION).and_then(|v| v.to_str().ok())
+    h.get(SESSION_ID).and_then(|v| v.to_str().ok())
 }
 
 #[cfg(test)]
@@ -174,13 +135,13 @@ mod tests {
     fn version_header_rules() {
         let mut h = HeaderMap::new();
         assert!(protocol_version(&h).unwrap().is_none());
-        h.insert(VERSION, HeaderValue::from_static("2025-06-18"));
+        h.insert(PROTOCOL_VERSION, HeaderValue::from_static("2025-06-18"));
         assert_eq!(
             protocol_version(&h).unwrap(),
             Some(ProtocolVersion::V2025_06_18)
         );
         for bad in ["2099-01-01", "banana", "2024-11-05"] {
-            h.insert(VERSION, HeaderValue::from_static(bad));
+            h.insert(PROTOCOL_VERSION, HeaderValue::from_static(bad));
             assert_eq!(
                 protocol_version(&h).unwrap_err().status,
                 StatusCode::BAD_REQUEST

@@ -11,23 +11,26 @@ use std::sync::Arc;
 
 use axum::body::Bytes;
 use axum::extract::{Request, State};
-use axum::http::{HeaderValue, StatusCode};
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
 use super::accept::{accept, read_body};
-use super::headers::{self, SESSION};
+use super::headers;
+use super::modern::{self, Era};
 use super::session::{count_drops, lookup, reject, reserve_stream};
 use super::sse::{json_response, stream_reply};
 use super::{AppState, HttpError};
 use crate::auth::Principal;
+use crate::config::ModernFace;
 use crate::dispatch::Reply;
 use crate::jsonrpc::{self, EnvelopeError, ErrorObject, Message, Request as RpcRequest};
 use crate::mcp::version::shape_capabilities;
-use crate::mcp::{META_PROTOCOL_VERSION, Method, ProtocolVersion};
+use crate::mcp::{Method, ProtocolVersion};
 use crate::request::{Outcome, Rejection, RequestContext};
-use crate::session::{Identity, Outbound, Session, SessionToken, StreamSlot};
+use crate::session::{Host, Identity, Outbound, Session, SessionToken, StreamSlot};
+use crate::streamable_http::SESSION_ID;
 
 /// What the frame and session phases found in a POST body.
 enum Framed {
@@ -38,6 +41,8 @@ enum Framed {
     Batch(Arc<Session>, Vec<Result<Message, EnvelopeError>>),
     /// One message for an existing session.
     One(Arc<Session>, Message),
+    /// A 2026-07-28 message: stateless, served by `modern.rs`.
+    Modern(Box<HeaderMap>, Message),
 }
 
 /// `POST /mcp`: one JSON-RPC message (or, for 2025-03-26 sessions, a batch).
@@ -73,6 +78,7 @@ pub async fn post(State(st): State<AppState>, req: Request) -> Response {
             Ok(slot) => answer(&st, ctx, &session, req, slot).await,
             Err(e) => reject(ctx, e),
         },
+        Framed::Modern(h, msg) => modern::serve(&st, ctx, &h, msg, principal).await,
     }
 }
 
@@ -90,6 +96,12 @@ async fn frame(
     let principal = a.principal;
     if body.trim_ascii_start().first() == Some(&b'[') {
         let items = parse_batch(&body)?;
+        if items
+            .iter()
+            .any(|i| i.as_ref().is_ok_and(|m| modern::claim(m).is_some()))
+        {
+            return Err(invalid("a 2026-07-28 message is never part of a batch"));
+        }
         let session = lookup(st, h, principal.as_ref())?;
         ctx.set_session(session.log_id());
         headers::protocol_version(h)?;
@@ -107,20 +119,31 @@ async fn frame(
         Message::Notification(n) => ctx.set_notification(Some(&n.method)),
         Message::Response(_) => ctx.set_notification(None),
     }
-    if let Message::Request(req) = &msg {
-        if let Some(requested) = modern_version(req) {
+    if modern::era_of(&msg, h) == Era::Modern {
+        if modern_served(st) {
+            return Ok((Framed::Modern(Box::new(h.clone()), msg), principal));
+        }
+        if let Message::Request(req) = &msg {
+            let requested = modern::claim(&msg)
+                .and_then(Value::as_str)
+                .unwrap_or("2026-07-28");
             return Err(modern_probe_refused(
                 &req.id,
                 &format!("revision {requested:?}"),
             ));
         }
+    }
+    if let Message::Request(req) = &msg {
         if req.method == Method::Initialize {
             let Message::Request(req) = msg else {
                 unreachable!("matched above")
             };
             return Ok((Framed::Initialize(req), principal));
         }
-        if req.method == Method::ServerDiscover && headers::session_id(h).is_none() {
+        if req.method == Method::ServerDiscover
+            && headers::session_id(h).is_none()
+            && !modern_served(st)
+        {
             return Err(modern_probe_refused(&req.id, "server/discover"));
         }
     }
@@ -167,7 +190,8 @@ async fn answer(
         tool = tracing::field::Empty,
     );
     let server = &st.server;
-    let reply = st.dispatch.handle(ctx, session, req).instrument(span).await;
+    let host = Host::Legacy(session.clone());
+    let reply = st.dispatch.handle(ctx, &host, req).instrument(span).await;
     match reply {
         Reply::Now(bytes) => {
             st.metrics.bytes_out.inc_by(bytes.len() as u64);
@@ -180,15 +204,11 @@ async fn answer(
     }
 }
 
-/// `params._meta["io.modelcontextprotocol/protocolVersion"]`: the mark of a
-/// 2026-07-28 ("modern") request (MCP 2026-07-28 basic/versioning).
-fn modern_version(req: &RpcRequest) -> Option<String> {
-    req.params
-        .as_ref()?
-        .get("_meta")?
-        .get(META_PROTOCOL_VERSION)?
-        .as_str()
-        .map(str::to_owned)
+/// Whether the 2026-07-28 face is served (`[server] modern`): `native` serves it
+/// only while every backend speaks 2026-07-28, which needs the modern client face
+/// (not built yet), so it is off for now.
+fn modern_served(st: &AppState) -> bool {
+    st.server.modern == ModernFace::Bridge
 }
 
 /// The answer to a 2026-07-28 probe while this endpoint serves only the
@@ -239,9 +259,7 @@ async fn initialize(
         let body = jsonrpc::error_bytes(Some(&req.id), &e).into();
         return Ok((json_response(body), Outcome::Error));
     };
-    let version = ProtocolVersion::parse(requested)
-        .filter(|v| ProtocolVersion::HOST_SUPPORTED.contains(v))
-        .unwrap_or(ProtocolVersion::LATEST);
+    let version = ProtocolVersion::negotiate(requested);
     let capabilities = params
         .and_then(|p| p.get("capabilities"))
         .filter(|c| c.is_object())
@@ -289,7 +307,7 @@ async fn initialize(
     tracing::info!(session = %session.log_id(), version = %version, "session started");
     let mut resp = json_response(jsonrpc::result_value_bytes(&req.id, &result).into());
     if let Ok(v) = HeaderValue::from_str(session.id()) {
-        resp.headers_mut().insert(SESSION, v);
+        resp.headers_mut().insert(SESSION_ID, v);
     }
     Ok((resp, Outcome::Ok))
 }
@@ -303,6 +321,7 @@ async fn batch(
     session: &Arc<Session>,
     items: Vec<Result<Message, EnvelopeError>>,
 ) -> Response {
+    let host = Host::Legacy(session.clone());
     let mut answers = Vec::new();
     for item in items {
         let msg = match item {
@@ -324,7 +343,7 @@ async fn batch(
                 let mut ctx = RequestContext::new(&st.metrics);
                 ctx.set_request(&req.method);
                 ctx.set_session(session.log_id());
-                match st.dispatch.handle(ctx, session, req).await {
+                match st.dispatch.handle(ctx, &host, req).await {
                     Reply::Now(b) => answers.push(b.to_vec()),
                     Reply::Stream(mut rx) => {
                         while let Some(m) = rx.recv().await {

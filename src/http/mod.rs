@@ -7,6 +7,7 @@ mod error;
 mod headers;
 pub mod limit;
 mod mcp;
+mod modern;
 pub mod serve;
 mod session;
 mod sse;
@@ -32,6 +33,7 @@ use crate::dispatch::Dispatch;
 use crate::metrics::Metrics;
 use crate::relay::Relay;
 use crate::session::SessionStore;
+use crate::streamable_http::{is_loopback_name, is_loopback_origin, strip_port};
 use crate::supervisor::Supervisor;
 
 /// The parts the HTTP handlers use, each named: the server face owns no state of
@@ -108,33 +110,6 @@ impl OriginPolicy {
         let name = strip_port(&host);
         is_loopback_name(name) || self.hosts.iter().any(|h| *h == host || h == name)
     }
-}
-
-fn strip_port(host: &str) -> &str {
-    if let Some(rest) = host.strip_prefix('[') {
-        return rest.split(']').next().unwrap_or(rest);
-    }
-    host.rsplit_once(':')
-        .filter(|(_, port)| port.chars().all(|c| c.is_ascii_digit()))
-        .map_or(host, |(name, _)| name)
-}
-
-fn is_loopback_name(name: &str) -> bool {
-    name == "localhost"
-        || name.ends_with(".localhost")
-        || name
-            .parse::<std::net::IpAddr>()
-            .is_ok_and(|ip| ip.is_loopback())
-}
-
-fn is_loopback_origin(origin: &str) -> bool {
-    let Ok(url) = url::Url::parse(origin) else {
-        return false;
-    };
-    matches!(url.scheme(), "http" | "https")
-        && url
-            .host_str()
-            .is_some_and(|h| is_loopback_name(h.trim_start_matches('[').trim_end_matches(']')))
 }
 
 /// Builds the axum application: the MCP endpoint at `path` and `/healthz`.

@@ -17,7 +17,8 @@ use super::{AppState, HttpError, headers};
 use crate::auth::Principal;
 use crate::jsonrpc;
 use crate::request::{Outcome, Rejection, RequestContext};
-use crate::session::{ResumeError, Session, SessionToken, StreamSlot};
+use crate::session::{Session, SessionToken, StreamSlot};
+use crate::streamable_http::{LAST_EVENT_ID, ResumeError, SESSION_ID};
 
 /// Answers a request refused on the HTTP plane, recording why.
 pub(super) fn reject(ctx: RequestContext, e: HttpError) -> Response {
@@ -39,7 +40,7 @@ pub(super) fn lookup(
     h: &HeaderMap,
     principal: Option<&Arc<Principal>>,
 ) -> Result<Arc<Session>, HttpError> {
-    match h.get_all(headers::SESSION).iter().count() {
+    match h.get_all(SESSION_ID).iter().count() {
         0 => return Err(HttpError::missing_session()),
         1 => {}
         _ => {
@@ -160,6 +161,9 @@ async fn open_stream(
 ) -> Result<Response, HttpError> {
     let a = accept(st, req).await?;
     let h = &a.parts.headers;
+    if let Some(e) = super::modern::refuse_get_or_delete(h) {
+        return Err(e);
+    }
     headers::check_get_accept(h)?;
     let session = lookup(st, h, a.principal.as_ref())?;
     ctx.set_session(session.log_id());
@@ -168,7 +172,7 @@ async fn open_stream(
     let slot = reserve_stream(st, &session)?;
     let keep_alive = st.server.sse_keep_alive;
     let last_event = h
-        .get("last-event-id")
+        .get(LAST_EVENT_ID)
         .map(|v| v.to_str().unwrap_or("invalid"));
     let Some(id) = last_event else {
         let prime = session.version().primes_streams();
@@ -198,6 +202,9 @@ pub async fn delete(State(st): State<AppState>, req: Request) -> Response {
     let mut ctx = RequestContext::new(&st.metrics);
     let found = async {
         let a = accept(&st, req).await?;
+        if let Some(e) = super::modern::refuse_get_or_delete(&a.parts.headers) {
+            return Err(e);
+        }
         let session = lookup(&st, &a.parts.headers, a.principal.as_ref())?;
         headers::protocol_version(&a.parts.headers)?;
         Ok::<_, HttpError>(session)

@@ -1,50 +1,32 @@
 //! Answers to hosts: one JSON body, or an SSE stream flushed per event.
 //!
-//! SSE framing is written here rather than with `axum::response::sse` because the
-//! 2025-11-25 priming event (SEP-1699) is an event with an id and an *empty* data
-//! field, which axum's writer omits. Every event carries an id `{stream}-{seq}`,
-//! unique within the session and naming its stream (MCP 2025-11-25 transports,
-//! resumability). Idle streams get `: keep-alive` comments so load balancers do not
-//! cut long tool calls , and responses carry `X-Accel-Buffering: no` .
+//! The SSE events come from the session's event log, written by
+//! [`Attached::into_sse`]: every event carries an id `{stream}-{seq}`, unique
+//! within the session and naming its stream (MCP 2025-11-25 transports,
+//! resumability); a priming event opens a 2025-11-25 stream; idle streams get
+//! keep-alive comments. Responses also carry `X-Accel-Buffering: no`, so a
+//! buffering reverse proxy passes each event on at once.
 
-use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Body;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use bytes::{BufMut, Bytes, BytesMut};
-use futures_util::stream;
+use bytes::Bytes;
+use futures_util::{StreamExt, stream};
 use tokio::sync::mpsc;
-use tokio::time::{Instant, MissedTickBehavior, interval_at};
 
 use crate::metrics::Metrics;
-use crate::session::{Attached, Frame, Outbound, Session, StreamSlot};
-
-/// Reconnection delay announced to hosts in the priming event (`retry`, ms).
-const RETRY_MS: u64 = 1000;
+use crate::session::{Outbound, Session, StreamSlot};
+use crate::streamable_http::{Attached, EVENT_STREAM, JSON, KEEP_ALIVE};
 
 /// A `200 application/json` response with `body`.
 pub fn json_response(body: Bytes) -> Response {
     let mut resp = (StatusCode::OK, body).into_response();
-    resp.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
+    resp.headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(JSON));
     resp
-}
-
-fn frame(f: &Frame) -> Bytes {
-    let mut b = BytesMut::with_capacity(f.data.len() + 48);
-    b.put_slice(format!("id: {}-{}\n", f.stream, f.seq).as_bytes());
-    if f.seq == 0 && f.data.is_empty() {
-        b.put_slice(format!("retry: {RETRY_MS}\n").as_bytes());
-    }
-    b.put_slice(b"data: ");
-    b.put_slice(&f.data);
-    b.put_slice(b"\n\n");
-    b.freeze()
 }
 
 /// A `200 text/event-stream` response: the priming event (when `prime`), the
@@ -59,59 +41,19 @@ pub fn sse_response(
     keep_alive: Duration,
     metrics: &Arc<Metrics>,
 ) -> Response {
-    struct State {
-        queued: VecDeque<Frame>,
-        live: Option<mpsc::Receiver<Frame>>,
-        tick: tokio::time::Interval,
-        done: bool,
-        open: OpenStream,
-    }
-    let mut queued: VecDeque<Frame> = attached.replay.into();
-    if prime {
-        queued.push_front(Frame {
-            stream: attached.stream,
-            seq: 0,
-            data: Bytes::new(),
-            last: false,
-        });
-    }
-    let mut tick = interval_at(Instant::now() + keep_alive, keep_alive);
-    tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
-    let state = State {
-        queued,
-        live: attached.live,
-        tick,
-        done: false,
-        open: OpenStream::new(metrics, slot),
-    };
-    let body = stream::unfold(state, |mut st| async move {
-        if st.done {
-            return None;
+    let events = Box::pin(attached.into_sse(prime, keep_alive));
+    // The guard is part of the state: the slot is freed as soon as the events end.
+    let state = (events, OpenStream::new(metrics, slot));
+    let body = stream::unfold(state, |(mut events, open)| async move {
+        let bytes = events.next().await?;
+        if bytes != KEEP_ALIVE {
+            open.metrics.bytes_out.inc_by(bytes.len() as u64);
         }
-        let next = match st.queued.pop_front() {
-            Some(f) => f,
-            None => {
-                let live = st.live.as_mut()?;
-                tokio::select! {
-                    f = live.recv() => f?,
-                    _ = st.tick.tick() => {
-                        return Some((Ok(Bytes::from_static(b": keep-alive\n\n")), st));
-                    }
-                }
-            }
-        };
-        st.tick.reset();
-        st.done = next.last;
-        let bytes = frame(&next);
-        st.open.metrics.bytes_out.inc_by(bytes.len() as u64);
-        Some((Ok::<Bytes, std::io::Error>(bytes), st))
+        Some((Ok::<Bytes, std::io::Error>(bytes), (events, open)))
     });
     let mut resp = Response::new(Body::from_stream(body));
     let h = resp.headers_mut();
-    h.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/event-stream"),
-    );
+    h.insert(header::CONTENT_TYPE, HeaderValue::from_static(EVENT_STREAM));
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
     h.insert("x-accel-buffering", HeaderValue::from_static("no"));
     resp
@@ -207,28 +149,5 @@ async fn pump(
                 return;
             }
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn f(seq: u64, data: &'static [u8]) -> Frame {
-        Frame {
-            stream: 3,
-            seq,
-            data: Bytes::from_static(data),
-            last: false,
-        }
-    }
-
-    #[test]
-    fn frames_events() {
-        assert_eq!(&frame(&f(0, b""))[..], b"id: 3-0\nretry: 1000\ndata: \n\n");
-        assert_eq!(
-            &frame(&f(1, br#"{"a":1}"#))[..],
-            b"id: 3-1\ndata: {\"a\":1}\n\n"
-        );
     }
 }

@@ -17,6 +17,32 @@ pub use version::ProtocolVersion;
 /// (MCP 2026-07-28 basic/versioning).
 pub const META_PROTOCOL_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
 
+/// `_meta` key of the per-request client capabilities (MCP 2026-07-28 basic/index).
+pub const META_CLIENT_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
+
+/// `_meta` key of the per-request client identity (MCP 2026-07-28 basic/index).
+pub const META_CLIENT_INFO: &str = "io.modelcontextprotocol/clientInfo";
+
+/// `_meta` key of the per-request log level (MCP 2026-07-28 server/utilities/logging).
+pub const META_LOG_LEVEL: &str = "io.modelcontextprotocol/logLevel";
+
+/// `_meta` key of the server's identity in 2026-07-28 results (MCP 2026-07-28 basic/index).
+pub const META_SERVER_INFO: &str = "io.modelcontextprotocol/serverInfo";
+
+/// The four per-request keys of a 2026-07-28 envelope; the gateway's own hop to a
+/// backend carries its own, never the host's.
+pub const META_ENVELOPE: [&str; 4] = [
+    META_PROTOCOL_VERSION,
+    META_CLIENT_CAPABILITIES,
+    META_CLIENT_INFO,
+    META_LOG_LEVEL,
+];
+
+/// The gateway's `Implementation` (`serverInfo` / `clientInfo`).
+pub fn implementation() -> serde_json::Value {
+    serde_json::json!({"name": "mcpgate", "version": env!("CARGO_PKG_VERSION")})
+}
+
 /// `_meta` key tying a message to a task (MCP 2025-11-25 basic/utilities/tasks).
 pub const META_RELATED_TASK: &str = "io.modelcontextprotocol/related-task";
 
@@ -128,6 +154,8 @@ methods! {
     TaskStatus = "notifications/tasks/status",
     /// `notifications/elicitation/complete`.
     ElicitationComplete = "notifications/elicitation/complete",
+    /// `notifications/subscriptions/acknowledged` (2026-07-28).
+    SubscriptionsAcknowledged = "notifications/subscriptions/acknowledged",
 }
 
 impl Method {
@@ -311,7 +339,10 @@ mod tests {
 
     #[test]
     fn log_levels_are_ordered_by_severity() {
+        assert!(LogLevel::Debug < LogLevel::Info);
+        assert!(LogLevel::Warning < LogLevel::Emergency);
         assert!(LogLevel::Debug < LogLevel::Emergency);
+        assert_eq!(LogLevel::parse("verbose"), None);
         assert_eq!(LogLevel::parse("warning"), Some(LogLevel::Warning));
         assert_eq!(LogLevel::parse("WARNING"), None);
         for l in LogLevel::ALL {

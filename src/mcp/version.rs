@@ -7,7 +7,8 @@ use std::fmt;
 
 use serde_json::{Value, json};
 
-/// A legacy-era (initialize-based) MCP revision the gateway speaks.
+/// An MCP revision the gateway speaks: the legacy (initialize-based) ones and the
+/// stateless 2026-07-28 ("modern") one (MCP 2026-07-28 basic/versioning, terms).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum ProtocolVersion {
     /// 2024-11-05 (HTTP+SSE era; accepted from backends only).
@@ -18,6 +19,8 @@ pub enum ProtocolVersion {
     V2025_06_18,
     /// 2025-11-25 (tasks, URL elicitation, icons).
     V2025_11_25,
+    /// 2026-07-28: stateless, per-request `_meta`, `server/discover`, MRTR.
+    V2026_07_28,
 }
 
 impl ProtocolVersion {
@@ -25,12 +28,25 @@ impl ProtocolVersion {
     /// something unknown (MCP 2025-11-25 basic/lifecycle, version negotiation).
     pub const LATEST: ProtocolVersion = ProtocolVersion::V2025_11_25;
 
-    /// Revisions accepted from hosts, newest first.
+    /// Revisions a host can negotiate with `initialize`, newest first.
     pub const HOST_SUPPORTED: [ProtocolVersion; 3] = [
         ProtocolVersion::V2025_11_25,
         ProtocolVersion::V2025_06_18,
         ProtocolVersion::V2025_03_26,
     ];
+
+    /// Every revision the endpoint serves, newest first: what `server/discover`
+    /// lists as `supportedVersions` and a `-32022` names as `data.supported`
+    /// (MCP 2026-07-28 basic/versioning: legacy ones included).
+    pub const SERVED: [ProtocolVersion; 4] = [
+        ProtocolVersion::V2026_07_28,
+        ProtocolVersion::V2025_11_25,
+        ProtocolVersion::V2025_06_18,
+        ProtocolVersion::V2025_03_26,
+    ];
+
+    /// The modern revision.
+    pub const MODERN: ProtocolVersion = ProtocolVersion::V2026_07_28;
 
     /// Assumed when a host sends no `MCP-Protocol-Version` header and nothing else
     /// tells (MCP 2025-11-25 basic/transports, protocol version header).
@@ -43,6 +59,7 @@ impl ProtocolVersion {
             ProtocolVersion::V2025_03_26 => "2025-03-26",
             ProtocolVersion::V2025_06_18 => "2025-06-18",
             ProtocolVersion::V2025_11_25 => "2025-11-25",
+            ProtocolVersion::V2026_07_28 => "2026-07-28",
         }
     }
 
@@ -53,8 +70,28 @@ impl ProtocolVersion {
             "2025-03-26" => ProtocolVersion::V2025_03_26,
             "2025-06-18" => ProtocolVersion::V2025_06_18,
             "2025-11-25" => ProtocolVersion::V2025_11_25,
+            "2026-07-28" => ProtocolVersion::V2026_07_28,
             _ => return None,
         })
+    }
+
+    /// Whether this is the stateless era (no `initialize`, no sessions).
+    pub fn is_modern(self) -> bool {
+        self >= ProtocolVersion::V2026_07_28
+    }
+
+    /// Parses a revision hosts may use ([`HOST_SUPPORTED`](Self::HOST_SUPPORTED));
+    /// `None` for any other string, e.g. in an `MCP-Protocol-Version` header (HTTP
+    /// 400, MCP 2025-11-25 basic/transports, protocol version header).
+    pub fn parse_host(s: &str) -> Option<ProtocolVersion> {
+        ProtocolVersion::parse(s).filter(|v| ProtocolVersion::HOST_SUPPORTED.contains(v))
+    }
+
+    /// The revision answered to an `initialize` asking for `requested`: that one if
+    /// hosts may use it, else [`LATEST`](Self::LATEST) (MCP 2025-11-25
+    /// basic/lifecycle, version negotiation).
+    pub fn negotiate(requested: &str) -> ProtocolVersion {
+        ProtocolVersion::parse_host(requested).unwrap_or(ProtocolVersion::LATEST)
     }
 
     /// Whether JSON-RPC batches are allowed (removed in 2025-06-18).
@@ -62,9 +99,10 @@ impl ProtocolVersion {
         self <= ProtocolVersion::V2025_03_26
     }
 
-    /// Whether SSE streams should start with a priming event (2025-11-25, SEP-1699).
+    /// Whether SSE streams should start with a priming event (2025-11-25,
+    /// SEP-1699; 2026-07-28 streams have no event ids and are not resumable).
     pub fn primes_streams(self) -> bool {
-        self >= ProtocolVersion::V2025_11_25
+        self == ProtocolVersion::V2025_11_25
     }
 }
 
@@ -88,15 +126,11 @@ impl fmt::Display for ProtocolVersion {
     }
 }
 
-/// The stateless 2026-07-28 ("modern") revision (MCP 2026-07-28 basic/versioning).
-pub const MODERN_VERSION: &str = "2026-07-28";
-
-pub const META_PROTOCOL_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
-
 impl ProtocolVersion {
-    /// Whether this revision knows tasks (added in 2025-11-25).
+    /// Whether this revision knows the core tasks of 2025-11-25 (2026-07-28 made
+    /// tasks an extension with another wire).
     pub fn has_tasks(self) -> bool {
-        self >= ProtocolVersion::V2025_11_25
+        self == ProtocolVersion::V2025_11_25
     }
 
     /// Whether a tool result must be downgraded for this revision: 2025-03-26
@@ -161,6 +195,49 @@ pub fn downgrade_item(item: &mut Value, host: ProtocolVersion) {
     }
 }
 
+/// Makes a complete result fit for a 2026-07-28 host (MCP 2026-07-28 basic/index
+/// §ResultType, server/utilities/caching): `resultType: "complete"` unless the
+/// result names its type, the gateway's `serverInfo` in `_meta`, and for the
+/// cacheable results (`server/discover`, the four lists, `resources/read`)
+/// `ttlMs: 0` and `cacheScope: "private"` unless present (the gateway filters per
+/// caller and cannot vouch for a backend's caching).
+pub fn complete_for_modern(v: &mut serde_json::Map<String, Value>, cacheable: bool) {
+    v.entry("resultType").or_insert_with(|| "complete".into());
+    if cacheable {
+        v.entry("ttlMs").or_insert_with(|| 0.into());
+        v.entry("cacheScope").or_insert_with(|| "private".into());
+    }
+    let meta = v.entry("_meta").or_insert_with(|| json!({}));
+    if let Some(meta) = meta.as_object_mut() {
+        meta.insert(
+            crate::mcp::META_SERVER_INFO.into(),
+            crate::mcp::implementation(),
+        );
+    }
+}
+
+/// [`complete_for_modern`] on a raw result; a result that is not an object is
+/// returned as is.
+pub fn complete_raw_for_modern(
+    raw: Box<serde_json::value::RawValue>,
+    cacheable: bool,
+) -> Box<serde_json::value::RawValue> {
+    let Ok(mut v) = serde_json::from_str::<serde_json::Map<String, Value>>(raw.get()) else {
+        return raw;
+    };
+    complete_for_modern(&mut v, cacheable);
+    serde_json::value::to_raw_value(&v).unwrap_or(raw)
+}
+
+/// A JSON-RPC error shaped for a host of revision `host`: 2026-07-28 has no
+/// `-32002` (resource not found is `-32602`, with `data.uri` kept; MCP 2026-07-28
+/// server/resources, error handling).
+pub fn shape_error(error: &mut crate::jsonrpc::ErrorObject, host: ProtocolVersion) {
+    if host.is_modern() && error.code == crate::jsonrpc::RESOURCE_NOT_FOUND {
+        error.code = crate::jsonrpc::INVALID_PARAMS;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -172,8 +249,22 @@ mod tests {
         }
         assert!(ProtocolVersion::V2025_03_26.allows_batches());
         assert!(!ProtocolVersion::V2025_06_18.allows_batches());
-        assert_eq!(ProtocolVersion::parse("2026-07-28"), None);
+        assert_eq!(
+            ProtocolVersion::parse("2026-07-28"),
+            Some(ProtocolVersion::MODERN)
+        );
+        assert!(!ProtocolVersion::HOST_SUPPORTED.contains(&ProtocolVersion::MODERN));
+        assert!(ProtocolVersion::MODERN.is_modern() && !ProtocolVersion::LATEST.is_modern());
         assert_eq!(ProtocolVersion::parse("banana"), None);
+        assert_eq!(ProtocolVersion::parse_host("2024-11-05"), None);
+        assert_eq!(
+            ProtocolVersion::negotiate("2025-06-18"),
+            ProtocolVersion::V2025_06_18
+        );
+        assert_eq!(
+            ProtocolVersion::negotiate("2024-11-05"),
+            ProtocolVersion::LATEST
+        );
     }
 
     #[test]

@@ -8,6 +8,7 @@
 //! face reports what a backend sends through it, with the [`HostCall`] the
 //! message relates to when the connection could tell.
 
+mod listen;
 mod requests;
 mod subscriptions;
 mod tasks;
@@ -17,6 +18,7 @@ use std::sync::{Arc, Weak};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
+pub use listen::{Filter, Listens};
 pub use subscriptions::Subscriptions;
 pub use tasks::EarlyStatuses;
 
@@ -31,6 +33,7 @@ pub struct Relay {
     catalog: Arc<Catalog>,
     sessions: Arc<dyn SessionStore>,
     subs: Subscriptions,
+    listens: Listens,
     early: EarlyStatuses,
     /// Backends whose lists changed, for the supervisor to re-read.
     refresh: mpsc::UnboundedSender<usize>,
@@ -88,6 +91,7 @@ impl Relay {
             catalog,
             sessions,
             subs: Subscriptions::default(),
+            listens: Listens::default(),
             early: EarlyStatuses::default(),
             refresh,
         })
@@ -103,6 +107,11 @@ impl Relay {
         &self.subs
     }
 
+    /// The open `subscriptions/listen` streams of 2026-07-28 hosts.
+    pub fn listens(&self) -> &Listens {
+        &self.listens
+    }
+
     /// Task statuses that arrived before their task was registered.
     pub fn early_statuses(&self) -> &EarlyStatuses {
         &self.early
@@ -113,11 +122,11 @@ impl Relay {
         self.sessions.get(conn.owner_key()?)
     }
 
-    /// The session a backend message belongs to: the related call's, else the
-    /// connection owner's.
+    /// The session a backend message belongs to: the related call's (none for a
+    /// stateless request), else the connection owner's.
     fn session_of(&self, conn: &Connection, call: Option<&Arc<HostCall>>) -> Option<Arc<Session>> {
         match call {
-            Some(c) => Some(c.session.clone()),
+            Some(c) => c.host.session().cloned(),
             None => self.owner_session(conn),
         }
     }
@@ -150,6 +159,11 @@ impl Relay {
             }
             Method::ResourcesUpdated => {
                 if let Some(idx) = self.backend_index(conn) {
+                    if conn.owner_key().is_none()
+                        && let Some(uri) = params.get("uri").and_then(Value::as_str)
+                    {
+                        self.listens.updated(idx, uri, &params);
+                    }
                     let owner = conn.owner_key().cloned();
                     self.subs.updated(
                         &self.catalog,
@@ -195,7 +209,7 @@ impl Relay {
         let bytes = notification(&Method::LogMessage, &params);
         match (call, self.owner_session(conn)) {
             (Some(call), _) => {
-                if call.session.wants_log(&level) {
+                if call.host.wants_log(&level) {
                     call.send_related(bytes);
                 }
             }
@@ -232,7 +246,7 @@ impl Relay {
         params["taskId"] = exposed.into();
         let bytes = notification(&Method::TaskStatus, &params);
         match call {
-            Some(c) if Arc::ptr_eq(&c.session, &session) => {
+            Some(c) if c.host.session().is_some_and(|s| Arc::ptr_eq(s, &session)) => {
                 c.send_related(bytes);
             }
             _ => {

@@ -13,7 +13,7 @@ use super::{Relay, notification};
 use crate::backend::Connection;
 use crate::jsonrpc::{self, ErrorObject, Id, Notification, Request, Response};
 use crate::mcp::{Method, names};
-use crate::session::{ClientRequest, HostCall, Session};
+use crate::session::{Ask, ClientRequest, HostCall, Session};
 
 impl Relay {
     /// A backend cancels a server→client request it sent: forward with our id.
@@ -55,6 +55,20 @@ impl Relay {
         let Some(needed) = req.method.client_capability() else {
             return refuse(jsonrpc::METHOD_NOT_FOUND, "Method not found");
         };
+        if let Some(call) = call.filter(|c| c.host.session().is_none()) {
+            // A 2026-07-28 host never receives a JSON-RPC request on any stream:
+            // the request waits for the host's retry (the bridge), if the host
+            // declared what it needs in this request.
+            return match bridgeable(call, &req.method, req.params.as_ref()) {
+                Ok(()) => call.ask(Ask {
+                    method: req.method.clone(),
+                    params: without_elicitation_id(req.params.clone()),
+                    conn: Arc::downgrade(conn),
+                    upstream_id: req.id.clone(),
+                }),
+                Err(why) => refuse(jsonrpc::METHOD_NOT_FOUND, why),
+            };
+        }
         let Some(session) = self.session_of(conn, call) else {
             return refuse(
                 jsonrpc::METHOD_NOT_FOUND,
@@ -152,6 +166,57 @@ impl Relay {
             Err(e) => conn.respond(&entry.upstream_id, Err(&e)),
         }
     }
+}
+
+/// Whether a backend's server→client request can be put to the 2026-07-28 host of
+/// `call`: only a kind this host request declared (URL elicitation needs
+/// `elicitation.url`, tool-enabled sampling `sampling.tools`), and only during a
+/// call that may answer `input_required` (`tools/call`, `resources/read`,
+/// `prompts/get`; MCP 2026-07-28 basic/patterns/mrtr).
+fn bridgeable(
+    call: &HostCall,
+    method: &Method,
+    params: Option<&Value>,
+) -> Result<(), &'static str> {
+    if !call.may_ask() {
+        return Err("the client's request cannot be answered input_required");
+    }
+    let caps = call.host.client_capabilities();
+    let declared = |path: &str| caps.pointer(path).is_some_and(|v| !v.is_null());
+    let ok = match method {
+        Method::ElicitationCreate => {
+            let mode = params.and_then(|p| p.get("mode")).and_then(Value::as_str);
+            match mode {
+                Some("url") => declared("/elicitation/url"),
+                _ => {
+                    declared("/elicitation/form")
+                        || caps
+                            .get("elicitation")
+                            .is_some_and(|e| e.as_object().is_some_and(|o| o.is_empty()))
+                }
+            }
+        }
+        Method::SamplingCreateMessage => {
+            let tools = params.is_some_and(|p| p.get("tools").is_some());
+            declared("/sampling") && (!tools || declared("/sampling/tools"))
+        }
+        Method::RootsList => declared("/roots"),
+        _ => false,
+    };
+    if ok {
+        Ok(())
+    } else {
+        Err("Client does not support this request (not declared in this request's capabilities)")
+    }
+}
+
+/// A URL-mode elicitation without its `elicitationId`: 2026-07-28 has none (the
+/// host learns the outcome by retrying).
+fn without_elicitation_id(mut params: Option<Value>) -> Option<Value> {
+    if let Some(p) = params.as_mut().and_then(Value::as_object_mut) {
+        p.remove("elicitationId");
+    }
+    params
 }
 
 /// URL-mode elicitation needs `elicitation.url`; form mode needs `form` or the

@@ -120,6 +120,57 @@ impl Subscriptions {
         self.remove(backend.index, uri, session.id())
     }
 
+    /// Subscribes listen stream `listener` (an id that is no session's) to `uri` of
+    /// backend `backend` on its shared (or catalogue) connection, which is asked
+    /// `resources/subscribe` when it is the URI's first subscriber there.
+    pub fn subscribe_listener(
+        &self,
+        catalog: &Catalog,
+        backend: usize,
+        uri: &str,
+        listener: &Arc<str>,
+    ) {
+        if !self.add(backend, uri, listener) {
+            return;
+        }
+        let Some(conn) = catalog.backend(backend).shared().current() else {
+            return;
+        };
+        let params = json!({ "uri": uri });
+        tokio::spawn(async move {
+            let timeout = conn.timeout();
+            if let Err(e) = conn
+                .request(&Method::ResourcesSubscribe, Some(params), None, timeout)
+                .await
+            {
+                tracing::warn!(backend = %conn.backend, cause = %e, "resources/subscribe for a listen stream failed");
+            }
+        });
+    }
+
+    /// Ends a listen stream's subscription to `uri` of backend `backend`,
+    /// unsubscribing the shared connection with its last subscriber.
+    pub fn unsubscribe_listener(
+        &self,
+        catalog: &Catalog,
+        backend: usize,
+        uri: &str,
+        listener: &str,
+    ) {
+        if !self.remove(backend, uri, listener) {
+            return;
+        }
+        if let Some(conn) = catalog.backend(backend).shared().current() {
+            let params = json!({ "uri": uri });
+            tokio::spawn(async move {
+                let timeout = conn.timeout();
+                let _ = conn
+                    .request(&Method::ResourcesUnsubscribe, Some(params), None, timeout)
+                    .await;
+            });
+        }
+    }
+
     /// Forgets a session's subscriptions, unsubscribing shared backends from URIs
     /// nobody else watches.
     pub fn drop_session(&self, catalog: &Catalog, session: &Session) {

@@ -9,11 +9,28 @@ use std::sync::{Arc, Mutex, Weak};
 
 use bytes::Bytes;
 use serde_json::Value;
-use tokio::sync::mpsc;
+use tokio::sync::{Notify, mpsc};
 
-use super::Session;
+use super::Host;
 use crate::backend::{Caller, Connection};
 use crate::jsonrpc::Id;
+use crate::mcp::Method;
+
+/// A server→client request a backend sent during a 2026-07-28 host's call. Such a
+/// host never receives a JSON-RPC request: the gateway answers it
+/// `input_required` instead and the backend request waits for its retry (MCP
+/// 2026-07-28 basic/patterns/mrtr; the bridge is `dispatch/bridge.rs`).
+#[derive(Debug)]
+pub struct Ask {
+    /// `sampling/createMessage`, `elicitation/create` or `roots/list`.
+    pub method: Method,
+    /// Its params, as the host will see them.
+    pub params: Option<Value>,
+    /// The backend connection that asked.
+    pub conn: Weak<Connection>,
+    /// The backend's id for the request.
+    pub upstream_id: Id,
+}
 
 /// A message for a host: one serialized JSON-RPC message.
 #[derive(Debug, Clone)]
@@ -27,32 +44,41 @@ pub enum Outbound {
 
 /// One host request being served by a backend.
 pub struct HostCall {
-    /// The session.
-    pub session: Arc<Session>,
+    /// Who asked: a legacy session or a modern request.
+    pub host: Host,
     /// The host's id for the request.
     pub id: Id,
     /// The host's progress token, if it asked for progress.
     pub progress_token: Option<Value>,
-    sink: mpsc::Sender<Outbound>,
+    /// Where related messages and the response go: one HTTP response stream per
+    /// round of a 2026-07-28 call answered `input_required` and retried.
+    sink: Mutex<mpsc::Sender<Outbound>>,
     upstream: Mutex<Option<(Weak<Connection>, u64)>>,
+    asks: Mutex<Vec<Ask>>,
+    asked: Notify,
     last_progress: Mutex<Option<f64>>,
+    /// Set for the calls that may answer `input_required`.
+    may_ask: AtomicBool,
     cancelled: AtomicBool,
 }
 
 impl HostCall {
     /// A call whose messages go to `sink`.
     pub fn new(
-        session: Arc<Session>,
+        host: Host,
         id: Id,
         progress_token: Option<Value>,
         sink: mpsc::Sender<Outbound>,
     ) -> Self {
         HostCall {
-            session,
+            host,
             id,
             progress_token,
-            sink,
+            sink: Mutex::new(sink),
             upstream: Mutex::new(None),
+            asks: Mutex::new(Vec::new()),
+            asked: Notify::new(),
+            may_ask: AtomicBool::new(false),
             last_progress: Mutex::new(None),
             cancelled: AtomicBool::new(false),
         }
@@ -94,17 +120,86 @@ impl HostCall {
     /// Sends a related message to the host (dropped, and counted, if the host is
     /// not reading).
     pub fn send_related(&self, msg: Bytes) -> bool {
-        let sent = self.sink.try_send(Outbound::Message(msg));
+        let Some(sink) = self.sink() else {
+            return false;
+        };
+        let sent = sink.try_send(Outbound::Message(msg));
         if matches!(sent, Err(mpsc::error::TrySendError::Full(_))) {
             tracing::debug!("host call queue full; related message dropped");
-            self.session.events().count_drop();
+            if let Some(session) = self.host.session() {
+                session.events().count_drop();
+            }
         }
         sent.is_ok()
     }
 
-    /// Sends the response; returns false if the host no longer listens.
+    /// Resolves when nothing reads this call's messages any more: for a modern
+    /// host, its response stream closed, which cancels the call (MCP 2026-07-28
+    /// basic/patterns/cancellation). A legacy call's messages are read into the
+    /// session's event log, which outlives a disconnect.
+    pub async fn host_gone(&self) {
+        if let Some(sink) = self.sink() {
+            sink.closed().await;
+        }
+    }
+
+    /// Sends the response (of this round); returns false if the host no longer
+    /// listens.
     pub async fn finish(&self, msg: Bytes) -> bool {
-        self.sink.send(Outbound::Final(msg)).await.is_ok()
+        let Some(sink) = self.sink() else {
+            return false;
+        };
+        sink.send(Outbound::Final(msg)).await.is_ok()
+    }
+
+    /// The sink of the current round.
+    fn sink(&self) -> Option<mpsc::Sender<Outbound>> {
+        self.sink.lock().ok().map(|s| s.clone())
+    }
+
+    /// A new round of the call (a retry with `inputResponses`): its messages go
+    /// to `sink` from now on.
+    pub fn rebind(&self, sink: mpsc::Sender<Outbound>) {
+        if let Ok(mut s) = self.sink.lock() {
+            *s = sink;
+        }
+    }
+
+    /// Lets backend requests be put to the host as `input_required` (a
+    /// 2026-07-28 `tools/call`, `resources/read` or `prompts/get`).
+    pub fn allow_asks(&self) {
+        self.may_ask.store(true, Ordering::Release);
+    }
+
+    /// Whether [`HostCall::allow_asks`] was called.
+    pub fn may_ask(&self) -> bool {
+        self.may_ask.load(Ordering::Acquire)
+    }
+
+    /// Queues a backend's server→client request for the host's next
+    /// `input_required` answer and wakes the call's forward task.
+    pub fn ask(&self, ask: Ask) {
+        if let Ok(mut a) = self.asks.lock() {
+            a.push(ask);
+        }
+        self.asked.notify_one();
+    }
+
+    /// Resolves when a backend request was queued with [`HostCall::ask`] (at once
+    /// if one is queued already).
+    pub async fn asked(&self) {
+        if self.asks.lock().is_ok_and(|a| !a.is_empty()) {
+            return;
+        }
+        self.asked.notified().await;
+    }
+
+    /// Takes the queued backend requests.
+    pub fn take_asks(&self) -> Vec<Ask> {
+        self.asks
+            .lock()
+            .map(|mut a| std::mem::take(&mut *a))
+            .unwrap_or_default()
     }
 }
 

@@ -11,7 +11,7 @@
 //! across an `.await`.
 
 mod call;
-mod events;
+mod host;
 mod record;
 mod store;
 mod token;
@@ -25,8 +25,8 @@ use serde_json::Value;
 use tokio::time::Instant;
 use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
 
-pub use call::{HostCall, Outbound};
-pub use events::{Attached, EventLog, Frame, ResumeError};
+pub use call::{Ask, HostCall, Outbound};
+pub use host::{Host, ModernHost};
 pub use record::{SessionRecord, TaskRoute, UpstreamSession};
 pub use store::{MemoryStore, SessionStore};
 pub use token::{Identity, SessionToken};
@@ -36,6 +36,7 @@ use crate::auth::{Principal, PrincipalId};
 use crate::backend::{Connection, Slot};
 use crate::jsonrpc::Id;
 use crate::mcp::{LogLevel, ProtocolVersion};
+use crate::streamable_http::EventLog;
 
 /// A short, non-reversible form of a session id for logs (ids are bearer secrets).
 pub fn log_id(id: &str) -> String {

@@ -216,6 +216,8 @@ fn version_byte(v: ProtocolVersion) -> u8 {
         ProtocolVersion::V2025_03_26 => 2,
         ProtocolVersion::V2025_06_18 => 3,
         ProtocolVersion::V2025_11_25 => 4,
+        // Sessionless on the wire; listed so that every revision has a byte.
+        ProtocolVersion::V2026_07_28 => 5,
     }
 }
 
@@ -225,6 +227,7 @@ fn version_of(b: u8) -> Option<ProtocolVersion> {
         2 => ProtocolVersion::V2025_03_26,
         3 => ProtocolVersion::V2025_06_18,
         4 => ProtocolVersion::V2025_11_25,
+        5 => ProtocolVersion::V2026_07_28,
         _ => return None,
     })
 }

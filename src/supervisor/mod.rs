@@ -40,6 +40,9 @@ pub struct Supervisor {
     /// Backends whose first connection attempt `loaded` waits for.
     expected: AtomicUsize,
     stopping: AtomicBool,
+    /// Per-session backends' connections for stateless requests, by (backend,
+    /// caller and declared capabilities); see `sessions.rs`.
+    pool: std::sync::Mutex<std::collections::HashMap<(usize, String), Arc<crate::backend::Slot>>>,
 }
 
 impl Supervisor {
@@ -60,6 +63,7 @@ impl Supervisor {
             loaded: watch::channel(0).0,
             expected: AtomicUsize::new(0),
             stopping: AtomicBool::new(false),
+            pool: Default::default(),
         })
     }
 
@@ -84,6 +88,9 @@ impl Supervisor {
     /// Waits until every backend's first connection attempt finished, at most
     /// `limit`. Hosts that initialize right after start see complete lists.
     pub async fn wait_loaded(&self, limit: Duration) {
+        if self.is_loaded() {
+            return;
+        }
         let want = self.expected.load(Ordering::Acquire);
         let mut rx = self.loaded.subscribe();
         let _ = tokio::time::timeout(limit, rx.wait_for(|n| *n >= want)).await;
@@ -222,8 +229,10 @@ impl Supervisor {
         }
     }
 
-    /// Tells every session that the `changed` lists changed.
+    /// Tells every session, and every listen stream that asked, that the
+    /// `changed` lists changed.
     fn announce_changes(&self, changed: &[Changed]) {
+        self.relay.listens().announce(changed);
         for session in self.sessions.all() {
             for c in changed {
                 session
@@ -285,6 +294,7 @@ impl Supervisor {
     /// Stops everything: ends every session and closes the shared connections.
     pub async fn shutdown(&self) {
         self.begin_shutdown();
+        self.relay.listens().end_all();
         for s in self.sessions.all() {
             self.end_session(&s).await;
         }
@@ -292,6 +302,14 @@ impl Supervisor {
             if let Some(conn) = b.shared().take() {
                 conn.close().await;
             }
+        }
+        let pooled: Vec<_> = self
+            .pool
+            .lock()
+            .map(|mut p| p.drain().filter_map(|(_, s)| s.take()).collect())
+            .unwrap_or_default();
+        for conn in pooled {
+            conn.close().await;
         }
     }
 }

@@ -1,27 +1,29 @@
-//! Host sessions' backend state over time: the connection that serves a session
-//! on a backend (opened on first use for per-session backends), the end of a
-//! session, and idle expiry.
+//! Hosts' backend state over time: the connection that serves a host on a backend
+//! (a session's own, opened on first use, for per-session backends; a pooled one
+//! for stateless 2026-07-28 requests), the end of a session, and idle expiry.
 
 use std::sync::Arc;
 
 use serde_json::{Value, json};
 
 use super::Supervisor;
+use crate::backend::Slot;
 use crate::backend::{BackendError, Connection, Owner};
 use crate::config::ConnectionMode;
-use crate::session::{Session, UpstreamSession};
+use crate::session::{Host, ModernHost, Session, UpstreamSession};
 
 impl Supervisor {
-    /// The connection that serves `session` on backend `idx`: the shared one, or
-    /// the session's own (created on first use, declaring only the client
-    /// capabilities the host declared).
+    /// The connection that serves `host` on backend `idx`: the shared one; for a
+    /// per-session backend, a legacy session's own (created on first use,
+    /// declaring only the client capabilities the host declared) or, for a
+    /// stateless request, a pooled one ([`Supervisor::pooled_connection`]).
     ///
     /// Errors: the backend was removed, is over `max_connections` (busy), or cannot
     /// be reached; the session ended while connecting.
     pub async fn connection_for(
         &self,
         idx: usize,
-        session: &Arc<Session>,
+        host: &Host,
     ) -> Result<Arc<Connection>, BackendError> {
         let b = self.catalog.backend(idx);
         if b.is_removed() {
@@ -37,6 +39,10 @@ impl Supervisor {
                 .get(&b.spec, Owner::Shared, handler, json!({}))
                 .await;
         }
+        let session = match host {
+            Host::Legacy(session) => session,
+            Host::Modern(m) => return self.pooled_connection(idx, m).await,
+        };
         let slot = session
             .slot(idx)
             .ok_or_else(|| BackendError::closed(&b.spec.name, "session state poisoned"))?;
@@ -56,6 +62,49 @@ impl Supervisor {
             .upstream_session()
             .map(|(id, version)| UpstreamSession { id, version });
         session.set_upstream_session(&b.spec.name, upstream);
+        Ok(conn)
+    }
+
+    /// A per-session backend's connection for a stateless request: backend sessions
+    /// are pooled by (backend, caller, the client capabilities the request
+    /// declared among roots, sampling and elicitation), so a backend never sends a
+    /// request for a capability this host request did not declare, and one
+    /// principal's backend session is never another's (MCP 2026-07-28 bridging:
+    /// capabilities are per request on one side and per session on the other).
+    /// Pooled connections serve many requests at once: what a backend sends is
+    /// tied to a request only by the stream it arrives on.
+    async fn pooled_connection(
+        &self,
+        idx: usize,
+        host: &ModernHost,
+    ) -> Result<Arc<Connection>, BackendError> {
+        let b = self.catalog.backend(idx);
+        let caps = client_capabilities_for_backend(&host.capabilities);
+        let principal = host
+            .principal
+            .as_ref()
+            .map(|p| format!("{}\u{0}{}", p.issuer, p.subject))
+            .unwrap_or_default();
+        let key = (idx, format!("{principal}\u{0}{caps}"));
+        let slot = {
+            let Ok(mut pool) = self.pool.lock() else {
+                return Err(BackendError::closed(
+                    &b.spec.name,
+                    "connection pool poisoned",
+                ));
+            };
+            pool.entry(key)
+                .or_insert_with(|| Arc::new(Slot::default()))
+                .clone()
+        };
+        if let Some(conn) = slot.current() {
+            return Ok(conn);
+        }
+        b.check_connection_limit()?;
+        let conn = slot
+            .get(&b.spec, Owner::Shared, self.relay.handler(), caps)
+            .await?;
+        b.count_connection(&conn);
         Ok(conn)
     }
 
@@ -90,19 +139,24 @@ impl Supervisor {
             .sum()
     }
 
-    /// Closes per-session backend connections unused for longer than their
-    /// backend's `idle_timeout` (they reopen on the next call).
+    /// Closes per-session and pooled backend connections unused for longer than
+    /// their backend's `idle_timeout` (they reopen on the next call).
     async fn close_idle_connections(&self) {
         let mut idle = Vec::new();
-        for s in self.sessions.all() {
-            for (idx, slot) in s.slots() {
-                let limit = self.catalog.backend(idx).spec.config.idle_timeout;
-                if let Some(c) = slot.current()
-                    && c.in_flight() == 0
-                    && c.idle_for() > limit
-                {
-                    idle.push((slot.clone(), c));
-                }
+        let pooled: Vec<(usize, Arc<Slot>)> = self
+            .pool
+            .lock()
+            .map(|p| p.iter().map(|((i, _), s)| (*i, s.clone())).collect())
+            .unwrap_or_default();
+        let sessions = self.sessions.all();
+        let slots = sessions.iter().flat_map(|s| s.slots()).chain(pooled);
+        for (idx, slot) in slots {
+            let limit = self.catalog.backend(idx).spec.config.idle_timeout;
+            if let Some(c) = slot.current()
+                && c.in_flight() == 0
+                && c.idle_for() > limit
+            {
+                idle.push((slot.clone(), c));
             }
         }
         for (slot, conn) in idle {
@@ -111,6 +165,10 @@ impl Supervisor {
                 tracing::debug!(backend = %conn.backend, "closing an idle per-session connection");
                 conn.close().await;
             }
+        }
+        // Empty pool slots go, unless a request is connecting through one.
+        if let Ok(mut pool) = self.pool.lock() {
+            pool.retain(|_, slot| slot.current().is_some() || Arc::strong_count(slot) > 1);
         }
     }
 

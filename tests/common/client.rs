@@ -29,8 +29,13 @@ pub struct Raw {
 }
 
 impl Raw {
-    /// The body as JSON (panics when it is not).
+    /// The body as JSON, or the JSON-RPC response of an SSE body: a server may
+    /// answer a POST either way (MCP basic/transports; the gateway switches to SSE
+    /// when the answer takes longer than its JSON window). Panics when it is neither.
     pub fn json(&self) -> Value {
+        if let Some(response) = self.sse_response() {
+            return response;
+        }
         serde_json::from_slice(&self.body).unwrap_or_else(|e| {
             panic!(
                 "body is not JSON ({e}): {:?} (status {})",
@@ -38,6 +43,25 @@ impl Raw {
                 self.status
             )
         })
+    }
+
+    /// The last message without a `method` on an SSE body (`None` for other bodies).
+    fn sse_response(&self) -> Option<Value> {
+        let text = std::str::from_utf8(&self.body).ok()?;
+        if !text.starts_with("data:") && !text.starts_with(':') && !text.starts_with("id:") {
+            return None;
+        }
+        text.split("\n\n")
+            .filter_map(|event| {
+                let data: Vec<&str> = event
+                    .lines()
+                    .filter_map(|l| l.strip_prefix("data:"))
+                    .map(str::trim_start)
+                    .collect();
+                serde_json::from_str::<Value>(&data.join("\n")).ok()
+            })
+            .filter(|m| m.get("method").is_none())
+            .last()
     }
 
     /// A header as text.
@@ -351,11 +375,24 @@ impl McpClient {
 
     /// POSTs a message and returns the open answer, to read at the test's pace.
     pub async fn open(&self, msg: &Value) -> SseStream {
+        self.open_with(&[], msg).await
+    }
+
+    /// [`McpClient::open`] with `extra` headers added (dropping the stream closes
+    /// the connection).
+    pub async fn open_with(&self, extra: &[(&str, &str)], msg: &Value) -> SseStream {
+        let mut h = self.headers();
+        for (k, v) in extra {
+            h.insert(
+                HeaderName::from_bytes(k.as_bytes()).unwrap(),
+                HeaderValue::from_str(v).unwrap(),
+            );
+        }
         let resp = tokio::time::timeout(
             ANSWER_WITHIN,
             self.http
                 .post(&self.url)
-                .headers(self.headers())
+                .headers(h)
                 .body(msg.to_string())
                 .send(),
         )

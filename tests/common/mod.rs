@@ -32,8 +32,43 @@ pub use fake_http::{FakeHttp, FakeHttpOptions};
 #[allow(unused_imports)]
 pub use fake_sse::FakeSse;
 
-/// Path of the fake stdio backend binary.
-pub const FAKE_STDIO: &str = env!("CARGO_BIN_EXE_mcpgate-fake-stdio");
+/// Path of the fake stdio backend: the `mcpgate-fake-stdio` example
+/// (`tests/support/fake_stdio.rs`), `target/<profile>/examples/mcpgate-fake-stdio`.
+///
+/// Cargo defines `CARGO_BIN_EXE_*` for binaries only, so the path is found from the
+/// test binary's own (`target/<profile>/deps/<test>-<hash>`). `cargo test` builds the
+/// example; `cargo test --test NAME` does not. Panics if it is missing or older than
+/// its sources, naming the command that builds it.
+pub fn fake_stdio() -> &'static str {
+    static PATH: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    PATH.get_or_init(|| {
+        let exe = std::env::current_exe().expect("current_exe");
+        let path = exe
+            .parent()
+            .and_then(Path::parent)
+            .map(|profile| profile.join("examples/mcpgate-fake-stdio"))
+            .unwrap_or_else(|| panic!("{} is not under target/<profile>/deps", exe.display()));
+        let build =
+            "run `cargo build --example mcpgate-fake-stdio` (plain `cargo test` builds it too)";
+        let built = std::fs::metadata(&path)
+            .and_then(|m| m.modified())
+            .unwrap_or_else(|e| panic!("{}: {e}: {build}", path.display()));
+        for src in ["tests/support/fake_stdio.rs", "tests/support/tools.rs"] {
+            let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(src);
+            if std::fs::metadata(&src)
+                .and_then(|m| m.modified())
+                .is_ok_and(|m| m > built)
+            {
+                panic!(
+                    "{} is older than {}: {build}",
+                    path.display(),
+                    src.display()
+                );
+            }
+        }
+        path.to_str().expect("UTF-8 target path").to_owned()
+    })
+}
 
 /// A per-test temporary directory, removed on drop.
 pub struct TestDir(pub PathBuf);
@@ -82,7 +117,7 @@ pub struct TestGateway {
 pub fn parse_config(toml: &str, dir: &Path) -> Config {
     let dir = dir.to_string_lossy().into_owned();
     let env = move |name: &str| match name {
-        "FAKE_STDIO" => Some(FAKE_STDIO.to_owned()),
+        "FAKE_STDIO" => Some(fake_stdio().to_owned()),
         "TEST_DIR" => Some(dir.clone()),
         _ => None,
     };

@@ -10,7 +10,7 @@ use nix::unistd::Pid;
 use serde_json::Value;
 use tokio::time::Instant;
 
-use super::{FAKE_STDIO, TestDir};
+use super::{TestDir, fake_stdio};
 
 /// One `mcpgate serve` process; killed (SIGKILL) when dropped.
 pub struct Served {
@@ -47,7 +47,7 @@ impl Served {
         let mut cmd = Command::new(bin);
         cmd.args(["serve", "--config"])
             .arg(&toml)
-            .env("FAKE_STDIO", FAKE_STDIO)
+            .env("FAKE_STDIO", fake_stdio())
             .env("TEST_DIR", &dir.0)
             .env("MCPGATE_LOG_FORMAT", "json")
             .env("RUST_LOG", "info")

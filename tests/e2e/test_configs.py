@@ -34,7 +34,7 @@ def test_check_config_accepts(mcpgate_bin: Path, config: Path) -> None:
 
 
 def test_check_config_finds_the_file_as_serve_does(mcpgate_bin: Path, tmp_path: Path) -> None:
-    """Newcomer trial: outside the repository `check-config` checks the embedded
+    """Outside the repository `check-config` checks the embedded
     default (as `serve` serves it), and it honours MCPGATE_CONFIG."""
     run = lambda env: subprocess.run(  # noqa: E731
         [str(mcpgate_bin), "check-config"],

@@ -1,35 +1,44 @@
-"""The era matrix, legacy half (issue 13; shared/design/dual-era.md R0 and §J.1).
+"""The era matrix: which revision each real SDK client reaches in each of its modes.
 
 Real official SDK clients, each in each of its version-negotiation modes, against a real
-gateway serving the built-in demo backend: every mode that can work today must connect, list
-tools, call a tool, read a resource and get a prompt. The modes that need the 2026-07-28
-("modern") face are expected to fail cleanly (the client reports an error, no hang):
-`xfail(strict=True)` turns them into a reminder the day the modern face lands.
+gateway serving the built-in demo backend, once per server face (`[server] modern`):
 
-| client | modes that pass now | xfail until the modern face |
-|---|---|---|
-| TypeScript SDK `@modelcontextprotocol/client` (tests/e2e/clients/ts-client.mjs) | legacy, auto | pin 2026-07-28 |
-| Python `mcp` (in process) | auto (the default), legacy | pinned 2026-07-28 |
-| rmcp (tests/clients/rmcp-client, built once here) | initialize, Auto | Discover |
-| Go SDK (no Go toolchain here: its probe sequence replayed over raw HTTP) | probe + fallback | |
-| MCP Inspector CLI `--protocol-era` | legacy, auto | modern |
+- the default, `bridge`: the 2026-07-28 ("modern", stateless) face is served next to the
+  session-based revisions. Every probing (`auto`) and pinned mode must connect at 2026-07-28,
+  every legacy mode at 2025-11-25, and each must list tools, call a tool, read a resource and
+  get a prompt.
+- `off`: a modern probe is refused with the fallback answer (400, a non-modern -32000 with the
+  probe's id). Probing modes fall back to `initialize` at 2025-11-25 and do the five
+  operations; pinned modes fail cleanly (the client reports an error, no hang, no fallback).
 
-Every probing mode is also checked on the gateway's side: exactly one `modern_probe`
-rejection per connect (the probe was sent, refused with the R0 answer, and not retried),
-none for the legacy modes. How each SDK probes and falls back: tests/e2e/clients/README.md.
+| client | legacy modes | probing modes | pinned modes |
+|---|---|---|---|
+| TypeScript SDK `@modelcontextprotocol/client` (tests/e2e/clients/ts-client.mjs) | legacy | auto | pin 2026-07-28 |
+| Python `mcp` (in process) | legacy | default (= auto), auto | 2026-07-28 |
+| rmcp (tests/clients/rmcp-client, built once here) | initialize | Auto | Discover |
+| Go SDK (no Go toolchain here: its sequence replayed over raw HTTP) | | its one probing mode | |
+| MCP Inspector CLI `--protocol-era` (one connect per operation) | legacy | auto | modern |
+
+What happened is also checked on the gateway's side, from its metrics and its access log:
+on the modern path no `modern_probe` refusal, no `initialize`, no session, the expected number
+of `server/discover` served, and every operation logged without a session; on the legacy path
+one `initialize` per connect, every operation on a session, and exactly one refused probe per
+probing connect with the face off (the probe was sent, refused, and not retried). How each SDK
+probes and falls back: tests/e2e/clients/README.md.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 import time
 import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
@@ -51,11 +60,17 @@ TOOL = "demo__echo"
 ARGS = {"text": "era matrix"}
 URI = "demo+demo://readme"
 PROMPT = "demo__test_simple_prompt"
+# The operations as the access log names them (method, name): tools/list is served from the
+# catalogue (no name), the other three are routed to the demo backend.
+OPERATIONS = [("tools/list", "-"), ("tools/call", TOOL), ("resources/read", URI), ("prompts/get", PROMPT)]
 
-LEGACY = "2025-11-25"  # what the gateway negotiates with every probing client that falls back
+LEGACY = "2025-11-25"  # what the gateway negotiates with every client that initializes
 MODERN = "2026-07-28"
-SERVED = ["2025-11-25", "2025-06-18", "2025-03-26"]
+SERVED = ["2025-11-25", "2025-06-18", "2025-03-26"]  # the legacy revisions, named in the fallback answer
 CLIENT_TIMEOUT = 45.0  # seconds for one client process (each also bounds itself at 30 s)
+
+# How a client mode negotiates: never probes / probes and falls back / modern only.
+LEGACY_MODE, PROBING, PINNED = "legacy", "probing", "pinned"
 
 
 # Loopback only: never through an HTTP proxy from the environment.
@@ -66,60 +81,167 @@ class ClientFailed(AssertionError):
     """The client ran to its end and reported a failure (a clean failure, not a hang or a crash)."""
 
 
-NOT_SERVED_YET = pytest.mark.xfail(
-    strict=True, raises=ClientFailed, reason="modern face not served yet (issue 13)"
-)
-
-
 # --------------------------------------------------------------------------- the gateway
+
+ACCESS_LINE = re.compile(r"mcpgate::access: request (.*)$")
+ACCESS_FIELD = re.compile(r'(\w+)="([^"]*)"')
+
+
+@dataclass
+class Seen:
+    """What the gateway did while one client ran (deltas of its metrics, its access log lines)."""
+
+    refused_probes: float  # mcpgate_rejections_total{reason="modern_probe"}
+    requests: dict[str, float]  # mcpgate_requests_total by method, any outcome but refused
+    sessions_active: float  # mcpgate_sessions_active at the end
+    access: list[dict[str, str]] = field(default_factory=list)  # mcpgate::access entries
+
+    def entries(self, method: str, name: str) -> list[dict[str, str]]:
+        return [e for e in self.access if e.get("method") == method and e.get("name") == name]
 
 
 @dataclass
 class Target:
-    """A gateway on the demo backend, with its own metrics port."""
+    """A gateway on the demo backend, with its own metrics port, serving face `modern`."""
 
     gateway: Gateway
     metrics_port: int
+    modern: str  # "bridge" (the default) or "off"
 
     @property
     def url(self) -> str:
         return self.gateway.url
 
-    def refused_probes(self) -> float:
-        """`mcpgate_rejections_total{reason="modern_probe"}`."""
+    def _metrics(self) -> tuple[float, dict[str, float], float]:
         with LOOPBACK.open(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5) as r:
             text = r.read().decode()
-        return sum(
-            s.value
-            for family in text_string_to_metric_families(text)
-            for s in family.samples
-            if s.name == "mcpgate_rejections_total" and s.labels.get("reason") == "modern_probe"
-        )
+        refused, requests, sessions = 0.0, {}, 0.0
+        for family in text_string_to_metric_families(text):
+            for s in family.samples:
+                if s.name == "mcpgate_rejections_total" and s.labels.get("reason") == "modern_probe":
+                    refused += s.value
+                elif s.name == "mcpgate_requests_total":
+                    method = s.labels["method"]
+                    requests[method] = requests.get(method, 0.0) + s.value
+                elif s.name == "mcpgate_sessions_active":
+                    sessions = s.value
+        return refused, requests, sessions
+
+    def _log_size(self) -> int:
+        return self.gateway.process.log_path.stat().st_size
+
+    def snapshot(self) -> tuple[float, dict[str, float], int]:
+        refused, requests, _ = self._metrics()
+        return refused, requests, self._log_size()
+
+    def since(self, snap: tuple[float, dict[str, float], int]) -> Seen:
+        """What happened after `snap`, once the gateway has finished recording it.
+
+        A request is recorded when its context drops, which for a streamed answer can be a
+        moment after the client has its answer: wait until two reads 0.2 s apart agree.
+        """
+        refused0, requests0, offset = snap
+        deadline = time.monotonic() + 3
+        last = None
+        while True:
+            now = (*self._metrics(), self._log_size())
+            if now == last or time.monotonic() > deadline:
+                break
+            last = now
+            time.sleep(0.2)
+        refused, requests, sessions, _ = now
+        with open(self.gateway.process.log_path, "rb") as f:
+            f.seek(offset)
+            text = f.read().decode("utf-8", "replace")
+        access = [dict(ACCESS_FIELD.findall(m.group(1))) for m in map(ACCESS_LINE.search, text.splitlines()) if m]
+        delta = {k: v - requests0.get(k, 0.0) for k, v in requests.items() if v != requests0.get(k, 0.0)}
+        return Seen(refused - refused0, delta, sessions, access)
 
 
-@pytest.fixture
-def target(start_gateway: StartGateway) -> Target:
-    """config/mcpgate.toml's demo backend; metrics on a free port (the default 9464 may be taken)."""
+@pytest.fixture(params=["bridge", "off"])
+def target(request: pytest.FixtureRequest, start_gateway: StartGateway) -> Target:
+    """config/mcpgate.toml's demo backend; metrics on a free port (the default 9464 may be taken).
+
+    `bridge` leaves `[server] modern` out: the face under test is the shipped default.
+    """
     metrics_port = support.free_port()
+    server: dict[str, Any] = {"metrics_listen": f"127.0.0.1:{metrics_port}"}
+    if request.param != "bridge":
+        server["modern"] = request.param
     demo = {"type": "stdio", "command": "${MCPGATE_EXE}", "args": ["demo-server"], "mode": "per_session"}
-    gw = start_gateway(support.gateway_toml({"demo": demo}, {"metrics_listen": f"127.0.0.1:{metrics_port}"}))
+    gw = start_gateway(support.gateway_toml({"demo": demo}, server))
     # The MCP port is bound before the metrics one: wait for that too.
     deadline = time.monotonic() + 10
     while True:
         try:
             with socket.create_connection(("127.0.0.1", metrics_port), timeout=0.5):
-                return Target(gw, metrics_port)
+                return Target(gw, metrics_port, request.param)
         except OSError:
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.05)
 
 
-def probes_during(target: Target, run: Callable[[], Any]) -> tuple[Any, float]:
-    """Runs `run` and returns its result and how many modern probes the gateway refused meanwhile."""
-    before = target.refused_probes()
-    result = run()
-    return result, target.refused_probes() - before
+def served_era(target: Target, kind: str) -> str | None:
+    """The revision a client of `kind` reaches on this face (None: it must fail cleanly)."""
+    if kind == LEGACY_MODE:
+        return LEGACY
+    if target.modern == "off":
+        return LEGACY if kind == PROBING else None
+    return MODERN
+
+
+def assert_modern_path(seen: Seen, discovers: int) -> None:
+    """Served on the 2026-07-28 face: nothing refused, no handshake, no session; `discovers`
+    `server/discover` answered; every operation reached the gateway without a session."""
+    assert seen.refused_probes == 0, seen
+    assert seen.requests.get("initialize", 0) == 0, seen.requests
+    assert seen.requests.get("server/discover", 0) == discovers, seen.requests
+    assert seen.sessions_active == 0, seen
+    for method, name in OPERATIONS:
+        entries = seen.entries(method, name)
+        assert entries, f"no access log entry for {method} {name}: {seen.access}"
+        assert all(e["session"] == "-" and e["outcome"] == "ok" for e in entries), entries
+
+
+def assert_legacy_path(seen: Seen, connects: int, refused: int) -> None:
+    """Served on a session: `connects` handshakes, `refused` modern probes refused (and not
+    retried), no `server/discover` answered; every operation on a session."""
+    assert seen.refused_probes == refused, seen
+    assert seen.requests.get("initialize", 0) == connects, seen.requests
+    assert seen.requests.get("server/discover", 0) == 0, seen.requests
+    for method, name in OPERATIONS:
+        entries = seen.entries(method, name)
+        assert entries, f"no access log entry for {method} {name}: {seen.access}"
+        assert all(e["session"] != "-" and e["outcome"] == "ok" for e in entries), entries
+
+
+def run_mode(target: Target, kind: str, run: Callable[[], dict[str, Any]], *, connects: int = 1,
+             discovers: int = 1) -> dict[str, Any] | None:
+    """Runs one client mode and checks it end to end on both sides.
+
+    `connects`: how many times the run connects (the Inspector connects once per operation);
+    `discovers`: how many `server/discover` each connect sends on the modern face (a pinned
+    Python client sends none). Returns the client's summary, or None for a clean failure.
+    """
+    era = served_era(target, kind)
+    snap = target.snapshot()
+    if era is None:
+        with pytest.raises(ClientFailed):
+            run()
+        seen = target.since(snap)
+        # Each connect's first modern request was refused once; nothing else was tried.
+        assert seen.refused_probes == connects, seen
+        assert seen.requests == {}, seen.requests
+        return None
+    summary = run()
+    seen = target.since(snap)
+    check_five(summary, era)
+    if era == MODERN:
+        assert_modern_path(seen, discovers * connects)
+    else:
+        assert_legacy_path(seen, connects, refused=connects if kind == PROBING else 0)
+    return summary
 
 
 # --------------------------------------------------------------------------- what every mode must do
@@ -167,19 +289,12 @@ def ts_client(target: Target, mode: str) -> dict[str, Any]:
     return run_client([node, str(TS_CLIENT), target.url, mode, *five_args()])
 
 
-@pytest.mark.parametrize("mode, probes", [("legacy", 0), ("auto", 1)])
-def test_typescript_sdk(target: Target, mode: str, probes: int) -> None:
-    summary, seen = probes_during(target, lambda: ts_client(target, mode))
-    check_five(summary, LEGACY)
-    assert summary["era"] == "legacy", summary
-    assert seen == probes, f"{seen} modern probes refused during a {mode} connect"
-
-
-@NOT_SERVED_YET
-def test_typescript_sdk_pinned_modern(target: Target) -> None:
-    summary = ts_client(target, f"pin:{MODERN}")
-    check_five(summary, MODERN)
-    assert summary["era"] == "modern", summary
+@pytest.mark.parametrize("mode, kind", [("legacy", LEGACY_MODE), ("auto", PROBING), (f"pin:{MODERN}", PINNED)])
+def test_typescript_sdk(target: Target, mode: str, kind: str) -> None:
+    summary = run_mode(target, kind, lambda: ts_client(target, mode))
+    if summary is not None:
+        assert summary["era"] == ("modern" if summary["protocolVersion"] == MODERN else "legacy"), summary
+        assert summary["server"] == "mcpgate", summary
 
 
 # --------------------------------------------------------------------------- Python SDK
@@ -216,16 +331,11 @@ def py_client(target: Target, mode: str | None) -> dict[str, Any]:
         raise ClientFailed(f"mcp.Client(mode={mode!r}): {group.exceptions}") from group
 
 
-@pytest.mark.parametrize("mode, probes", [(None, 1), ("auto", 1), ("legacy", 0)])
-def test_python_sdk(target: Target, mode: str | None, probes: int) -> None:
-    summary, seen = probes_during(target, lambda: py_client(target, mode))
-    check_five(summary, LEGACY)
-    assert seen == probes, f"{seen} modern probes refused during a mode={mode!r} connect"
-
-
-@NOT_SERVED_YET
-def test_python_sdk_pinned_modern(target: Target) -> None:
-    check_five(py_client(target, MODERN), MODERN)
+# The pinned mode sends no probe: it synthesizes a DiscoverResult, its first request is tools/list.
+@pytest.mark.parametrize("mode, kind, discovers", [
+    (None, PROBING, 1), ("auto", PROBING, 1), ("legacy", LEGACY_MODE, 0), (MODERN, PINNED, 0)])
+def test_python_sdk(target: Target, mode: str | None, kind: str, discovers: int) -> None:
+    run_mode(target, kind, lambda: py_client(target, mode), discovers=discovers)
 
 
 # --------------------------------------------------------------------------- rmcp
@@ -252,18 +362,11 @@ def rmcp(binary: Path, target: Target, mode: str) -> dict[str, Any]:
 
 # The first rmcp test also waits for the client's one-time build.
 @pytest.mark.timeout(1300)
-@pytest.mark.parametrize("mode, probes", [("initialize", 0), ("auto", 1)])
-def test_rmcp(rmcp_client: Path, target: Target, mode: str, probes: int) -> None:
-    summary, seen = probes_during(target, lambda: rmcp(rmcp_client, target, mode))
-    check_five(summary, LEGACY)
-    assert summary["server"] == "mcpgate", summary
-    assert seen == probes, f"{seen} modern probes refused during a {mode} connect"
-
-
-@pytest.mark.timeout(1300)
-@NOT_SERVED_YET
-def test_rmcp_discover(rmcp_client: Path, target: Target) -> None:
-    check_five(rmcp(rmcp_client, target, "discover"), MODERN)
+@pytest.mark.parametrize("mode, kind", [("initialize", LEGACY_MODE), ("auto", PROBING), ("discover", PINNED)])
+def test_rmcp(rmcp_client: Path, target: Target, mode: str, kind: str) -> None:
+    summary = run_mode(target, kind, lambda: rmcp(rmcp_client, target, mode))
+    if summary is not None:
+        assert summary["server"] == "mcpgate", summary
 
 
 # --------------------------------------------------------------------------- Go SDK, replayed
@@ -319,51 +422,91 @@ def go_sdk_wants_fallback(probe: Answer) -> bool:
     return True
 
 
-def test_go_sdk_probe_sequence_falls_back(target: Target) -> None:
-    url = target.url
-    base = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
-    caps = {"roots": {"listChanged": True}}  # the Go client's default capabilities
-    info = {"name": "go-sdk-replay", "version": "v1.7.0"}
-    before = target.refused_probes()
+GO_BASE = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
+GO_CAPS = {"roots": {"listChanged": True}}  # the Go client's default capabilities
+GO_INFO = {"name": "go-sdk-replay", "version": "v1.7.0"}
 
-    # 1. Connect: server/discover first, full envelope and the 2026 headers, no session.
-    probe = http("POST", url, {**base, "MCP-Protocol-Version": MODERN, "Mcp-Method": "server/discover"}, {
-        "jsonrpc": "2.0", "id": 1, "method": "server/discover",
-        "params": {"_meta": {"io.modelcontextprotocol/protocolVersion": MODERN,
-                             "io.modelcontextprotocol/clientInfo": info,
-                             "io.modelcontextprotocol/clientCapabilities": caps}}})
-    assert probe.status == 400, probe
-    refusal = probe.response(1)  # R0: the error carries the probe's id
-    assert refusal["error"]["code"] not in (-32020, -32021, -32022), refusal
-    assert all(v in refusal["error"]["message"] for v in [*SERVED, "initialize"]), refusal
-    assert "mcp-session-id" not in {k.lower() for k in probe.headers}, probe.headers
-    assert go_sdk_wants_fallback(probe), refusal
 
-    # 2. The fallback: initialize at 2025-11-25 (no version header before the handshake), initialized.
-    init = http("POST", url, base, {"jsonrpc": "2.0", "id": 2, "method": "initialize", "params": {
-        "protocolVersion": LEGACY, "capabilities": caps, "clientInfo": info}})
+def go_modern(url: str, id_: int, method: str, params: dict[str, Any]) -> dict[str, Any]:
+    """One 2026-07-28 request: the envelope in `_meta`, the standard headers mirroring the body."""
+    meta = {"io.modelcontextprotocol/protocolVersion": MODERN, "io.modelcontextprotocol/clientInfo": GO_INFO,
+            "io.modelcontextprotocol/clientCapabilities": GO_CAPS}
+    headers = {**GO_BASE, "MCP-Protocol-Version": MODERN, "Mcp-Method": method}
+    name = params.get("name", params.get("uri"))
+    if name is not None:
+        headers["Mcp-Name"] = name
+    answer = http("POST", url, headers, {"jsonrpc": "2.0", "id": id_, "method": method,
+                                         "params": {**params, "_meta": meta}})
+    assert "mcp-session-id" not in {k.lower() for k in answer.headers}, answer.headers
+    assert answer.status == 200, answer
+    msg = answer.response(id_)
+    assert "result" in msg, msg
+    assert msg["result"]["resultType"] == "complete", msg
+    return msg["result"]
+
+
+def go_legacy(url: str) -> dict[str, Any]:
+    """The fallback: initialize at 2025-11-25 (no version header before the handshake), the five
+    operations on the session, DELETE."""
+    init = http("POST", url, GO_BASE, {"jsonrpc": "2.0", "id": 2, "method": "initialize", "params": {
+        "protocolVersion": LEGACY, "capabilities": GO_CAPS, "clientInfo": GO_INFO}})
     assert init.status == 200, init
     assert init.response(2)["result"]["protocolVersion"] == LEGACY, init
     session = init.headers["mcp-session-id"]
     assert session, init.headers
-    h = {**base, "Mcp-Session-Id": session, "MCP-Protocol-Version": LEGACY}
+    h = {**GO_BASE, "Mcp-Session-Id": session, "MCP-Protocol-Version": LEGACY}
     assert http("POST", url, h, {"jsonrpc": "2.0", "method": "notifications/initialized"}).status == 202
 
-    # 3. The five operations on the session.
-    summary: dict[str, Any] = {"protocolVersion": LEGACY}
-    summary["tools"] = [t["name"] for t in http("POST", url, h, {
-        "jsonrpc": "2.0", "id": 3, "method": "tools/list"}).response(3)["result"]["tools"]]
-    summary["call"] = http("POST", url, h, {"jsonrpc": "2.0", "id": 4, "method": "tools/call",
-                                           "params": {"name": TOOL, "arguments": ARGS}}).response(4)["result"]
-    summary["read"] = http("POST", url, h, {"jsonrpc": "2.0", "id": 5, "method": "resources/read",
-                                           "params": {"uri": URI}}).response(5)["result"]
-    summary["prompt"] = http("POST", url, h, {"jsonrpc": "2.0", "id": 6, "method": "prompts/get",
-                                             "params": {"name": PROMPT}}).response(6)["result"]
-    check_five(summary, LEGACY)
-    assert target.refused_probes() - before == 1
+    def call(id_: int, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
+        body = {"jsonrpc": "2.0", "id": id_, "method": method, **({"params": params} if params else {})}
+        return http("POST", url, h, body).response(id_)["result"]
 
-    # 4. Close: DELETE ends the session.
+    summary: dict[str, Any] = {"protocolVersion": LEGACY}
+    summary["tools"] = [t["name"] for t in call(3, "tools/list")["tools"]]
+    summary["call"] = call(4, "tools/call", {"name": TOOL, "arguments": ARGS})
+    summary["read"] = call(5, "resources/read", {"uri": URI})
+    summary["prompt"] = call(6, "prompts/get", {"name": PROMPT})
     assert http("DELETE", url, {"Mcp-Session-Id": session, "MCP-Protocol-Version": LEGACY}).status == 200
+    return summary
+
+
+def go_sdk_replay(target: Target) -> dict[str, Any]:
+    """`Client.Connect` (always probes: server/discover with the full envelope, no session), then
+    the five operations in the era its verdict chose."""
+    url = target.url
+    probe = http("POST", url, {**GO_BASE, "MCP-Protocol-Version": MODERN, "Mcp-Method": "server/discover"}, {
+        "jsonrpc": "2.0", "id": 1, "method": "server/discover",
+        "params": {"_meta": {"io.modelcontextprotocol/protocolVersion": MODERN,
+                             "io.modelcontextprotocol/clientInfo": GO_INFO,
+                             "io.modelcontextprotocol/clientCapabilities": GO_CAPS}}})
+    assert "mcp-session-id" not in {k.lower() for k in probe.headers}, probe.headers
+    if target.modern == "off":
+        assert probe.status == 400, probe
+        refusal = probe.response(1)  # the error carries the probe's id
+        assert refusal["error"]["code"] not in (-32020, -32021, -32022), refusal
+        assert all(v in refusal["error"]["message"] for v in [*SERVED, "initialize"]), refusal
+        assert go_sdk_wants_fallback(probe), refusal
+        return go_legacy(url)
+    assert probe.status == 200, probe
+    discovered = probe.response(1)["result"]
+    assert discovered["supportedVersions"] == [MODERN, *SERVED], discovered
+    assert not go_sdk_wants_fallback(probe), discovered
+    summary: dict[str, Any] = {"protocolVersion": MODERN, "tools": []}
+    cursor, id_ = None, 2
+    while True:
+        page = go_modern(url, id_, "tools/list", {"cursor": cursor} if cursor else {})
+        summary["tools"] += [t["name"] for t in page["tools"]]
+        cursor, id_ = page.get("nextCursor"), id_ + 1
+        if not cursor:
+            break
+    summary["call"] = go_modern(url, id_, "tools/call", {"name": TOOL, "arguments": ARGS})
+    summary["read"] = go_modern(url, id_ + 1, "resources/read", {"uri": URI})
+    summary["prompt"] = go_modern(url, id_ + 2, "prompts/get", {"name": PROMPT})
+    return summary
+
+
+def test_go_sdk_probe_sequence(target: Target) -> None:
+    run_mode(target, PROBING, lambda: go_sdk_replay(target))
 
 
 # --------------------------------------------------------------------------- MCP Inspector CLI
@@ -382,28 +525,27 @@ def inspector(target: Target, era: str, *args: str) -> dict[str, Any]:
     return json.loads(proc.stdout[start:])
 
 
-def inspector_five(target: Target, era: str) -> dict[str, Any]:
-    """One Inspector run per operation, each connecting afresh; the four run side by side."""
-    runs = {
-        "tools": ["--method", "tools/list"],
-        "call": ["--method", "tools/call", "--tool-name", TOOL, "--tool-arg", f"text={ARGS['text']}"],
-        "read": ["--method", "resources/read", "--uri", URI],
-        "prompt": ["--method", "prompts/get", "--prompt-name", PROMPT],
-    }
-    with ThreadPoolExecutor(len(runs)) as pool:
-        futures = {key: pool.submit(inspector, target, era, *argv) for key, argv in runs.items()}
+INSPECTOR_RUNS = {
+    "tools": ["--method", "tools/list"],
+    "call": ["--method", "tools/call", "--tool-name", TOOL, "--tool-arg", f"text={ARGS['text']}"],
+    "read": ["--method", "resources/read", "--uri", URI],
+    "prompt": ["--method", "prompts/get", "--prompt-name", PROMPT],
+}
+
+
+def inspector_five(target: Target, era: str, expect: str) -> dict[str, Any]:
+    """One Inspector run per operation, each connecting afresh; the four run side by side.
+
+    The CLI prints only the operation's result, so the summary takes `expect` as the revision;
+    the gateway's side (run_mode) shows which one was served."""
+    with ThreadPoolExecutor(len(INSPECTOR_RUNS)) as pool:
+        futures = {key: pool.submit(inspector, target, era, *argv) for key, argv in INSPECTOR_RUNS.items()}
         summary = {key: f.result() for key, f in futures.items()}
     summary["tools"] = [t["name"] for t in summary["tools"]["tools"]]
-    return summary
+    return {"protocolVersion": expect, **summary}
 
 
-@pytest.mark.parametrize("era, probes", [("legacy", 0), ("auto", 4)])
-def test_inspector_cli(target: Target, era: str, probes: int) -> None:
-    summary, seen = probes_during(target, lambda: inspector_five(target, era))
-    check_five({"protocolVersion": LEGACY, **summary}, LEGACY)
-    assert seen == probes, f"{seen} modern probes refused during four --protocol-era {era} runs"
-
-
-@NOT_SERVED_YET
-def test_inspector_cli_modern(target: Target) -> None:
-    check_five({"protocolVersion": MODERN, **inspector_five(target, "modern")}, MODERN)
+@pytest.mark.parametrize("era, kind", [("legacy", LEGACY_MODE), ("auto", PROBING), ("modern", PINNED)])
+def test_inspector_cli(target: Target, era: str, kind: str) -> None:
+    expect = served_era(target, kind)
+    run_mode(target, kind, lambda: inspector_five(target, era, expect or MODERN), connects=len(INSPECTOR_RUNS))

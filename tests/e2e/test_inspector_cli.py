@@ -1,4 +1,4 @@
-"""Issue 2 acceptance 1, second client: the official MCP Inspector CLI (pinned in
+"""A second real client: the official MCP Inspector CLI (pinned in
 tests/package.json) against the gateway on its shipped default config lists the demo
 backend's tools under their namespaced names, calls one, reads a resource through a
 template and gets a prompt.

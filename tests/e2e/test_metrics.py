@@ -1,4 +1,4 @@
-"""Prometheus metrics (issue 5 item 1 and acceptance 1).
+"""Prometheus metrics: the documented series with exact counts, and bounded labels.
 
 The real `mcpgate serve` with the fake stdio backend runs a scripted workload over raw HTTP
 (so every request is counted exactly once); `/metrics` is parsed with prometheus-client's
@@ -26,9 +26,10 @@ ACCEPT = "application/json, text/event-stream"
 
 
 def fake_stdio() -> str:
-    path = support.mcpgate_bin().parent / "mcpgate-fake-stdio"
+    # A cargo example (tests/support/fake_stdio.rs), not a product binary.
+    path = support.mcpgate_bin().parent / "examples" / "mcpgate-fake-stdio"
     if not path.exists():
-        pytest.fail(f"{path} not found: build the gateway's test binaries (`cargo build`)")
+        pytest.fail(f"{path} not found: `cargo build --example mcpgate-fake-stdio`")
     return str(path)
 
 

@@ -1,4 +1,4 @@
-"""OAuth end to end (issue 4, acceptance 1 and 2): a real authorization server
+"""OAuth end to end: a real authorization server
 (`oidc-provider`, tests/oidc/provider.mjs) and the official Python SDK's OAuth client.
 
 The SDK client discovers everything from the gateway's 401 (Protected Resource Metadata →

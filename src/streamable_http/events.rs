@@ -5,17 +5,26 @@
 //! number; its events have ids `{stream}-{seq}`, unique within the session, and
 //! `seq` 0 is the priming event. Events are recorded in a bounded buffer (oldest
 //! evicted first) and forwarded to the HTTP response currently attached to their
-//! stream, if any. A host that lost the connection sends `GET` with
-//! `Last-Event-ID` and gets what came after on THAT stream only, then the rest live.
-//! A host that reads too slowly is disconnected (it can resume) instead of letting
-//! queues grow.
+//! stream, if any. A client (a host of the gateway) that lost the connection sends
+//! `GET` with `Last-Event-ID` and gets what came after on THAT stream only, then the
+//! rest live. A client that reads too slowly is disconnected (it can resume) instead
+//! of letting queues grow.
+//!
+//! [`Attached::into_sse`] writes what a response gets as SSE bytes. The framing is
+//! our own rather than `axum::response::sse` because the 2025-11-25 priming event
+//! (SEP-1699) is an event with an id and an *empty* data field, which axum's writer
+//! omits. Idle streams get `: keep-alive` comments so load balancers do not cut long
+//! tool calls.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
+use std::time::Duration;
 
-use bytes::Bytes;
+use bytes::{BufMut, Bytes, BytesMut};
+use futures_util::stream;
 use tokio::sync::mpsc;
+use tokio::time::{Instant, MissedTickBehavior, interval_at};
 
 /// Most events kept per session for resumption.
 const MAX_EVENTS: usize = 256;
@@ -23,6 +32,10 @@ const MAX_EVENTS: usize = 256;
 const MAX_BYTES: usize = 1024 * 1024;
 /// Frames queued toward one attached HTTP response before it is cut off.
 const LIVE_CAPACITY: usize = 256;
+/// Reconnection delay announced in the priming event (`retry`, ms).
+pub const RETRY_MS: u64 = 1000;
+/// The SSE comment written on an idle stream.
+pub const KEEP_ALIVE: &[u8] = b": keep-alive\n\n";
 
 /// A stream number never used before in this process, by any session: an event
 /// id of one session never names a stream of another (it is refused with 410,
@@ -56,6 +69,21 @@ impl Frame {
     #[cfg(test)]
     pub fn id(&self) -> String {
         format!("{}-{}", self.stream, self.seq)
+    }
+
+    /// The SSE event: `id: {stream}-{seq}`, the `retry` advice on a priming event
+    /// (seq 0, no data), then the data on one line (JSON-RPC messages are compact
+    /// JSON, without raw newlines).
+    pub fn encode(&self) -> Bytes {
+        let mut b = BytesMut::with_capacity(self.data.len() + 48);
+        b.put_slice(format!("id: {}-{}\n", self.stream, self.seq).as_bytes());
+        if self.seq == 0 && self.data.is_empty() {
+            b.put_slice(format!("retry: {RETRY_MS}\n").as_bytes());
+        }
+        b.put_slice(b"data: ");
+        b.put_slice(&self.data);
+        b.put_slice(b"\n\n");
+        b.freeze()
     }
 }
 
@@ -260,6 +288,26 @@ impl EventLog {
         })
     }
 
+    /// Detaches the response attached to `stream` without ending the stream: that
+    /// HTTP body ends, later events are recorded for a resumption with
+    /// `Last-Event-ID` (SEP-1699 polling: a server may close the connection).
+    pub fn detach(&self, stream: u64) {
+        if let Ok(mut g) = self.inner.lock()
+            && let Some(s) = g.streams.get_mut(&stream)
+        {
+            s.live = None;
+        }
+    }
+
+    /// Whether a response is attached to some stream (a client is listening).
+    pub fn is_attached(&self) -> bool {
+        self.inner.lock().is_ok_and(|g| {
+            g.streams
+                .values()
+                .any(|s| s.live.as_ref().is_some_and(|tx| !tx.is_closed()))
+        })
+    }
+
     /// Ends `stream` without a final event (the host cancelled its request).
     pub fn finish(&self, stream: u64) {
         if let Ok(mut g) = self.inner.lock()
@@ -297,6 +345,61 @@ impl Attached {
             live: None,
         }
     }
+
+    /// The SSE body of the response: the priming event (when `prime`: revision
+    /// 2025-11-25 or later, see `ProtocolVersion::primes_streams`), the replayed
+    /// frames, then live frames until the stream's last event or until the log
+    /// detaches the response; a [`KEEP_ALIVE`] comment after each `keep_alive` of
+    /// silence. Every item is one [`Frame::encode`]d event or a [`KEEP_ALIVE`].
+    pub fn into_sse(
+        self,
+        prime: bool,
+        keep_alive: Duration,
+    ) -> impl futures_util::Stream<Item = Bytes> + Send {
+        struct State {
+            queued: VecDeque<Frame>,
+            live: Option<mpsc::Receiver<Frame>>,
+            tick: tokio::time::Interval,
+            done: bool,
+        }
+        let mut queued: VecDeque<Frame> = self.replay.into();
+        if prime {
+            queued.push_front(Frame {
+                stream: self.stream,
+                seq: 0,
+                data: Bytes::new(),
+                last: false,
+            });
+        }
+        let mut tick = interval_at(Instant::now() + keep_alive, keep_alive);
+        tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        let state = State {
+            queued,
+            live: self.live,
+            tick,
+            done: false,
+        };
+        stream::unfold(state, |mut st| async move {
+            if st.done {
+                return None;
+            }
+            let next = match st.queued.pop_front() {
+                Some(f) => f,
+                None => {
+                    let live = st.live.as_mut()?;
+                    tokio::select! {
+                        f = live.recv() => f?,
+                        _ = st.tick.tick() => {
+                            return Some((Bytes::from_static(KEEP_ALIVE), st));
+                        }
+                    }
+                }
+            };
+            st.tick.reset();
+            st.done = next.last;
+            Some((next.encode(), st))
+        })
+    }
 }
 
 fn parse_id(id: &str) -> Option<(u64, u64)> {
@@ -310,6 +413,21 @@ mod tests {
 
     fn data(s: &str) -> Bytes {
         Bytes::copy_from_slice(s.as_bytes())
+    }
+
+    #[test]
+    fn frames_events() {
+        let f = |seq: u64, data: &'static [u8]| Frame {
+            stream: 3,
+            seq,
+            data: Bytes::from_static(data),
+            last: false,
+        };
+        assert_eq!(&f(0, b"").encode()[..], b"id: 3-0\nretry: 1000\ndata: \n\n");
+        assert_eq!(
+            &f(1, br#"{"a":1}"#).encode()[..],
+            b"id: 3-1\ndata: {\"a\":1}\n\n"
+        );
     }
 
     #[tokio::test]

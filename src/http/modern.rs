@@ -1,0 +1,501 @@
+//! The 2026-07-28 ("modern", stateless) server face on the same endpoint (MCP
+//! 2026-07-28 basic/transports/streamable-http, basic/index, basic/versioning).
+//!
+//! [`era_of`] decides the era of a POST before any session lookup: a request or
+//! notification whose `params._meta` claims a protocol version is modern, whatever
+//! its method and even with an `Mcp-Session-Id` (ignored: never minted or echoed
+//! on this path); so is a body without the claim under a modern
+//! `MCP-Protocol-Version` header (it then fails the first rung below). A modern
+//! request climbs the validation ladder, first failure wins, every error echoing
+//! its id: the `_meta` fields (400/-32602), the headers against the body
+//! (400/-32020), the revision (400/-32022 with `data.supported`), the method
+//! (404/-32601); then the dispatch serves it as a [`Host::Modern`]. The answer is
+//! JSON, or an SSE stream without event ids (not resumable) whose close cancels
+//! the work upstream.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use base64::Engine;
+use futures_util::stream;
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+use tokio::time::{Instant, MissedTickBehavior, interval_at};
+
+use super::session::reject;
+use super::sse::json_response;
+use super::{AppState, HttpError};
+use crate::auth::Principal;
+use crate::dispatch::Reply;
+use crate::jsonrpc::{self, Id, Message, Request};
+use crate::mcp::{
+    LogLevel, META_CLIENT_CAPABILITIES, META_LOG_LEVEL, META_PROTOCOL_VERSION, Method,
+    ProtocolVersion,
+};
+use crate::request::{Outcome, Rejection, RequestContext};
+use crate::session::{Host, ModernHost, Outbound};
+use crate::streamable_http::{PROTOCOL_VERSION, SESSION_ID};
+
+/// `Mcp-Method`: the method of the request, mirrored for intermediaries.
+const MCP_METHOD: &str = "mcp-method";
+/// `Mcp-Name`: `params.name`, `params.uri` or `params.taskId`, mirrored.
+const MCP_NAME: &str = "mcp-name";
+/// How long a request waits for backends still loading at start.
+const LOAD_WAIT: Duration = Duration::from_secs(2);
+/// Most time between two writes on an idle modern stream. A closed connection
+/// is noticed only when a write fails, and closing the stream is how a modern
+/// client cancels: a comment every second finds a gone client within ~2 s.
+const LIVENESS: Duration = Duration::from_secs(1);
+
+/// The era of a message (dual-era classification).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Era {
+    /// Session-based: 2025-03-26, 2025-06-18, 2025-11-25.
+    Legacy,
+    /// Stateless: 2026-07-28.
+    Modern,
+}
+
+/// The `params._meta` protocol version claim of a request or notification.
+pub fn claim(msg: &Message) -> Option<&Value> {
+    let params = match msg {
+        Message::Request(r) => r.params.as_ref(),
+        Message::Notification(n) => n.params.as_ref(),
+        Message::Response(_) => None,
+    }?;
+    params.get("_meta")?.get(META_PROTOCOL_VERSION)
+}
+
+/// The era of a POSTed message: modern with a `_meta` claim, or without one under
+/// a modern `MCP-Protocol-Version` header; legacy otherwise (responses always).
+pub fn era_of(msg: &Message, h: &HeaderMap) -> Era {
+    if claim(msg).is_some() {
+        return Era::Modern;
+    }
+    let modern_header = h
+        .get(PROTOCOL_VERSION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(ProtocolVersion::parse)
+        .is_some_and(ProtocolVersion::is_modern);
+    if modern_header && !matches!(msg, Message::Response(_)) {
+        Era::Modern
+    } else {
+        Era::Legacy
+    }
+}
+
+/// A refusal on the modern path: the status, the code and the request's id.
+fn refuse(
+    reason: Rejection,
+    status: StatusCode,
+    code: i64,
+    id: &Id,
+    message: impl Into<String>,
+) -> HttpError {
+    let mut e = HttpError::new(reason, status, code, message);
+    e.detail.id = Some(Some(id.clone()));
+    e
+}
+
+/// Serves one modern message.
+pub async fn serve(
+    st: &AppState,
+    ctx: RequestContext,
+    h: &HeaderMap,
+    msg: Message,
+    principal: Option<Arc<Principal>>,
+) -> Response {
+    let req = match msg {
+        Message::Request(r) => r,
+        // No client→server notification is defined over HTTP on this revision
+        // (cancellation is closing the stream): accepted and ignored.
+        Message::Notification(_) => {
+            ctx.finish(Outcome::Ok);
+            return StatusCode::ACCEPTED.into_response();
+        }
+        Message::Response(_) => {
+            let e = HttpError::envelope(&jsonrpc::EnvelopeError::Invalid {
+                id: None,
+                reason: "a 2026-07-28 client never sends responses".into(),
+            });
+            return reject(ctx, e);
+        }
+    };
+    let host = match validate(st, h, &req, principal.as_ref()) {
+        Ok(host) => host,
+        Err(e) => return reject(ctx, e),
+    };
+    let host = Host::Modern(Arc::new(host));
+    // A stateless client may call before it lists (no handshake waits for the
+    // backends at start, as `initialize` does): give them a bounded moment.
+    st.supervisor.wait_loaded(LOAD_WAIT).await;
+    let reply = st.dispatch.handle(ctx, &host, req).await;
+    match reply {
+        Reply::Now(bytes) => {
+            st.metrics.bytes_out.inc_by(bytes.len() as u64);
+            json_response(bytes)
+        }
+        Reply::Stream(rx) => {
+            let server = &st.server;
+            let keep_alive = server.sse_keep_alive.min(LIVENESS);
+            respond(rx, server.json_response_window, keep_alive, st).await
+        }
+    }
+}
+
+/// The validation ladder; on success, what the request declares.
+fn validate(
+    st: &AppState,
+    h: &HeaderMap,
+    req: &Request,
+    principal: Option<&Arc<Principal>>,
+) -> Result<ModernHost, HttpError> {
+    let id = &req.id;
+    let meta = req.params.as_ref().and_then(|p| p.get("_meta"));
+    let field = |key: &str| meta.and_then(|m| m.get(key));
+    let missing = |what: &str| {
+        refuse(
+            Rejection::ModernEnvelope,
+            StatusCode::BAD_REQUEST,
+            jsonrpc::INVALID_PARAMS,
+            id,
+            format!("Invalid params: params._meta[\"{what}\"] is required"),
+        )
+    };
+    let requested = field(META_PROTOCOL_VERSION)
+        .and_then(Value::as_str)
+        .ok_or_else(|| missing(META_PROTOCOL_VERSION))?;
+    let capabilities = field(META_CLIENT_CAPABILITIES)
+        .filter(|c| c.is_object())
+        .ok_or_else(|| missing(META_CLIENT_CAPABILITIES))?;
+    check_headers(h, req, requested)?;
+    let version = ProtocolVersion::parse(requested)
+        .filter(|v| v.is_modern())
+        .ok_or_else(|| unsupported_version(id, requested))?;
+    if !served(&req.method) {
+        return Err(refuse(
+            Rejection::MethodNotFound,
+            StatusCode::NOT_FOUND,
+            jsonrpc::METHOD_NOT_FOUND,
+            id,
+            format!("Method not found: {}", req.method),
+        ));
+    }
+    let log_level = match field(META_LOG_LEVEL) {
+        None | Some(Value::Null) => None,
+        Some(v) => Some(v.as_str().and_then(LogLevel::parse).ok_or_else(|| {
+            refuse(
+                Rejection::ModernEnvelope,
+                StatusCode::BAD_REQUEST,
+                jsonrpc::INVALID_PARAMS,
+                id,
+                format!("Invalid params: unknown log level {v}"),
+            )
+        })?),
+    };
+    Ok(ModernHost {
+        version,
+        capabilities: capabilities.clone(),
+        log_level,
+        principal: principal.map(|p| p.id()),
+        view_key: st.catalog.view_key(principal.map(|p| &**p)),
+    })
+}
+
+/// The methods the modern face serves. `initialize`, `ping`, `logging/setLevel`,
+/// `resources/(un)subscribe` and the 2025-11-25 core tasks do not exist on this
+/// revision (MCP 2026-07-28 changelog).
+fn served(method: &Method) -> bool {
+    matches!(
+        method,
+        Method::ServerDiscover
+            | Method::ToolsList
+            | Method::ToolsCall
+            | Method::PromptsList
+            | Method::PromptsGet
+            | Method::ResourcesList
+            | Method::ResourcesTemplatesList
+            | Method::ResourcesRead
+            | Method::CompletionComplete
+            | Method::SubscriptionsListen
+    )
+}
+
+/// 400 + -32022 naming every revision the endpoint serves.
+fn unsupported_version(id: &Id, requested: &str) -> HttpError {
+    let supported: Vec<&str> = ProtocolVersion::SERVED.iter().map(|v| v.as_str()).collect();
+    let mut e = refuse(
+        Rejection::Version,
+        StatusCode::BAD_REQUEST,
+        jsonrpc::UNSUPPORTED_PROTOCOL_VERSION,
+        id,
+        format!("Unsupported protocol version: {requested}"),
+    );
+    e.detail.error.data = Some(json!({"supported": supported, "requested": requested}));
+    e
+}
+
+/// The standard headers against the body (MCP 2026-07-28 streamable-http,
+/// request metadata and server validation): `MCP-Protocol-Version` equal to the
+/// `_meta` version, `Mcp-Method` equal to the method, `Mcp-Name` equal to
+/// `params.name` / `params.uri` / `params.taskId` where the method has one.
+fn check_headers(h: &HeaderMap, req: &Request, requested: &str) -> Result<(), HttpError> {
+    let mismatch = |what: String| {
+        refuse(
+            Rejection::HeaderMismatch,
+            StatusCode::BAD_REQUEST,
+            jsonrpc::HEADER_MISMATCH,
+            &req.id,
+            format!("Header mismatch: {what}"),
+        )
+    };
+    let one = |name: &str| -> Result<Option<String>, HttpError> {
+        let mut values = h.get_all(name).iter();
+        let Some(v) = values.next() else {
+            return Ok(None);
+        };
+        if values.next().is_some() {
+            return Err(mismatch(format!("more than one {name} header")));
+        }
+        let v = v
+            .to_str()
+            .map_err(|_| mismatch(format!("{name} is not visible ASCII")))?;
+        decode_header(v.trim())
+            .map(Some)
+            .ok_or_else(|| mismatch(format!("{name} has a malformed =?base64?…?= value")))
+    };
+    match one(PROTOCOL_VERSION)? {
+        Some(v) if v == requested => {}
+        Some(v) => {
+            return Err(mismatch(format!(
+                "MCP-Protocol-Version {v:?} but params._meta names {requested:?}"
+            )));
+        }
+        None => return Err(mismatch("MCP-Protocol-Version is required".into())),
+    }
+    match one(MCP_METHOD)? {
+        Some(m) if m == req.method.as_str() => {}
+        Some(m) => {
+            return Err(mismatch(format!(
+                "Mcp-Method {m:?} but the body's method is {:?}",
+                req.method.as_str()
+            )));
+        }
+        None => return Err(mismatch("Mcp-Method is required".into())),
+    }
+    let Some(key) = name_param(&req.method) else {
+        return Ok(());
+    };
+    let want = req
+        .params
+        .as_ref()
+        .and_then(|p| p.get(key))
+        .and_then(Value::as_str);
+    match (one(MCP_NAME)?, want) {
+        (Some(n), Some(w)) if n == w => Ok(()),
+        (None, _) => Err(mismatch("Mcp-Name is required".into())),
+        (Some(n), Some(w)) => Err(mismatch(format!(
+            "Mcp-Name {n:?} but params.{key} is {w:?}"
+        ))),
+        (Some(n), None) => Err(mismatch(format!(
+            "Mcp-Name {n:?} but the body has no params.{key}"
+        ))),
+    }
+}
+
+/// The `params` member `Mcp-Name` mirrors for `method`, if any.
+fn name_param(method: &Method) -> Option<&'static str> {
+    match method {
+        Method::ToolsCall | Method::PromptsGet => Some("name"),
+        Method::ResourcesRead => Some("uri"),
+        Method::TasksGet | Method::TasksCancel => Some("taskId"),
+        _ => None,
+    }
+}
+
+/// A header value, with the `=?base64?…?=` form decoded (values that are not
+/// plain visible ASCII travel that way). `None`: malformed.
+fn decode_header(v: &str) -> Option<String> {
+    let Some(inner) = v
+        .strip_prefix("=?base64?")
+        .and_then(|r| r.strip_suffix("?="))
+    else {
+        return Some(v.to_owned());
+    };
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(inner)
+        .ok()?;
+    String::from_utf8(bytes).ok()
+}
+
+/// The answer to a forwarded request: JSON when it comes within `window` with
+/// nothing related before it, else an SSE stream of the related messages and the
+/// answer. No event ids: 2026-07-28 streams are not resumable. Dropping the body
+/// (the client closed the stream) drops `rx`, which cancels the call.
+async fn respond(
+    mut rx: mpsc::Receiver<Outbound>,
+    window: Duration,
+    keep_alive: Duration,
+    st: &AppState,
+) -> Response {
+    let first = match tokio::time::timeout(window, rx.recv()).await {
+        Ok(Some(Outbound::Final(body))) => {
+            st.metrics.bytes_out.inc_by(body.len() as u64);
+            return json_response(body);
+        }
+        Ok(Some(m)) => Some(m),
+        Ok(None) | Err(_) => None,
+    };
+    struct State {
+        first: Option<Outbound>,
+        rx: mpsc::Receiver<Outbound>,
+        tick: tokio::time::Interval,
+        done: bool,
+        metrics: Arc<crate::metrics::Metrics>,
+    }
+    let mut tick = interval_at(Instant::now() + keep_alive, keep_alive);
+    tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    let state = State {
+        first,
+        rx,
+        tick,
+        done: false,
+        metrics: st.metrics.clone(),
+    };
+    let body = stream::unfold(state, |mut s| async move {
+        if s.done {
+            return None;
+        }
+        let next = match s.first.take() {
+            Some(m) => m,
+            None => tokio::select! {
+                m = s.rx.recv() => m?,
+                _ = s.tick.tick() => {
+                    return Some((Ok(Bytes::from_static(b": keep-alive\n\n")), s));
+                }
+            },
+        };
+        s.tick.reset();
+        let data = match next {
+            Outbound::Message(b) => b,
+            Outbound::Final(b) => {
+                s.done = true;
+                b
+            }
+        };
+        let mut frame = Vec::with_capacity(data.len() + 8);
+        frame.extend_from_slice(b"data: ");
+        frame.extend_from_slice(&data);
+        frame.extend_from_slice(b"\n\n");
+        s.metrics.bytes_out.inc_by(frame.len() as u64);
+        Some((Ok::<Bytes, std::io::Error>(Bytes::from(frame)), s))
+    });
+    let mut resp = Response::new(Body::from_stream(body));
+    let h = resp.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream"),
+    );
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    h.insert("x-accel-buffering", HeaderValue::from_static("no"));
+    resp
+}
+
+/// 405 with `Allow: POST` for a GET or DELETE from a 2026-07-28 client (no
+/// `Mcp-Session-Id`, a modern `MCP-Protocol-Version`): the revision has no GET
+/// stream and no sessions (MCP 2026-07-28 streamable-http, earlier revisions).
+pub fn refuse_get_or_delete(h: &HeaderMap) -> Option<HttpError> {
+    if h.contains_key(SESSION_ID) {
+        return None;
+    }
+    let modern = h
+        .get(PROTOCOL_VERSION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(ProtocolVersion::parse)
+        .is_some_and(ProtocolVersion::is_modern);
+    modern.then(|| {
+        HttpError::new(
+            Rejection::MethodNotAllowed,
+            StatusCode::METHOD_NOT_ALLOWED,
+            jsonrpc::TRANSPORT_ERROR,
+            "Method Not Allowed: 2026-07-28 has no GET stream and no sessions; POST requests",
+        )
+        .with_header(header::ALLOW, HeaderValue::from_static("POST"))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn msg(text: &str) -> Message {
+        jsonrpc::parse_message(text.as_bytes()).unwrap()
+    }
+
+    fn with_version(v: &str) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        h.insert(PROTOCOL_VERSION, HeaderValue::from_str(v).unwrap());
+        h
+    }
+
+    /// The cross product of method × claim × version header × session header.
+    #[test]
+    fn classifies_by_the_body_first() {
+        let methods = [
+            "initialize",
+            "tools/call",
+            "server/discover",
+            "ping",
+            "notifications/cancelled",
+        ];
+        let headers = [None, Some("2025-11-25"), Some("2026-07-28"), Some("v999")];
+        for method in methods {
+            let notification = method.starts_with("notifications/");
+            let id = if notification { "" } else { r#""id":1,"# };
+            for claimed in [false, true] {
+                let params = if claimed {
+                    r#","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}"#
+                } else {
+                    ""
+                };
+                let m = msg(&format!(
+                    r#"{{"jsonrpc":"2.0",{id}"method":"{method}"{params}}}"#
+                ));
+                for version in headers {
+                    for session in [false, true] {
+                        let mut h = version.map(with_version).unwrap_or_default();
+                        if session {
+                            h.insert(SESSION_ID, HeaderValue::from_static("abc"));
+                        }
+                        let want = if claimed || version == Some("2026-07-28") {
+                            Era::Modern
+                        } else {
+                            Era::Legacy
+                        };
+                        assert_eq!(
+                            era_of(&m, &h),
+                            want,
+                            "{method} claim={claimed} {version:?} session={session}"
+                        );
+                    }
+                }
+            }
+        }
+        let response = msg(r#"{"jsonrpc":"2.0","id":1,"result":{}}"#);
+        assert_eq!(era_of(&response, &with_version("2026-07-28")), Era::Legacy);
+    }
+
+    #[test]
+    fn decodes_base64_header_values() {
+        assert_eq!(decode_header("plain").as_deref(), Some("plain"));
+        let enc = base64::engine::general_purpose::STANDARD.encode("wetter-übersicht");
+        assert_eq!(
+            decode_header(&format!("=?base64?{enc}?=")).as_deref(),
+            Some("wetter-übersicht")
+        );
+        assert_eq!(decode_header("=?base64?!!!?="), None);
+    }
+}

@@ -1,0 +1,190 @@
+//! Pieces of MCP's Streamable HTTP transport (MCP 2025-11-25 basic/transports) that
+//! any server of it needs, whatever answers behind the endpoint: header names, the
+//! Accept and Content-Type rules, the loopback rules of DNS-rebinding protection,
+//! the session id format, and the per-session event log behind resumable SSE
+//! streams ([`EventLog`]). The gateway's server face and the demo server of the
+//! `mcpgate` binary both use them; nothing here knows about backends.
+
+mod events;
+
+use std::sync::Arc;
+
+use axum::http::{HeaderMap, header};
+use base64::Engine;
+
+pub use events::{Attached, EventLog, Frame, KEEP_ALIVE, RETRY_MS, ResumeError};
+
+/// `Mcp-Session-Id` (spelled `MCP-Session-Id` in 2025-11-25; header names are
+/// case-insensitive).
+pub const SESSION_ID: &str = "mcp-session-id";
+/// `MCP-Protocol-Version`: the negotiated revision, on every request after
+/// `initialize`.
+pub const PROTOCOL_VERSION: &str = "mcp-protocol-version";
+/// `Last-Event-ID` (WHATWG HTML, server-sent events): resumes an SSE stream after
+/// that event.
+pub const LAST_EVENT_ID: &str = "last-event-id";
+/// The JSON media type (request bodies, single answers).
+pub const JSON: &str = "application/json";
+/// The SSE media type (streamed answers, the GET stream).
+pub const EVENT_STREAM: &str = "text/event-stream";
+
+/// Generates a session id: 128 random bits, base64url (22 visible ASCII chars,
+/// MCP 2025-11-25 transports: cryptographically secure, 0x21–0x7E only). For
+/// servers that keep sessions in memory (the demo); the gateway's own ids are
+/// sealed tokens (`session::SessionToken`).
+pub fn new_session_id() -> Arc<str> {
+    let mut bytes = [0u8; 16];
+    if getrandom::fill(&mut bytes).is_err() {
+        // The OS RNG failing is not recoverable in a meaningful way; fall back to a
+        // hash of time and address entropy rather than panicking.
+        let seed = format!("{:?}{:p}", std::time::SystemTime::now(), &bytes);
+        let digest = <sha2::Sha256 as sha2::Digest>::digest(seed.as_bytes());
+        bytes.copy_from_slice(&digest[..16]);
+    }
+    base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .encode(bytes)
+        .into()
+}
+
+/// Whether an `Accept` header admits `wanted` (`type/subtype`), counting `*/*`
+/// and `type/*` and ignoring `q=0` entries (RFC 9110 §12.5.1). An absent header
+/// admits everything.
+pub fn accepts(h: &HeaderMap, wanted: &str) -> bool {
+    let values: Vec<&str> = h
+        .get_all(header::ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .collect();
+    if values.is_empty() {
+        return true;
+    }
+    let (wtype, _) = wanted.split_once('/').unwrap_or((wanted, ""));
+    values.iter().flat_map(|v| v.split(',')).any(|item| {
+        let mut parts = item.split(';');
+        let range = parts.next().unwrap_or_default().trim().to_ascii_lowercase();
+        let refused = parts.any(|p| {
+            let p = p.trim();
+            p.strip_prefix("q=")
+                .is_some_and(|q| q.trim().parse::<f32>().is_ok_and(|q| q == 0.0))
+        });
+        !refused && (range == wanted || range == "*/*" || range == format!("{wtype}/*"))
+    })
+}
+
+/// Whether `Content-Type` declares JSON (`application/json`, parameters allowed,
+/// case-insensitive); a POST body must be JSON (else HTTP 415).
+pub fn is_json(h: &HeaderMap) -> bool {
+    h.get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| {
+            v.split(';')
+                .next()
+                .is_some_and(|t| t.trim().eq_ignore_ascii_case(JSON))
+        })
+}
+
+/// The host of a `Host` header value without its port and IPv6 brackets:
+/// `"[::1]:8080"` → `"::1"`, `"localhost:3000"` → `"localhost"`. Case is kept.
+pub fn strip_port(host: &str) -> &str {
+    if let Some(rest) = host.strip_prefix('[') {
+        return rest.split(']').next().unwrap_or(rest);
+    }
+    host.rsplit_once(':')
+        .filter(|(_, port)| port.chars().all(|c| c.is_ascii_digit()))
+        .map_or(host, |(name, _)| name)
+}
+
+/// Whether a lower-case host name (as [`strip_port`] leaves it) is a loopback
+/// name: `localhost`, a `*.localhost` name (RFC 6761 §6.3) or a loopback address
+/// (`127.0.0.0/8`, `::1`). DNS-rebinding protection (MCP 2025-11-25
+/// basic/transports, security warning) refuses other names on a loopback server.
+pub fn is_loopback_name(name: &str) -> bool {
+    name == "localhost"
+        || name.ends_with(".localhost")
+        || name
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
+/// Whether an `Origin` is an `http` or `https` origin on a loopback name
+/// ([`is_loopback_name`]); `null` and other schemes are not.
+pub fn is_loopback_origin(origin: &str) -> bool {
+    let Ok(url) = url::Url::parse(origin) else {
+        return false;
+    };
+    matches!(url.scheme(), "http" | "https")
+        && url
+            .host_str()
+            .is_some_and(|h| is_loopback_name(h.trim_start_matches('[').trim_end_matches(']')))
+}
+
+#[cfg(test)]
+mod tests {
+    use axum::http::HeaderValue;
+
+    use super::*;
+
+    #[test]
+    fn ids_are_random_visible_ascii() {
+        let a = new_session_id();
+        let b = new_session_id();
+        assert_ne!(a, b);
+        assert!(a.len() >= 22);
+        assert!(a.bytes().all(|c| (0x21..=0x7e).contains(&c)));
+    }
+
+    #[test]
+    fn loopback_names_and_origins() {
+        let loopback = |host: &str| is_loopback_name(strip_port(&host.to_ascii_lowercase()));
+        for ok in [
+            "localhost",
+            "LOCALHOST:8080",
+            "127.0.0.1",
+            "127.1.2.3:9",
+            "[::1]",
+            "[::1]:3000",
+            "app.localhost",
+        ] {
+            assert!(loopback(ok), "{ok}");
+        }
+        for bad in [
+            "evil.example.com",
+            "evil.example.com:80",
+            "10.0.0.1",
+            "[::2]",
+            "localhost.evil.com",
+        ] {
+            assert!(!loopback(bad), "{bad}");
+        }
+        assert!(is_loopback_origin("http://127.0.0.1:5"));
+        assert!(!is_loopback_origin("null"));
+        assert!(!is_loopback_origin("ftp://localhost"));
+    }
+
+    #[test]
+    fn accept_counts_wildcards_and_refusals() {
+        let with = |v: &'static str| {
+            let mut h = HeaderMap::new();
+            h.insert(header::ACCEPT, HeaderValue::from_static(v));
+            h
+        };
+        let both = with("application/json, text/event-stream");
+        assert!(accepts(&both, JSON) && accepts(&both, EVENT_STREAM));
+        let any = with("*/*;q=0.8");
+        assert!(accepts(&any, JSON) && accepts(&any, EVENT_STREAM));
+        let neither = with("text/html, application/json;q=0");
+        assert!(!accepts(&neither, JSON) && !accepts(&neither, EVENT_STREAM));
+        assert!(accepts(&HeaderMap::new(), EVENT_STREAM));
+    }
+
+    #[test]
+    fn content_type_is_json_with_parameters() {
+        let mut h = HeaderMap::new();
+        assert!(!is_json(&h));
+        h.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("Application/JSON; charset=utf-8"),
+        );
+        assert!(is_json(&h));
+    }
+}

@@ -1,0 +1,662 @@
+//! The 2026-07-28 (stateless) face on the same endpoint, over legacy backends:
+//! the validation ladder (each rung's status and code, the request id echoed),
+//! `server/discover`, the served methods with `resultType` and cache hints, the
+//! removed methods (404), GET/DELETE (405), batches, and a closed response stream
+//! cancelling the call upstream.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{McpClient, TestGateway, logged, logged_calls, wait_for};
+use serde_json::{Value, json};
+
+const MODERN: &str = "2026-07-28";
+
+fn envelope() -> Value {
+    json!({
+        "io.modelcontextprotocol/protocolVersion": MODERN,
+        "io.modelcontextprotocol/clientCapabilities": {},
+        "io.modelcontextprotocol/clientInfo": {"name": "it", "version": "0"}
+    })
+}
+
+/// A modern request: the body with `_meta`, and the standard headers mirroring it.
+#[allow(clippy::needless_pass_by_value)] // call sites read better with owned ids
+fn modern(id: Value, method: &str, mut params: Value) -> (Value, Vec<(String, String)>) {
+    params["_meta"] = envelope();
+    let mut headers = vec![
+        ("mcp-protocol-version".to_owned(), MODERN.to_owned()),
+        ("mcp-method".to_owned(), method.to_owned()),
+    ];
+    let name = params
+        .get("name")
+        .or_else(|| params.get("uri"))
+        .and_then(Value::as_str);
+    if let Some(n) = name {
+        headers.push(("mcp-name".to_owned(), n.to_owned()));
+    }
+    let body = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+    (body, headers)
+}
+
+async fn send(c: &McpClient, body: &Value, headers: &[(String, String)]) -> common::Raw {
+    let extra: Vec<(&str, &str)> = headers
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    c.post(&extra, body.to_string()).await
+}
+
+/// The built-in demo backend, per session (as in the embedded default config).
+fn demo() -> String {
+    format!(
+        r#"
+        [server]
+        metrics_listen = "127.0.0.1:0"
+        [backends.demo]
+        type = "stdio"
+        command = "{}"
+        args = ["demo-server"]
+        mode = "per_session"
+        "#,
+        env!("CARGO_BIN_EXE_mcpgate")
+    )
+}
+
+#[tokio::test]
+async fn discover_lists_every_served_revision_and_the_modern_capabilities() {
+    let gw = TestGateway::start(&demo()).await;
+    let c = gw.client();
+    let (body, h) = modern(json!("d-1"), "server/discover", json!({}));
+    let r = send(&c, &body, &h).await;
+    assert_eq!(r.status, 200, "{r:?}");
+    assert!(
+        r.header("mcp-session-id").is_none(),
+        "never a session id: {r:?}"
+    );
+    let v = r.json();
+    assert_eq!(v["id"], "d-1");
+    let res = &v["result"];
+    assert_eq!(
+        res["supportedVersions"],
+        json!(["2026-07-28", "2025-11-25", "2025-06-18", "2025-03-26"])
+    );
+    assert!(res["capabilities"]["tools"].is_object(), "{res}");
+    assert!(res["capabilities"].get("tasks").is_none(), "{res}");
+    assert_eq!(res["resultType"], "complete");
+    assert_eq!(res["ttlMs"], 0);
+    assert_eq!(res["cacheScope"], "private");
+    assert_eq!(
+        res["_meta"]["io.modelcontextprotocol/serverInfo"]["name"],
+        "mcpgate"
+    );
+    assert_eq!(gw.gateway().session_count(), 0, "stateless: no session");
+}
+
+#[tokio::test]
+async fn lists_calls_reads_prompts_and_completions_work_without_a_session() {
+    let gw = TestGateway::start(&demo()).await;
+    let c = gw.client();
+    let (body, h) = modern(json!(1), "tools/list", json!({}));
+    let v = send(&c, &body, &h).await.json();
+    let tools = v["result"]["tools"].as_array().expect("tools");
+    assert!(tools.iter().any(|t| t["name"] == "demo__echo"), "{v}");
+    assert_eq!(v["result"]["resultType"], "complete");
+    assert_eq!(v["result"]["cacheScope"], "private");
+    let (body, h) = modern(
+        json!(2),
+        "tools/call",
+        json!({"name": "demo__echo", "arguments": {"text": "hi"}}),
+    );
+    let v = send(&c, &body, &h).await.json();
+    assert_eq!(v["result"]["content"][0]["text"], "hi", "{v}");
+    assert_eq!(v["result"]["resultType"], "complete");
+    assert!(
+        v["result"].get("ttlMs").is_none(),
+        "a call is not cacheable: {v}"
+    );
+    let (body, h) = modern(
+        json!(3),
+        "resources/read",
+        json!({"uri": "demo+demo://readme"}),
+    );
+    let v = send(&c, &body, &h).await.json();
+    assert_eq!(
+        v["result"]["contents"][0]["uri"], "demo+demo://readme",
+        "{v}"
+    );
+    assert_eq!(v["result"]["ttlMs"], 0, "{v}");
+    let (body, h) = modern(
+        json!(4),
+        "prompts/get",
+        json!({"name": "demo__test_simple_prompt"}),
+    );
+    let v = send(&c, &body, &h).await.json();
+    assert!(v["result"]["messages"].is_array(), "{v}");
+    // A missing resource is -32602 on this revision (never -32002), with its URI.
+    let (body, h) = modern(
+        json!(5),
+        "resources/read",
+        json!({"uri": "demo+demo://nope"}),
+    );
+    let v = send(&c, &body, &h).await.json();
+    assert_eq!(v["error"]["code"], -32602, "{v}");
+    let (body, h) = modern(json!(6), "resources/read", json!({"uri": "nowhere://x"}));
+    let v = send(&c, &body, &h).await.json();
+    assert_eq!(v["error"]["code"], -32602, "{v}");
+    assert_eq!(v["error"]["data"]["uri"], "nowhere://x", "{v}");
+    assert_eq!(gw.gateway().session_count(), 0);
+}
+
+#[tokio::test]
+async fn the_validation_ladder_answers_in_order_with_the_request_id() {
+    let gw = TestGateway::start(&demo()).await;
+    let c = gw.client();
+    // Rung 1: _meta without the required fields.
+    for meta in [
+        json!({"io.modelcontextprotocol/protocolVersion": MODERN}),
+        json!({}),
+    ] {
+        let body = json!({"jsonrpc": "2.0", "id": "m", "method": "server/discover", "params": {"_meta": meta}});
+        let h = [
+            ("mcp-protocol-version", MODERN),
+            ("mcp-method", "server/discover"),
+        ];
+        let r = c.post(&h, body.to_string()).await;
+        assert_eq!(r.status, 400, "{r:?}");
+        assert_eq!(r.json()["error"]["code"], -32602, "{r:?}");
+        assert_eq!(r.json()["id"], "m", "{r:?}");
+    }
+    // Rung 2: a header that disagrees with the body, before the version rung.
+    let (mut body, h) = modern(json!(7), "server/discover", json!({}));
+    body["params"]["_meta"]["io.modelcontextprotocol/protocolVersion"] = json!("v999.0.0");
+    let r = send(&c, &body, &h).await;
+    assert_eq!(
+        (r.status.as_u16(), r.json()["error"]["code"].clone()),
+        (400, json!(-32020)),
+        "{r:?}"
+    );
+    assert_eq!(r.json()["id"], 7);
+    let (body, mut h) = modern(json!(8), "tools/list", json!({}));
+    h[1].1 = "tools/call".into();
+    let r = send(&c, &body, &h).await;
+    assert_eq!(
+        (r.status.as_u16(), r.json()["error"]["code"].clone()),
+        (400, json!(-32020)),
+        "{r:?}"
+    );
+    let (body, mut h) = modern(
+        json!(9),
+        "tools/call",
+        json!({"name": "demo__echo", "arguments": {}}),
+    );
+    h.retain(|(k, _)| k != "mcp-name");
+    let r = send(&c, &body, &h).await;
+    assert_eq!(
+        r.json()["error"]["code"],
+        -32020,
+        "Mcp-Name is required: {r:?}"
+    );
+    // Mcp-Name in its base64 form is decoded before comparing.
+    let (body, mut h) = modern(
+        json!(10),
+        "tools/call",
+        json!({"name": "demo__echo", "arguments": {"text": "b"}}),
+    );
+    h[2].1 = "=?base64?ZGVtb19fZWNobw==?=".into();
+    let r = send(&c, &body, &h).await;
+    assert_eq!(r.json()["result"]["content"][0]["text"], "b", "{r:?}");
+    // Rung 3: an unsupported revision, header and body agreeing.
+    let (mut body, mut h) = modern(json!(11), "server/discover", json!({}));
+    body["params"]["_meta"]["io.modelcontextprotocol/protocolVersion"] = json!("v999.0.0");
+    h[0].1 = "v999.0.0".into();
+    let r = send(&c, &body, &h).await;
+    assert_eq!(r.status, 400, "{r:?}");
+    let v = r.json();
+    assert_eq!(v["error"]["code"], -32022, "{v}");
+    assert_eq!(v["error"]["data"]["requested"], "v999.0.0");
+    assert_eq!(v["error"]["data"]["supported"][0], MODERN, "{v}");
+    assert_eq!(v["id"], 11);
+    // Rung 4: removed and unknown methods are 404 -32601, with a valid envelope.
+    for method in [
+        "initialize",
+        "ping",
+        "logging/setLevel",
+        "resources/subscribe",
+        "resources/unsubscribe",
+        "unknown/method",
+    ] {
+        let (body, h) = modern(json!(method), method, json!({}));
+        let r = send(&c, &body, &h).await;
+        assert_eq!(r.status, 404, "{method}: {r:?}");
+        assert_eq!(r.json()["error"]["code"], -32601, "{method}: {r:?}");
+        assert_eq!(r.json()["id"], method);
+    }
+    // An unknown log level is refused.
+    let (mut body, h) = modern(json!(12), "tools/list", json!({}));
+    body["params"]["_meta"]["io.modelcontextprotocol/logLevel"] = json!("loud");
+    let r = send(&c, &body, &h).await;
+    assert_eq!(
+        (r.status.as_u16(), r.json()["error"]["code"].clone()),
+        (400, json!(-32602)),
+        "{r:?}"
+    );
+    // Every refusal is counted under its reason.
+    let text = common::scrape(&gw).await;
+    for (reason, n) in [
+        ("modern_envelope", 3.0),
+        ("header_mismatch", 3.0),
+        ("version", 1.0),
+        ("method_not_found", 6.0),
+    ] {
+        assert_eq!(
+            common::metric(&text, "mcpgate_rejections_total", &[("reason", reason)]),
+            Some(n),
+            "{reason}: {text}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn the_claim_wins_over_a_session_header_and_never_touches_the_session() {
+    let gw = TestGateway::start(&demo()).await;
+    let legacy = gw.session().await;
+    let sid = legacy.session.clone().unwrap();
+    let c = gw.client();
+    let (body, mut h) = modern(json!(1), "tools/list", json!({}));
+    h.push(("mcp-session-id".into(), sid));
+    let r = send(&c, &body, &h).await;
+    assert_eq!(r.status, 200, "{r:?}");
+    assert!(r.json()["result"]["tools"].is_array(), "{r:?}");
+    assert!(r.header("mcp-session-id").is_none(), "{r:?}");
+    // Without the claim but under a modern header: the first rung fails.
+    let body = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"});
+    let r = c
+        .post(
+            &[
+                ("mcp-protocol-version", MODERN),
+                ("mcp-method", "tools/list"),
+            ],
+            body.to_string(),
+        )
+        .await;
+    assert_eq!(
+        (r.status.as_u16(), r.json()["error"]["code"].clone()),
+        (400, json!(-32602)),
+        "{r:?}"
+    );
+    // The legacy session is untouched and still works.
+    let r = legacy.request("tools/list", json!({})).await;
+    assert!(r.result()["tools"].is_array());
+}
+
+#[tokio::test]
+async fn get_and_delete_are_405_and_batches_with_a_claim_are_400() {
+    let gw = TestGateway::start(&demo()).await;
+    let c = gw.client();
+    for method in [reqwest::Method::GET, reqwest::Method::DELETE] {
+        let mut h = c.headers();
+        h.insert("mcp-protocol-version", MODERN.parse().unwrap());
+        let r = c.send_raw(method.clone(), h, reqwest::Body::from("")).await;
+        assert_eq!(r.status, 405, "{method}: {r:?}");
+        assert_eq!(r.header("allow"), Some("POST"), "{r:?}");
+    }
+    let mut legacy = gw.client();
+    legacy.initialize_version("2025-03-26", json!({})).await;
+    let (one, _) = modern(json!(1), "tools/list", json!({}));
+    let batch = json!([one, {"jsonrpc": "2.0", "id": 2, "method": "ping"}]);
+    let r = legacy.post(&[], batch.to_string()).await;
+    assert_eq!(r.status, 400, "{r:?}");
+    assert_eq!(r.json()["error"]["code"], -32600, "{r:?}");
+}
+
+#[tokio::test]
+async fn a_closed_response_stream_cancels_the_call_upstream() {
+    let gw = TestGateway::start(
+        r#"
+        [backends.slow]
+        type = "stdio"
+        command = "${FAKE_STDIO}"
+        args = ["--log", "${TEST_DIR}/slow.log", "--never-answer", "echo"]
+        "#,
+    )
+    .await;
+    let log = gw.dir.path("slow.log");
+    let c = gw.client();
+    let (body, h) = modern(
+        json!(1),
+        "tools/call",
+        json!({"name": "slow__echo", "arguments": {"text": "x"}}),
+    );
+    // A raw connection, so that closing it is certain (a pooled HTTP client may
+    // keep the socket).
+    let addr = c
+        .url
+        .trim_start_matches("http://")
+        .split('/')
+        .next()
+        .unwrap()
+        .to_owned();
+    let mut sock = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    let text = body.to_string();
+    let mut head = format!(
+        "POST /mcp HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\n\
+         Accept: application/json, text/event-stream\r\nContent-Length: {}\r\n",
+        text.len()
+    );
+    for (k, v) in &h {
+        head.push_str(&format!("{k}: {v}\r\n"));
+    }
+    head.push_str("\r\n");
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    sock.write_all(format!("{head}{text}").as_bytes())
+        .await
+        .unwrap();
+    let mut buf = [0u8; 512];
+    let n = tokio::time::timeout(Duration::from_secs(5), sock.read(&mut buf))
+        .await
+        .expect("the stream's head arrives")
+        .unwrap();
+    let got = String::from_utf8_lossy(&buf[..n]);
+    assert!(
+        got.contains("text/event-stream"),
+        "a slow answer streams: {got}"
+    );
+    assert!(
+        wait_for(Duration::from_secs(5), || !logged_calls(&log, "echo")
+            .is_empty())
+        .await
+    );
+    let upstream: Value = logged_calls(&log, "echo")[0]["msg"]["id"].clone();
+    drop(sock);
+    let cancelled = || {
+        logged(&log, "notifications/cancelled")
+            .iter()
+            .any(|e| e["msg"]["params"]["requestId"] == upstream)
+    };
+    assert!(
+        wait_for(Duration::from_secs(5), cancelled).await,
+        "closing the stream cancels the call upstream: {}",
+        std::fs::read_to_string(&log).unwrap_or_default()
+    );
+}
+
+/// A modern request declaring `caps`, as (body, headers).
+fn modern_with(
+    id: Value,
+    method: &str,
+    params: Value,
+    caps: Value,
+) -> (Value, Vec<(String, String)>) {
+    let (mut body, h) = modern(id, method, params);
+    body["params"]["_meta"]["io.modelcontextprotocol/clientCapabilities"] = caps;
+    (body, h)
+}
+
+/// The answer to a modern request, whether JSON or an SSE stream (its last
+/// message).
+async fn answer(c: &McpClient, body: &Value, h: &[(String, String)]) -> Value {
+    let extra: Vec<(&str, &str)> = h.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let mut stream = c.open_with(&extra, body).await;
+    let mut last = Value::Null;
+    while let Some(m) = stream.next(Duration::from_secs(10)).await {
+        assert!(
+            m.get("method").is_none() || m.get("id").is_none(),
+            "never a request on a modern stream: {m}"
+        );
+        last = m;
+    }
+    last
+}
+
+/// An HTTP backend (attribution by the response stream the request came on)
+/// whose tools `ask_sampling`, `ask_elicit`, `ask_roots` ask the client.
+async fn asker() -> (common::FakeHttp, TestGateway) {
+    let fx = common::FakeHttp::default_started().await;
+    let gw = TestGateway::start(&format!(
+        r#"
+        [server]
+        metrics_listen = "127.0.0.1:0"
+        [backends.ask]
+        type = "http"
+        url = "{}"
+        "#,
+        fx.url
+    ))
+    .await;
+    (fx, gw)
+}
+
+#[tokio::test]
+async fn a_legacy_backends_request_becomes_input_required_and_the_retry_completes() {
+    let (_fx, gw) = asker().await;
+    let c = gw.client();
+    let caps = json!({"sampling": {}});
+    let call = json!({"name": "ask__ask_sampling", "arguments": {}});
+    let (body, h) = modern_with(json!(1), "tools/call", call.clone(), caps.clone());
+    let v = answer(&c, &body, &h).await;
+    let r = &v["result"];
+    assert_eq!(r["resultType"], "input_required", "{v}");
+    let requests = r["inputRequests"].as_object().expect("inputRequests");
+    assert_eq!(requests.len(), 1, "{v}");
+    let (key, ask) = requests.iter().next().unwrap();
+    assert_eq!(ask["method"], "sampling/createMessage", "{v}");
+    assert_eq!(
+        ask["params"]["maxTokens"], 10,
+        "the backend's request, verbatim: {v}"
+    );
+    let state = r["requestState"].as_str().expect("requestState").to_owned();
+    // The retry: a new id, the same call, the answers and the state.
+    let mut retry = call.clone();
+    retry["requestState"] = json!(state);
+    retry["inputResponses"] = json!({ key: {
+        "role": "assistant", "content": {"type": "text", "text": "four"}, "model": "test"
+    }});
+    let (body, h) = modern_with(json!(2), "tools/call", retry.clone(), caps.clone());
+    let v = answer(&c, &body, &h).await;
+    assert_eq!(v["id"], 2, "{v}");
+    assert_eq!(v["result"]["resultType"], "complete", "{v}");
+    let text = v["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        text.contains("four"),
+        "the backend got the host's answer: {v}"
+    );
+    // A replay of the same state finds nothing to resume: never a second run.
+    let (body, h) = modern_with(json!(3), "tools/call", retry, caps);
+    let v = answer(&c, &body, &h).await;
+    assert!(v["error"].is_object(), "{v}");
+    assert_eq!(gw.gateway().session_count(), 0);
+}
+
+#[tokio::test]
+async fn input_required_never_asks_what_the_request_did_not_declare() {
+    let (_fx, gw) = asker().await;
+    let c = gw.client();
+    for (tool, caps) in [
+        ("ask__ask_sampling", json!({})),
+        ("ask__ask_elicit", json!({"sampling": {}})),
+        ("ask__ask_roots", json!({"elicitation": {}})),
+    ] {
+        let call = json!({"name": tool, "arguments": {}});
+        let (body, h) = modern_with(json!(1), "tools/call", call, caps);
+        let v = answer(&c, &body, &h).await;
+        assert_ne!(v["result"]["resultType"], "input_required", "{tool}: {v}");
+        let text = v["result"]["content"][0]["text"]
+            .as_str()
+            .unwrap_or_default();
+        assert!(
+            text.starts_with("error:"),
+            "the backend was refused, the call answered: {v}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_tampered_or_foreign_request_state_is_refused_and_missing_answers_are_asked_again() {
+    let (_fx, gw) = asker().await;
+    let c = gw.client();
+    let call = json!({"name": "ask__ask_elicit", "arguments": {}});
+    let caps = json!({"elicitation": {"form": {}}});
+    let (body, h) = modern_with(json!(1), "tools/call", call.clone(), caps.clone());
+    let v = answer(&c, &body, &h).await;
+    assert_eq!(v["result"]["resultType"], "input_required", "{v}");
+    let state = v["result"]["requestState"].as_str().unwrap().to_owned();
+    let key = v["result"]["inputRequests"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .next()
+        .unwrap()
+        .clone();
+    // Altered state, and the state on another call: -32602.
+    let mut flipped = state.clone().into_bytes();
+    flipped[2] = if flipped[2] == b'A' { b'B' } else { b'A' };
+    let mut altered = call.clone();
+    altered["requestState"] = json!(String::from_utf8(flipped).unwrap());
+    let mut other = json!({"name": "ask__ask_elicit", "arguments": {"x": 1}});
+    other["requestState"] = json!(state.clone());
+    for (i, params) in [altered, other].into_iter().enumerate() {
+        let (body, h) = modern_with(json!(10 + i), "tools/call", params, caps.clone());
+        let v = answer(&c, &body, &h).await;
+        assert_eq!(v["error"]["code"], -32602, "{v}");
+    }
+    // An answer for a key never asked is ignored; the real key, still missing,
+    // gets a new input_required, not an error.
+    let mut retry = call.clone();
+    retry["requestState"] = json!(state);
+    retry["inputResponses"] = json!({"never-asked": {"action": "accept"}});
+    let (body, h) = modern_with(json!(20), "tools/call", retry, caps.clone());
+    let v = answer(&c, &body, &h).await;
+    assert_eq!(v["result"]["resultType"], "input_required", "{v}");
+    assert!(
+        v["result"]["inputRequests"].get(&key).is_some(),
+        "asked again: {v}"
+    );
+    let state = v["result"]["requestState"].as_str().unwrap().to_owned();
+    let mut done = call;
+    done["requestState"] = json!(state);
+    done["inputResponses"] = json!({ &key: {"action": "accept", "content": {"x": 3}}});
+    let (body, h) = modern_with(json!(21), "tools/call", done, caps);
+    let v = answer(&c, &body, &h).await;
+    assert_eq!(v["result"]["resultType"], "complete", "{v}");
+    assert!(
+        v["result"]["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("\"x\":3"),
+        "{v}"
+    );
+}
+
+#[tokio::test]
+async fn a_retry_that_never_comes_cancels_the_backend_call() {
+    let fx = common::FakeHttp::default_started().await;
+    let gw = TestGateway::start(&format!(
+        r#"
+        [server]
+        metrics_listen = "127.0.0.1:0"
+        input_required_timeout = "1s"
+        [backends.ask]
+        type = "http"
+        url = "{}"
+        "#,
+        fx.url
+    ))
+    .await;
+    let c = gw.client();
+    let call = json!({"name": "ask__ask_roots", "arguments": {}});
+    let (body, h) = modern_with(json!(1), "tools/call", call, json!({"roots": {}}));
+    let v = answer(&c, &body, &h).await;
+    assert_eq!(v["result"]["resultType"], "input_required", "{v}");
+    let cancelled = || {
+        fx.calls("notifications/cancelled").iter().any(|r| {
+            r.body.as_ref().unwrap_or(&Value::Null)["params"]["reason"]
+                .as_str()
+                .is_some_and(|s| s.contains("did not retry"))
+        })
+    };
+    assert!(
+        wait_for(Duration::from_secs(5), cancelled).await,
+        "cancelled upstream after the timeout: {:?}",
+        fx.log()
+            .iter()
+            .map(|r| r.rpc_method().map(str::to_owned))
+            .collect::<Vec<_>>()
+    );
+}
+
+#[tokio::test]
+async fn listen_acknowledges_then_delivers_only_what_was_asked_tagged_with_its_id() {
+    let gw = TestGateway::start(
+        r#"
+        [server]
+        metrics_listen = "127.0.0.1:0"
+        [backends.sub]
+        type = "stdio"
+        command = "${FAKE_STDIO}"
+        args = ["--subscribe", "--log", "${TEST_DIR}/sub.log"]
+        "#,
+    )
+    .await;
+    let c = gw.client();
+    let (body, h) = modern(
+        json!("L"),
+        "subscriptions/listen",
+        json!({"notifications": {"toolsListChanged": true, "resourceSubscriptions": ["sub+fx://static", "nowhere://x"]}}),
+    );
+    let extra: Vec<(&str, &str)> = h.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let mut stream = c.open_with(&extra, &body).await;
+    assert!(stream.is_sse());
+    let ack = stream.next(Duration::from_secs(5)).await.expect("ack");
+    assert_eq!(
+        ack["method"], "notifications/subscriptions/acknowledged",
+        "{ack}"
+    );
+    assert_eq!(
+        ack["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"],
+        "L"
+    );
+    assert_eq!(
+        ack["params"]["notifications"],
+        json!({"toolsListChanged": true, "resourceSubscriptions": ["sub+fx://static"]}),
+        "the subset served: {ack}"
+    );
+    let log = gw.dir.path("sub.log");
+    let subscribed = || {
+        logged(&log, "resources/subscribe")
+            .iter()
+            .any(|e| e["msg"]["params"]["uri"] == "fx://static")
+    };
+    assert!(
+        wait_for(Duration::from_secs(5), subscribed).await,
+        "subscribed at the backend"
+    );
+    // An update of the subscribed URI, through a modern tools/call of `touch`.
+    let (body, h) = modern(
+        json!(2),
+        "tools/call",
+        json!({"name": "sub__touch", "arguments": {"uri": "fx://static"}}),
+    );
+    let r = answer(&c, &body, &h).await;
+    assert_eq!(r["result"]["content"][0]["text"], "touched", "{r}");
+    let u = stream
+        .next(Duration::from_secs(5))
+        .await
+        .expect("an update");
+    assert_eq!(u["method"], "notifications/resources/updated", "{u}");
+    assert_eq!(u["params"]["uri"], "sub+fx://static", "{u}");
+    assert_eq!(
+        u["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"],
+        "L"
+    );
+    // Closing the stream unsubscribes at the backend.
+    drop(stream);
+    let unsubscribed = || !logged(&log, "resources/unsubscribe").is_empty();
+    assert!(
+        wait_for(Duration::from_secs(8), unsubscribed).await,
+        "unsubscribed after close"
+    );
+}
