@@ -7,12 +7,14 @@
 #     scenarios by requirement set (--requirements 2025-11-25 / 2026-07-28, frozen at each
 #     revision's release), which is what tells whether the 2026-07-28 face conforms.
 #
-# Targets, CONFORMANCE_TARGETS (comma-separated; default "demo,gw-stdio,gw-http"):
+# Targets, CONFORMANCE_TARGETS (comma-separated; default "demo,gw-stdio,gw-stdio-default,gw-http"):
 #   demo      mcpgate demo-server --http 127.0.0.1:PORT
 #   gw-NAME   mcpgate serve --config tests/e2e/configs/conformance-NAME.toml --listen 127.0.0.1:PORT
 #             If that config mentions ${MCPGATE_CONFORMANCE_DEMO_URL}, a demo server is
 #             started with --http first and its endpoint exported under that name.
 #             So a new gateway target is just a new conformance-NAME.toml.
+#             gw-stdio-default fronts the demo server over stdio in the default
+#             connection mode: its pass set must be the one of gw-stdio (per_session).
 # Optional baseline per target: tests/e2e/configs/conformance-TARGET.expected-failures.yml
 # (the suite's --expected-failures format: "server: [scenario, ...]").
 #
@@ -57,7 +59,7 @@ set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT" || exit 1
 
-TARGETS="${CONFORMANCE_TARGETS-demo,gw-stdio,gw-http}"
+TARGETS="${CONFORMANCE_TARGETS-demo,gw-stdio,gw-stdio-default,gw-http}"
 CLIENT_SCENARIOS="${CONFORMANCE_CLIENT_SCENARIOS-initialize,tools_call,elicitation-sep1034-client-defaults,sse-retry}"
 CLIENT_PYTHON="${CONFORMANCE_CLIENT_PYTHON:-$ROOT/tests/.venv/bin/python}"
 SUITE="${CONFORMANCE_SUITE:-all}"

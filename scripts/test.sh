@@ -21,7 +21,9 @@
 #                 (its own workspace: --manifest-path bench/Cargo.toml)
 #  10. bench-smoke scripts/bench.sh --smoke   (every benchmark scenario with tiny durations;
 #                 checks that every result key is produced, asserts nothing about speed)
-#  11. image      scripts/image-check.sh      (buildah builds the Dockerfile against local
+#  11. fuzz-smoke  scripts/fuzz.sh 10         (every cargo-fuzz target for 10 s from its
+#                 committed seeds; installs cargo-fuzz if missing; FUZZ_SMOKE_SECONDS)
+#  12. image      scripts/image-check.sh      (buildah builds the Dockerfile against local
 #                 stand-ins of its base images, then the image serves one tools/call;
 #                 needs root; caches in ${MCPGATE_CI_CACHE:-~/.cache/mcpgate}/image)
 #
@@ -107,6 +109,7 @@ step_bench_lint() {
 
 step_bench_smoke() { scripts/bench.sh --smoke; }
 
+step_fuzz_smoke() { FUZZ_SANITIZER=none scripts/fuzz.sh "${FUZZ_SMOKE_SECONDS:-10}"; }
 step_image() { scripts/image-check.sh; }
 
 step_conformance() {
@@ -203,6 +206,7 @@ run lb step_lb python build
 run lint-deploy step_lint_deploy python
 run bench-lint step_bench_lint
 run bench-smoke step_bench_smoke build
+run fuzz-smoke step_fuzz_smoke
 run image step_image
 
 printf '\n===== mcpgate test summary =====\n'

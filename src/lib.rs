@@ -15,6 +15,9 @@ mod cluster;
 pub mod config;
 mod dispatch;
 mod error;
+#[cfg(any(test, feature = "fuzzing"))]
+#[doc(hidden)]
+pub mod fuzzing;
 mod http;
 pub mod jsonrpc;
 pub mod mcp;
@@ -57,6 +60,7 @@ pub struct Gateway {
     /// The `[cluster]` in force (keys are read once, at start).
     cluster: config::ClusterConfig,
     shutdown_grace: Duration,
+    drain_delay: Duration,
     stop: CancellationToken,
     server: JoinHandle<()>,
 }
@@ -121,7 +125,12 @@ impl Gateway {
         ));
         let catalog = Arc::new(Catalog::new(&config, sealer.clone()));
         let (refresh_tx, refresh_rx) = tokio::sync::mpsc::unbounded_channel();
-        let relay = Relay::new(catalog.clone(), sessions.clone(), refresh_tx);
+        let relay = Relay::new(
+            catalog.clone(),
+            sessions.clone(),
+            refresh_tx,
+            metrics.clone(),
+        );
         let supervisor = Supervisor::new(
             server.clone(),
             catalog.clone(),
@@ -186,6 +195,7 @@ impl Gateway {
             metrics,
             cluster: config.cluster.clone(),
             shutdown_grace: server.shutdown_grace,
+            drain_delay: server.drain_delay,
             stop,
             server: server_task,
         })
@@ -216,29 +226,38 @@ impl Gateway {
         self.sessions.len()
     }
 
-    /// Graceful shutdown: stop accepting connections (`/readyz` turns 503), let
-    /// host requests in flight finish within `server.shutdown_grace`, then end
-    /// every session (its SSE streams close) and stop every backend (stdio
-    /// children: close stdin → SIGTERM → SIGKILL; HTTP backends: `DELETE`).
+    /// Graceful shutdown (drain). From the call on, `/readyz` answers 503, new
+    /// sessions get 503 + `Retry-After`, and the listener keeps serving: streams
+    /// in flight, and the requests of existing sessions (answers to sampling,
+    /// cancels, calls). It waits for `server.drain_delay` and until no host
+    /// request is in flight, at most `server.shutdown_grace` in all; calls still
+    /// running then get a JSON-RPC error and are cancelled upstream. Then every
+    /// session ends (its SSE streams close), the listener stops, and every
+    /// backend is stopped (stdio children: close stdin → SIGTERM → SIGKILL; HTTP
+    /// backends: `DELETE`).
     pub async fn shutdown(self) {
+        let start = tokio::time::Instant::now();
         self.supervisor.begin_shutdown();
-        self.stop.cancel();
-        let deadline = tokio::time::Instant::now() + self.shutdown_grace;
-        loop {
-            let busy = self.supervisor.calls_in_flight();
-            if busy == 0 {
-                break;
-            }
-            if tokio::time::Instant::now() >= deadline {
+        tracing::info!(
+            drain_delay = ?self.drain_delay,
+            grace = ?self.shutdown_grace,
+            in_flight = self.supervisor.calls_in_flight(),
+            "draining: readiness is 503, new sessions are refused"
+        );
+        let grace_end = start + self.shutdown_grace;
+        tokio::time::sleep_until((start + self.drain_delay).min(grace_end)).await;
+        while self.supervisor.calls_in_flight() > 0 {
+            if tokio::time::Instant::now() >= grace_end {
                 tracing::warn!(
-                    in_flight = busy,
-                    "shutdown grace period over; abandoning requests in flight"
+                    in_flight = self.supervisor.calls_in_flight(),
+                    "shutdown grace period over; answering the calls in flight with an error"
                 );
                 break;
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         self.supervisor.shutdown().await;
+        self.stop.cancel();
         let _ = tokio::time::timeout(Duration::from_secs(5), self.server).await;
         tracing::info!("stopped");
     }

@@ -64,6 +64,9 @@ pub struct Metrics {
     /// `forged` (does not open), `ended` (ended here, or past its lifetime),
     /// `principal` (another principal's). A cached session never counts here.
     pub session_restores: IntCounterVec,
+    /// Server→client requests and log messages of a shared backend connection that
+    /// could not be tied to exactly one host call (refused or dropped), by backend.
+    pub unroutable_backend_messages: IntCounterVec,
 }
 
 /// The source revision baked in at build time (`MCPGATE_REVISION=$(git rev-parse
@@ -254,6 +257,12 @@ impl Metrics {
                 &r,
                 "mcpgate_sessions_max",
                 "The session cap (server.max_sessions).",
+            ),
+            unroutable_backend_messages: counter_vec(
+                &r,
+                "mcpgate_unroutable_backend_requests_total",
+                "Server-to-client requests and logs of a shared backend connection that no single host call could be tied to (refused or dropped), by backend.",
+                backend,
             ),
             registry: r,
         };

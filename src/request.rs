@@ -56,6 +56,8 @@ pub enum Rejection {
     Resume,
     /// 503: `server.max_sessions` reached.
     TooManySessions,
+    /// 503: a new session while the gateway drains for shutdown.
+    Draining,
     /// 429: `server.max_streams_per_session` reached.
     TooManyStreams,
     /// 429: the client's rate limit.
@@ -90,6 +92,7 @@ impl Rejection {
             Rejection::SessionUnknown => "session_unknown",
             Rejection::Resume => "resume",
             Rejection::TooManySessions => "too_many_sessions",
+            Rejection::Draining => "draining",
             Rejection::TooManyStreams => "too_many_streams",
             Rejection::RateLimited => "rate_limited",
             Rejection::Unauthorized => "unauthorized",

@@ -1,7 +1,7 @@
 //! Log messages (`notifications/message`) from backends reach only the session
 //! whose call caused them, named after the backend, filtered by the level the
-//! host set with `logging/setLevel`; a shared backend's logs never reach
-//! another session.
+//! host set with `logging/setLevel`. A shared backend's log reaches a session
+//! only while that session's call is the only one in flight on the connection.
 
 mod common;
 
@@ -34,6 +34,7 @@ async fn backend_logs_reach_the_calling_session_at_its_level() {
         [backends.shared]
         type = "stdio"
         command = "${FAKE_STDIO}"
+        mode = "shared"
         "#,
     )
     .await;
@@ -51,8 +52,10 @@ async fn backend_logs_reach_the_calling_session_at_its_level() {
         "names the backend: {}",
         l[0]
     );
-    // A shared stdio connection cannot tell whose log it is: never another session's.
-    log(&s, "shared__log", "warning").await;
+    // On a shared connection the log of the only call in flight is that call's:
+    // it never reaches another session.
+    let r = log(&s, "shared__log", "warning").await;
+    assert_eq!(logs(&r).len(), 1, "{:?}", r.related);
     assert!(
         other_listen
             .next(std::time::Duration::from_millis(300))
@@ -77,7 +80,7 @@ async fn backend_logs_reach_the_calling_session_at_its_level() {
 }
 
 #[tokio::test]
-async fn a_background_log_of_a_shared_backend_does_not_reach_another_session() {
+async fn a_background_log_of_a_shared_backend_reaches_no_session() {
     let dir = TestDir::new();
     std::fs::write(
         dir.path("later.json"),
@@ -91,11 +94,14 @@ async fn a_background_log_of_a_shared_backend_does_not_reach_another_session() {
         type = "stdio"
         command = "${FAKE_STDIO}"
         args = ["--tools-json", "${TEST_DIR}/later.json"]
+        mode = "shared"
         "#,
     )
     .await;
     let a = gw.session().await;
     let b = gw.session().await;
+    let mut a_listen = a.get_stream().await;
+    let mut b_listen = b.get_stream().await;
     let r = a
         .call_tool(
             "fx__log_later",
@@ -103,14 +109,18 @@ async fn a_background_log_of_a_shared_backend_does_not_reach_another_session() {
         )
         .await;
     assert_eq!(text_of(&r.response), "later");
-    // B's call is the only one in flight when A's background log arrives.
+    // No call is in flight when A's background log arrives: nobody can be told.
+    for listen in [&mut a_listen, &mut b_listen] {
+        assert!(
+            listen
+                .next(std::time::Duration::from_millis(500))
+                .await
+                .is_none(),
+            "a log no call was in flight for reached a session"
+        );
+    }
     let r = b
-        .call_tool("fx__delay_echo", json!({"ms": 800, "tag": "b"}))
+        .call_tool("fx__delay_echo", json!({"ms": 100, "tag": "b"}))
         .await;
-    assert_eq!(text_of(&r.response), "b");
-    assert!(
-        logs(&r).is_empty(),
-        "A's log leaked into B's call: {:?}",
-        r.related
-    );
+    assert!(logs(&r).is_empty(), "{:?}", r.related);
 }

@@ -130,8 +130,6 @@ async fn a_changed_backend_restarts_and_others_are_untouched() {
 
 #[tokio::test]
 async fn sighup_storm_and_a_broken_file_leave_the_gateway_serving() {
-    use std::process::Stdio;
-
     use nix::sys::signal::{Signal, kill};
     use nix::unistd::Pid;
 
@@ -146,15 +144,7 @@ async fn sighup_storm_and_a_broken_file_leave_the_gateway_serving() {
         .replace("${FAKE_STDIO}", common::fake_stdio())
         .replace("${TEST_DIR}", &dir.0.to_string_lossy());
     std::fs::write(&cfg, format!("{body}\n")).unwrap();
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_mcpgate"))
-        .args(["serve", "--config"])
-        .arg(&cfg)
-        .args(["--listen", &format!("127.0.0.1:{port}")])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
+    let mut child = spawn_serve(&cfg, port);
     let pid = Pid::from_raw(child.id().unwrap() as i32);
     let url = format!("http://127.0.0.1:{port}/mcp");
     let mut s = common::McpClient::new(&url);
@@ -196,8 +186,6 @@ fn sample(text: &str, series: &str) -> Option<f64> {
 
 #[tokio::test]
 async fn reload_results_build_info_and_session_cap_are_exported() {
-    use std::process::Stdio;
-
     use nix::sys::signal::{Signal, kill};
     use nix::unistd::Pid;
 
@@ -219,15 +207,7 @@ async fn reload_results_build_info_and_session_cap_are_exported() {
             &format!("metrics_listen = \"127.0.0.1:{metrics_port}\"\nmax_sessions = 7"),
         );
     std::fs::write(&cfg, &body).unwrap();
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_mcpgate"))
-        .args(["serve", "--config"])
-        .arg(&cfg)
-        .args(["--listen", &format!("127.0.0.1:{port}")])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
+    let mut child = spawn_serve(&cfg, port);
     let pid = Pid::from_raw(child.id().unwrap() as i32);
     let scrape = || async move {
         let r = reqwest::get(format!("http://127.0.0.1:{metrics_port}/metrics")).await;
@@ -295,4 +275,18 @@ async fn reload_results_build_info_and_session_cap_are_exported() {
         .unwrap()
         .unwrap();
     assert!(status.success(), "{status:?}");
+}
+
+/// `mcpgate serve --config CFG --listen 127.0.0.1:PORT` as a child process, killed
+/// when the handle drops (a failing test leaves no gateway behind).
+fn spawn_serve(cfg: &std::path::Path, port: u16) -> tokio::process::Child {
+    tokio::process::Command::new(env!("CARGO_BIN_EXE_mcpgate"))
+        .args(["serve", "--config"])
+        .arg(cfg)
+        .args(["--listen", &format!("127.0.0.1:{port}")])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap()
 }

@@ -150,18 +150,20 @@ async fn an_id_ended_here_stays_ended_and_another_key_never_opens_it() {
 
 /// `mcpgate serve` with the fx backend, `server` lines in `[server]`, and
 /// `keys` in `MCPGATE_SESSION_KEYS`.
-async fn serve(dir: &TestDir, name: &str, keys: Option<&str>, server: &str) -> Served {
+async fn serve(keys: Option<&str>, server: &str) -> Served {
     let env: Vec<(&str, &str)> = keys
         .map(|k| ("MCPGATE_SESSION_KEYS", k))
         .into_iter()
         .collect();
-    Served::start(MCPGATE, dir, name, (server, FX), &env).await
+    let config = format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\nmetrics_listen = \"off\"\nshutdown_grace = \"2s\"\n{server}\n{FX}"
+    );
+    Served::start_with_env(&config, &env).await
 }
 
 #[tokio::test]
 async fn a_restarted_gateway_keeps_its_sessions_with_the_same_keys_only() {
-    let dir = TestDir::new();
-    let first = serve(&dir, "first", Some(OLD), "").await;
+    let first = serve(Some(OLD), "").await;
     assert!(
         first.logged_message("session keys loaded"),
         "{}",
@@ -176,7 +178,7 @@ async fn a_restarted_gateway_keeps_its_sessions_with_the_same_keys_only() {
     );
     first.stop(Signal::SIGKILL).await;
 
-    let second = serve(&dir, "second", Some(OLD), "").await;
+    let second = serve(Some(OLD), "").await;
     let s = at(&s, &second.url);
     assert_eq!(
         echo(&s.call_tool("fx__echo", json!({"text": "after kill"})).await),
@@ -186,7 +188,7 @@ async fn a_restarted_gateway_keeps_its_sessions_with_the_same_keys_only() {
     assert!(names(&listed).contains(&"fx__echo".to_owned()));
     second.stop(Signal::SIGTERM).await;
 
-    let third = serve(&dir, "third", Some(OLD), "").await;
+    let third = serve(Some(OLD), "").await;
     let s = at(&s, &third.url);
     assert_eq!(
         echo(&s.call_tool("fx__echo", json!({"text": "after term"})).await),
@@ -194,11 +196,11 @@ async fn a_restarted_gateway_keeps_its_sessions_with_the_same_keys_only() {
     );
     third.stop(Signal::SIGTERM).await;
 
-    let other = serve(&dir, "other", Some(OTHER), "").await;
+    let other = serve(Some(OTHER), "").await;
     assert_eq!(status_of_call(&at(&s, &other.url)).await, 404);
     other.stop(Signal::SIGTERM).await;
 
-    let keyless = serve(&dir, "keyless", None, "").await;
+    let keyless = serve(None, "").await;
     assert!(
         keyless.logged_message("sessions do not survive a restart"),
         "{}",
@@ -230,10 +232,9 @@ async fn list_across(clients: &[&McpClient]) -> Vec<Value> {
 
 #[tokio::test]
 async fn two_processes_with_the_same_keys_serve_one_list_across_pages() {
-    let dir = TestDir::new();
     let paged = "page_size = 2";
-    let a = serve(&dir, "a", Some(OLD), paged).await;
-    let b = serve(&dir, "b", Some(OLD), paged).await;
+    let a = serve(Some(OLD), paged).await;
+    let b = serve(Some(OLD), paged).await;
     let mut on_a = McpClient::new(&a.url);
     on_a.initialize(json!({})).await;
     let on_b = at(&on_a, &b.url);
@@ -242,7 +243,7 @@ async fn two_processes_with_the_same_keys_serve_one_list_across_pages() {
     assert_eq!(list_across(&[&on_a, &on_b]).await, alone, "A, B, A, ...");
     assert_eq!(list_across(&[&on_b, &on_a]).await, alone, "B, A, B, ...");
 
-    let other = serve(&dir, "other", Some(OTHER), paged).await;
+    let other = serve(Some(OTHER), paged).await;
     let mut on_other = McpClient::new(&other.url);
     on_other.initialize(json!({})).await;
     let first = on_a.request("tools/list", json!({})).await;
@@ -255,15 +256,14 @@ async fn two_processes_with_the_same_keys_serve_one_list_across_pages() {
 
 #[tokio::test]
 async fn rotation_old_then_old_new_then_new_old_then_new() {
-    let dir = TestDir::new();
     let paged = "page_size = 2";
-    let p1 = serve(&dir, "p1", Some(OLD), paged).await;
+    let p1 = serve(Some(OLD), paged).await;
     let mut s1 = McpClient::new(&p1.url);
     s1.initialize(json!({})).await;
     p1.stop(Signal::SIGTERM).await;
 
     // Step 1: old+new everywhere; old still seals.
-    let p2 = serve(&dir, "p2", Some(&format!("{OLD}\n{NEW}")), paged).await;
+    let p2 = serve(Some(&format!("{OLD}\n{NEW}")), paged).await;
     let s1 = at(&s1, &p2.url);
     assert_eq!(
         echo(&s1.call_tool("fx__echo", json!({"text": "1"})).await),
@@ -274,7 +274,7 @@ async fn rotation_old_then_old_new_then_new_old_then_new() {
     assert!(s2.session.as_ref().unwrap().starts_with("old."));
 
     // Step 2, rolling: new+old comes up while old+new still serves.
-    let p3 = serve(&dir, "p3", Some(&format!("{NEW}\n{OLD}")), paged).await;
+    let p3 = serve(Some(&format!("{NEW}\n{OLD}")), paged).await;
     let mut s3 = McpClient::new(&p3.url);
     s3.initialize(json!({})).await;
     assert!(s3.session.as_ref().unwrap().starts_with("new."));
@@ -295,7 +295,7 @@ async fn rotation_old_then_old_new_then_new_old_then_new() {
     p3.stop(Signal::SIGTERM).await;
 
     // Step 3, after the lifetime of old ids: new only.
-    let p4 = serve(&dir, "p4", Some(NEW), paged).await;
+    let p4 = serve(Some(NEW), paged).await;
     let s3 = at(&s3, &p4.url);
     assert_eq!(
         echo(&s3.call_tool("fx__echo", json!({"text": "3"})).await),

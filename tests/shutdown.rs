@@ -1,101 +1,28 @@
-//! Graceful shutdown of the real `mcpgate serve` process, also during a long
-//! streamed tool call and with a child that ignores stdin close, leaving no stdio
-//! child orphaned or a zombie: on SIGTERM the in-flight call completes within the
-//! grace period, the process exits 0 and no child is left, including one that
-//! ignores SIGTERM; on SIGKILL of the gateway its stdio children die with it
-//! (parent-death signal).
+//! Graceful shutdown of the real `mcpgate serve` process (issue 5 item 4 and
+//! acceptance 3; bad input "SIGTERM during a long streamed tool call", "a child
+//! that ignores stdin close"; field fault "stdio children orphaned or left as
+//! zombies"): on SIGTERM the in-flight call completes within the grace period, the
+//! process exits 0 and no child is left, including one that ignores SIGTERM; on
+//! SIGKILL of the gateway its stdio children die with it (parent-death signal).
 
 mod common;
 
 use std::collections::BTreeSet;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use common::{McpClient, TestDir, fake_stdio, gone, logged_pids, proc_state, text_of, wait_for};
+use common::served::Served;
+use common::{McpClient, gone, logged_pids, proc_state, text_of, wait_for};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
-use serde_json::{Value, json};
+use serde_json::json;
 use tokio::time::Instant;
 
-const MCPGATE: &str = env!("CARGO_BIN_EXE_mcpgate");
-
-/// `mcpgate serve` running as its own process; killed if the test fails.
-struct Served {
-    child: Child,
-    url: String,
-    dir: TestDir,
-}
-
-impl Drop for Served {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Served {
-    fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.path("gw.log")).unwrap_or_default()
-    }
-
-    /// Waits for the process to exit; its status code.
-    async fn exit_code(&mut self, within: Duration) -> Option<i32> {
-        let end = Instant::now() + within;
-        while Instant::now() < end {
-            if let Ok(Some(status)) = self.child.try_wait() {
-                return status.code();
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        None
-    }
-}
-
 async fn serve(backends: &str) -> Served {
-    let dir = TestDir::new();
-    let config = format!(
+    Served::start(&format!(
         "[server]\nlisten = \"127.0.0.1:0\"\nmetrics_listen = \"off\"\nshutdown_grace = \"5s\"\n{backends}"
-    );
-    std::fs::write(dir.path("gw.toml"), config).unwrap();
-    let log = std::fs::File::create(dir.path("gw.log")).unwrap();
-    let child = Command::new(MCPGATE)
-        .args(["serve", "--config"])
-        .arg(dir.path("gw.toml"))
-        .env("FAKE_STDIO", fake_stdio())
-        .env("TEST_DIR", &dir.0)
-        .env("MCPGATE_LOG_FORMAT", "json")
-        .env("RUST_LOG", "info")
-        .env_remove("MCPGATE_LISTEN")
-        .env_remove("MCPGATE_METRICS_LISTEN")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(log)
-        .spawn()
-        .unwrap();
-    let mut served = Served {
-        child,
-        url: String::new(),
-        dir,
-    };
-    let end = Instant::now() + Duration::from_secs(8);
-    while Instant::now() < end {
-        let addr = served.log().lines().find_map(|l| {
-            let v: Value = serde_json::from_str(l).ok()?;
-            (v["fields"]["message"] == "mcpgate listening")
-                .then(|| v["fields"]["addr"].as_str().map(str::to_owned))?
-        });
-        if let Some(addr) = addr {
-            served.url = format!("http://{addr}/mcp");
-            return served;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    panic!("mcpgate did not start:\n{}", served.log());
+    ))
+    .await
 }
 
 /// PIDs of processes whose parent is `pid`.

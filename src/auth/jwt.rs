@@ -40,7 +40,7 @@ pub fn looks_like_jwt(token: &str) -> bool {
 }
 
 /// The unverified `iss` of a JWT, to pick the issuer whose keys must verify it.
-fn unverified_issuer(token: &str) -> Option<String> {
+pub(crate) fn unverified_issuer(token: &str) -> Option<String> {
     let payload = token.split('.').nth(1)?;
     let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
         .decode(payload)

@@ -217,7 +217,7 @@ impl Authenticator {
 
 /// The token of an `Authorization: Bearer` header (RFC 6750 §2.1; the scheme
 /// is case-insensitive).
-fn bearer(value: Option<&[u8]>) -> Result<&str, AuthError> {
+pub(crate) fn bearer(value: Option<&[u8]>) -> Result<&str, AuthError> {
     let Some(raw) = value else {
         return Err(AuthError::Missing);
     };

@@ -36,7 +36,9 @@ impl InitInfo {
 /// Who a connection belongs to (DESIGN decision 3). The client face does not
 /// know what an owner is; it only needs to know whether every request on the
 /// connection comes from one client, which makes "the only request in flight"
-/// a safe guess for messages the backend sends without saying what they relate to.
+/// a safe guess for any message the backend sends without saying what it relates
+/// to. On a shared connection that guess is made only for server→client requests
+/// and log messages, and only when exactly one call is in flight.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Owner {
     /// Serves every client (or the gateway itself, for catalogues).
@@ -241,6 +243,24 @@ impl Connection {
         }
     }
 
+    /// Like [`Connection::cancel`], but waits (at most `limit`) until the
+    /// transport took the `notifications/cancelled` (HTTP: answered 2xx), so
+    /// that what follows — the `DELETE` of the backend session — cannot
+    /// overtake it.
+    pub async fn cancel_awaited(self: &Arc<Self>, id: u64, reason: &str, limit: Duration) {
+        let removed = self.pending.lock().ok().and_then(|mut p| p.remove(&id));
+        if removed.is_none() {
+            return;
+        }
+        let params = json!({"requestId": id, "reason": reason});
+        let bytes = jsonrpc::notification_bytes(Method::Cancelled.as_str(), Some(&params));
+        if let Ok(link) = self.link()
+            && let Ok(Err(e)) = tokio::time::timeout(limit, link.send_awaited(self, bytes)).await
+        {
+            tracing::debug!(backend = %self.backend, cause = %e, "cancel not delivered");
+        }
+    }
+
     fn send_cancel(self: &Arc<Self>, id: u64, reason: &str) {
         let params = json!({"requestId": id, "reason": reason});
         self.notify(&Method::Cancelled, Some(&params));
@@ -347,14 +367,15 @@ impl Connection {
                 self.handler.on_notification(self, call, n);
             }
             Message::Request(r) => {
-                let call = self.related_call_for(related);
+                let call = self.related_call_for(related, true);
                 self.handler.on_request(self, call, r);
             }
         }
     }
 
     /// The host call a notification belongs to: by progress token, by the stream it
-    /// came on, or (per-session connections only) the only host call in flight.
+    /// came on, or the only host call in flight (on a shared connection only for
+    /// `notifications/message`, see [`Connection::related_call_for`]).
     fn related_call(&self, n: &Notification, related: Option<u64>) -> Option<Arc<dyn Caller>> {
         if n.method == Method::Progress {
             let token = n.params.as_ref().and_then(|p| p.get("progressToken"));
@@ -362,18 +383,27 @@ impl Connection {
             let p = self.pending.lock().ok()?;
             return p.get(&id).and_then(|e| e.call.clone());
         }
-        self.related_call_for(related)
+        self.related_call_for(related, n.method == Method::LogMessage)
     }
 
-    fn related_call_for(&self, related: Option<u64>) -> Option<Arc<dyn Caller>> {
+    /// The call a message relates to: the request whose HTTP response stream it
+    /// came on, else the only request with a caller in flight. On a shared
+    /// connection that guess is made only for what needs a host to be useful at
+    /// all (`guess_shared`: server→client requests and log messages); when none or
+    /// several calls are in flight the answer is `None`, never a guess among them.
+    /// (A backend that sends such messages from background work, after the
+    /// answer of the call that caused them, can be attributed to another lone
+    /// call; that is why stateful backends belong in `per_session` mode.)
+    fn related_call_for(
+        &self,
+        related: Option<u64>,
+        guess_shared: bool,
+    ) -> Option<Arc<dyn Caller>> {
         let p = self.pending.lock().ok()?;
         if let Some(id) = related {
             return p.get(&id).and_then(|e| e.call.clone());
         }
-        // Guessing "the only call in flight" is safe only when every call belongs to
-        // one host session; on a shared connection the message may come from
-        // another session's work and would leak to this one (DESIGN decision 4).
-        if matches!(self.owner, Owner::Shared) {
+        if matches!(self.owner, Owner::Shared) && !guess_shared {
             return None;
         }
         let mut calls = p.values().filter_map(|e| e.call.as_ref());

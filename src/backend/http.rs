@@ -15,7 +15,6 @@ use std::sync::{Arc, Mutex, RwLock, Weak};
 use std::time::Duration;
 
 use bytes::Bytes;
-use eventsource_stream::Eventsource;
 use futures_util::StreamExt;
 use reqwest::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
 use reqwest::{Response, StatusCode};
@@ -438,7 +437,7 @@ async fn read_events(
     resp: Response,
     related: Option<u64>,
 ) -> Option<(String, Option<Duration>)> {
-    let mut events = resp.bytes_stream().eventsource();
+    let mut events = std::pin::pin!(super::events::sse_events(resp.bytes_stream()));
     let mut last: Option<(String, Option<Duration>)> = None;
     while let Some(ev) = events.next().await {
         let Ok(ev) = ev else { break };

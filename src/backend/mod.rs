@@ -1,6 +1,7 @@
 //! Client face: MCP client connections to backends over stdio and Streamable HTTP.
 
 mod conn;
+pub(crate) mod events;
 mod http;
 mod sse;
 mod stdio;
@@ -130,8 +131,9 @@ pub trait Caller: Send + Sync + 'static {
 /// gave the connection its [`Owner`] (the gateway's relay).
 ///
 /// `call` is the request the message relates to, when the connection could tell
-/// (progress token, the HTTP stream it came on, or the only request in flight on
-/// an exclusive connection).
+/// (progress token, the HTTP stream it came on, or the only request with a caller
+/// in flight: on an exclusive connection for anything, on a shared one only for
+/// server→client requests and `notifications/message`).
 pub trait UpstreamHandler: Send + Sync + 'static {
     /// A notification from the backend.
     fn on_notification(

@@ -13,7 +13,6 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
-use eventsource_stream::Eventsource;
 use futures_util::StreamExt;
 use reqwest::header::{ACCEPT, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
 use tokio::sync::oneshot;
@@ -158,7 +157,7 @@ async fn listen(
     endpoint: oneshot::Sender<String>,
 ) {
     let mut endpoint = Some(endpoint);
-    let mut events = resp.bytes_stream().eventsource();
+    let mut events = std::pin::pin!(super::events::sse_events(resp.bytes_stream()));
     while let Some(ev) = events.next().await {
         let Ok(ev) = ev else { break };
         if ev.event == "endpoint" {

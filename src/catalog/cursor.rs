@@ -26,10 +26,10 @@ impl CursorKey {
         CursorKey(sealer)
     }
 
-    /// A fixed key (tests).
-    #[cfg(test)]
+    /// A fixed key (tests and fuzzing).
+    #[cfg(any(test, feature = "fuzzing"))]
     pub fn fixed(byte: u8) -> Self {
-        CursorKey(Arc::new(crate::cluster::seal_tests::sealer(&[("t", byte)])))
+        CursorKey(Arc::new(Sealer::fixed(byte)))
     }
 
     /// Seals `(epoch, list, page)`: `KID.` + 55 base64url characters.

@@ -8,7 +8,7 @@
 
 mod access;
 mod curation;
-mod cursor;
+pub(crate) mod cursor;
 mod fetch;
 mod pages;
 mod registry;

@@ -4,7 +4,7 @@
 //! points at another backend.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
 use super::curation::ToolFilterSet;
 use super::fetch::BackendCatalog;
@@ -38,6 +38,12 @@ pub struct BackendState {
     late: AtomicBool,
     /// Open per-session connections (bounded by `max_connections`).
     per_session_open: std::sync::atomic::AtomicUsize,
+    /// When the backend first sent, on its shared connection, what only one host
+    /// can use (a server→client request, or a log no single call was in flight
+    /// for): it keeps state per client.
+    stateful_since: OnceLock<tokio::time::Instant>,
+    /// Set once the first unroutable message was reported (logged once).
+    unroutable_reported: AtomicBool,
 }
 
 impl BackendState {
@@ -67,6 +73,8 @@ impl BackendState {
             removed: AtomicBool::new(false),
             late: AtomicBool::new(false),
             per_session_open: std::sync::atomic::AtomicUsize::new(0),
+            stateful_since: OnceLock::new(),
+            unroutable_reported: AtomicBool::new(false),
         }
     }
 
@@ -162,6 +170,37 @@ impl BackendState {
     /// The curated form of tool `original`, if configured.
     pub fn tool_override(&self, original: &str) -> Option<&ToolOverride> {
         self.tools.override_for(original)
+    }
+
+    /// Records that the backend showed it keeps state per client; `true` the first
+    /// time.
+    pub fn note_stateful(&self) -> bool {
+        self.stateful_since.set(tokio::time::Instant::now()).is_ok()
+    }
+
+    /// When the backend first showed it keeps state per client, if it did.
+    pub fn stateful_since(&self) -> Option<tokio::time::Instant> {
+        self.stateful_since.get().copied()
+    }
+
+    /// Whether a session created at `session_created` uses the backend's shared
+    /// connection: always in `shared` mode, never in `per_session` mode, and in
+    /// `auto` mode unless the backend had shown it keeps state per client before
+    /// the session was created (a session never changes connection kind).
+    pub fn shares_with(&self, session_created: tokio::time::Instant) -> bool {
+        match self.mode {
+            ConnectionMode::Shared => true,
+            ConnectionMode::PerSession => false,
+            ConnectionMode::Auto => self
+                .stateful_since()
+                .is_none_or(|since| session_created < since),
+        }
+    }
+
+    /// Records an unroutable message on the shared connection; `true` the first
+    /// time (it is logged once).
+    pub fn note_unroutable(&self) -> bool {
+        !self.unroutable_reported.swap(true, Ordering::AcqRel)
     }
 
     /// Fails when `max_connections` per-session connections are open.

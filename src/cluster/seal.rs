@@ -149,6 +149,15 @@ impl Sealer {
         }
     }
 
+    /// A sealer with one key `t` of 32 bytes `byte` (tests and fuzzing).
+    #[cfg(any(test, feature = "fuzzing"))]
+    pub fn fixed(byte: u8) -> Sealer {
+        Sealer::new(&[SessionKey {
+            kid: "t".into(),
+            secret: [byte; 32],
+        }])
+    }
+
     /// Whether the key is a random one of this process (no key configured):
     /// what it sealed opens nowhere else and not after a restart.
     pub fn is_ephemeral(&self) -> bool {

@@ -161,11 +161,21 @@ pub struct ServerConfig {
     #[serde(with = "humantime_serde")]
     #[schemars(schema_with = "schema::duration")]
     pub backend_ping_interval: Duration,
-    /// How long in-flight requests may take to finish after SIGTERM/SIGINT.
-    /// Default 30 s.
+    /// How long in-flight requests may take to finish after SIGTERM/SIGINT,
+    /// counted from the signal. Calls still running then get a JSON-RPC error
+    /// and are cancelled upstream. Default 30 s.
     #[serde(with = "humantime_serde")]
     #[schemars(schema_with = "schema::duration")]
     pub shutdown_grace: Duration,
+    /// How long the listener keeps serving after SIGTERM/SIGINT even when no
+    /// request is in flight (at most `shutdown_grace`): `/readyz` answers 503
+    /// from the signal on, `/healthz` 200, new sessions get 503 + `Retry-After`,
+    /// existing sessions are served, so a load balancer can take the replica
+    /// out before connections are refused. Default 0 s (a Kubernetes preStop
+    /// sleep does the same job).
+    #[serde(with = "humantime_serde")]
+    #[schemars(schema_with = "schema::duration")]
+    pub drain_delay: Duration,
     /// The 2026-07-28 (stateless) face of the endpoint: `"bridge"` (default:
     /// served, legacy backends bridged), `"native"` (served only while every
     /// backend speaks 2026-07-28; otherwise as `"off"`), `"off"` (a 2026-07-28
@@ -243,6 +253,7 @@ impl Default for ServerConfig {
             request_timeout: Duration::from_secs(60),
             metrics_listen: Some(SocketAddr::from(([127, 0, 0, 1], 9464))),
             shutdown_grace: Duration::from_secs(30),
+            drain_delay: Duration::ZERO,
             backend_ping_interval: Duration::from_secs(30),
             rate_limit: None,
             max_streams_per_session: 32,
@@ -261,6 +272,11 @@ pub enum ConnectionMode {
     /// Each host session gets its own connection, created lazily and closed with the
     /// session (needed for sampling, elicitation, roots and per-session state).
     PerSession,
+    /// `shared` until the backend shows it keeps state per client (on its shared
+    /// connection it sends a server→client request, or a log while not exactly one
+    /// call is in flight); sessions created from then on get their own connection,
+    /// as with `per_session`. The default for stdio.
+    Auto,
 }
 
 /// `[backends.NAME]`, as validated.
@@ -272,7 +288,7 @@ pub struct BackendConfig {
     pub prefix: Option<String>,
     /// Per-call timeout; default `server.request_timeout`.
     pub timeout: Option<Duration>,
-    /// Connection mode; default `shared` for stdio, `per_session` for http.
+    /// Connection mode; default `auto` for stdio, `per_session` for http.
     pub mode: Option<ConnectionMode>,
     /// Tool filters.
     pub tools: ToolFilter,
@@ -369,8 +385,9 @@ pub struct RawBackend {
     #[serde(default, with = "humantime_serde")]
     #[schemars(schema_with = "schema::duration")]
     pub timeout: Option<Duration>,
-    /// `shared` (one connection for every host session; default for stdio) or
-    /// `per_session` (one per host session; default for http and sse).
+    /// `shared` (one connection for every host session), `per_session` (one per host
+    /// session; default for http and sse) or `auto` (shared until the backend shows
+    /// it keeps state per client, then per_session for new sessions; default for stdio).
     pub mode: Option<ConnectionMode>,
     /// Tool filters and curation.
     #[serde(default)]
@@ -438,7 +455,7 @@ impl BackendConfig {
     /// The effective connection mode.
     pub fn mode(&self) -> ConnectionMode {
         self.mode.unwrap_or(match self.transport {
-            Transport::Stdio { .. } => ConnectionMode::Shared,
+            Transport::Stdio { .. } => ConnectionMode::Auto,
             Transport::Http { .. } | Transport::Sse { .. } => ConnectionMode::PerSession,
         })
     }
@@ -536,82 +553,4 @@ fn set_server_field(value: &mut toml::Value, key: &str, v: toml::Value) {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn env(name: &str) -> Option<String> {
-        match name {
-            "MCPGATE_EXE" => Some("/usr/bin/mcpgate".into()),
-            "API_KEY" => Some("k1".into()),
-            _ => None,
-        }
-    }
-
-    #[test]
-    fn every_file_in_config_parses() {
-        let mut seen = 0;
-        for dir in ["config", "config/examples"] {
-            let Ok(entries) = std::fs::read_dir(dir) else {
-                continue;
-            };
-            for entry in entries.flatten() {
-                let path = entry.path();
-                // The JSON Schema of the config (tests/config_schema.rs checks it).
-                if path.to_string_lossy().ends_with(".schema.json") {
-                    continue;
-                }
-                if !matches!(
-                    path.extension().and_then(|e| e.to_str()),
-                    Some("toml" | "json")
-                ) {
-                    continue;
-                }
-                let text = std::fs::read_to_string(&path).unwrap();
-                let env = |n: &str| {
-                    env(n).or_else(|| (!n.starts_with("MCPGATE_")).then(|| format!("v-{n}")))
-                };
-                // The full example names a mounted secret that is not here.
-                let absent_secret = |p: &ConfigProblem| {
-                    p.path == "cluster.session_keys_file" && p.message.starts_with("cannot read")
-                };
-                if let Err(p) = Config::parse(&text, &path, &env)
-                    && !p.iter().all(absent_secret)
-                {
-                    panic!("{}: {p:?}", path.display());
-                }
-                seen += 1;
-            }
-        }
-        assert!(seen >= 1, "no config files found");
-    }
-
-    #[test]
-    fn defaults_and_modes() {
-        let c = Config::parse(
-            r#"
-            [backends.a]
-            type = "stdio"
-            command = "x"
-            [backends.b]
-            type = "http"
-            url = "http://127.0.0.1:1/mcp"
-            prefix = ""
-            "#,
-            Path::new("c.toml"),
-            &env,
-        )
-        .unwrap();
-        assert_eq!(c.server.path, "/mcp");
-        assert_eq!(c.backends["a"].mode(), ConnectionMode::Shared);
-        assert_eq!(c.backends["b"].mode(), ConnectionMode::PerSession);
-        assert_eq!(c.backends["a"].prefix("a"), "a");
-        assert_eq!(c.backends["b"].prefix("b"), "");
-    }
-
-    #[test]
-    fn listen_override() {
-        let env = |n: &str| (n == "MCPGATE_LISTEN").then(|| "127.0.0.1:9999".to_string());
-        let c = Config::parse("", Path::new("c.toml"), &env).unwrap();
-        assert_eq!(c.server.listen.port(), 9999);
-    }
-}
+mod tests;

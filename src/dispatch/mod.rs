@@ -8,7 +8,7 @@
 mod bridge;
 mod forward;
 mod modern;
-mod rewrite;
+pub(crate) mod rewrite;
 mod tasks;
 
 use std::sync::Arc;
@@ -18,7 +18,6 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
 use crate::catalog::{Catalog, View, inject_overrides};
-use crate::config::ConnectionMode;
 use crate::error::RpcError;
 use crate::jsonrpc::{self, Id, Request};
 use crate::mcp::{ListKind, LogLevel, Method};
@@ -403,7 +402,7 @@ impl Dispatch {
             ));
         }
         let subs = self.relay.subscriptions();
-        let shared = b.mode == ConnectionMode::Shared;
+        let shared = b.shares_with(session.created());
         let subscribe = *method == Method::ResourcesSubscribe;
         let upstream_needed = if subscribe {
             subs.subscribe(&b, &original, session) || !shared

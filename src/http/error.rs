@@ -101,6 +101,19 @@ impl HttpError {
         )
     }
 
+    /// 503 + `Retry-After: 1` for `initialize` while the gateway drains for
+    /// shutdown (RFC 9110 §10.2.3): the host should open its session on another
+    /// replica, which the load balancer picks once `/readyz` took this one out.
+    pub fn draining() -> Self {
+        HttpError::new(
+            Rejection::Draining,
+            StatusCode::SERVICE_UNAVAILABLE,
+            jsonrpc::TRANSPORT_ERROR,
+            "Service Unavailable: this gateway is shutting down; retry (another replica)",
+        )
+        .with_header(header::RETRY_AFTER, HeaderValue::from_static("1"))
+    }
+
     /// 403: a browser Origin or Host header that is not allowed.
     pub fn forbidden_origin() -> Self {
         HttpError::new(

@@ -162,7 +162,7 @@ fn invalid(reason: &'static str) -> HttpError {
 }
 
 /// The elements of a batch, each classified.
-fn parse_batch(body: &[u8]) -> Result<Vec<Result<Message, EnvelopeError>>, HttpError> {
+pub(crate) fn parse_batch(body: &[u8]) -> Result<Vec<Result<Message, EnvelopeError>>, HttpError> {
     let items: Vec<&RawValue> = serde_json::from_slice(body)
         .map_err(|e| HttpError::envelope(&EnvelopeError::Parse(e.to_string())))?;
     if items.is_empty() {
@@ -247,6 +247,9 @@ async fn initialize(
     req: &RpcRequest,
     principal: Option<&Arc<Principal>>,
 ) -> Result<(Response, Outcome), HttpError> {
+    if st.supervisor.is_stopping() {
+        return Err(HttpError::draining());
+    }
     let params = req.params.as_ref();
     let requested = params
         .and_then(|p| p.get("protocolVersion"))

@@ -4,9 +4,9 @@
 mod accept;
 mod auth;
 mod error;
-mod headers;
+pub(crate) mod headers;
 pub mod limit;
-mod mcp;
+pub(crate) mod mcp;
 mod modern;
 pub mod serve;
 mod session;

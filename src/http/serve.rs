@@ -14,6 +14,15 @@
 //! Response streams (SSE) are not bounded by either: a connection stops reading
 //! while it writes a response.
 //!
+//! Half-closed connections are served (`half_close(true)`): HTTP/1.1 lets a
+//! client shut down its sending side once its request is complete and still
+//! read the answer. Without this hyper takes the end of input while a response
+//! is pending as an aborted exchange and drops it, so the call runs at the
+//! backend and its host never hears of it. A peer that really went away is found
+//! when a write fails (the answer, or at the latest an SSE keep-alive); its calls
+//! go on and their events stay in the session's log for `Last-Event-ID`
+//! resumption, since a disconnect is not a cancellation (MCP transports).
+//!
 //! HTTP/1.1 only. hyper-util's automatic HTTP/1-or-2 detection first waits for
 //! the 24-byte HTTP/2 preface with no timer at all, so a client sending `PRI` and
 //! nothing more would stall it; hosts reach the endpoint over HTTP/1.1, and
@@ -53,7 +62,8 @@ pub async fn serve(
     let mut builder = http1::Builder::new();
     builder
         .timer(TokioTimer::new())
-        .header_read_timeout(header_read_timeout);
+        .header_read_timeout(header_read_timeout)
+        .half_close(true);
     let graceful = GracefulShutdown::new();
     loop {
         let (stream, peer) = tokio::select! {

@@ -24,8 +24,10 @@ pub use tasks::EarlyStatuses;
 
 use crate::backend::{Caller, Connection, UpstreamHandler};
 use crate::catalog::Catalog;
+use crate::config::ConnectionMode;
 use crate::jsonrpc::{self, ErrorObject, Notification, Request};
 use crate::mcp::{Method, names};
+use crate::metrics::Metrics;
 use crate::session::{HostCall, Session, SessionStore};
 
 /// The relay; see the module docs.
@@ -37,6 +39,8 @@ pub struct Relay {
     early: EarlyStatuses,
     /// Backends whose lists changed, for the supervisor to re-read.
     refresh: mpsc::UnboundedSender<usize>,
+    /// Counts what shared connections send that no single host call can take.
+    metrics: Arc<Metrics>,
 }
 
 /// What the client face holds: the relay, without keeping it alive.
@@ -81,11 +85,12 @@ impl UpstreamHandler for Sink {
 
 impl Relay {
     /// A relay over `catalog` and `sessions`; backends whose lists changed are
-    /// sent on `refresh`.
+    /// sent on `refresh`; `metrics` counts unroutable backend messages.
     pub fn new(
         catalog: Arc<Catalog>,
         sessions: Arc<dyn SessionStore>,
         refresh: mpsc::UnboundedSender<usize>,
+        metrics: Arc<Metrics>,
     ) -> Arc<Relay> {
         Arc::new(Relay {
             catalog,
@@ -94,6 +99,7 @@ impl Relay {
             listens: Listens::default(),
             early: EarlyStatuses::default(),
             refresh,
+            metrics,
         })
     }
 
@@ -218,9 +224,42 @@ impl Relay {
                     session.send_unrelated(bytes);
                 }
             }
-            (None, None) => {
-                tracing::debug!(backend = %conn.backend, "unattributable log message dropped")
-            }
+            (None, None) => self.shared_message(conn, "notifications/message", false),
+        }
+    }
+
+    /// What a shared connection sent that only one host can use (a server→client
+    /// request, a log): `routed` when it went to the only host call in flight.
+    /// Either way the backend has shown it keeps state per client (with
+    /// `mode = "auto"` sessions from now on get their own connection). A message
+    /// no single call could take is counted in
+    /// `mcpgate_unroutable_backend_requests_total` and reported once per backend.
+    fn shared_message(&self, conn: &Connection, what: &str, routed: bool) {
+        if conn.owner_key().is_some() {
+            return;
+        }
+        let Some(b) = self.catalog.backends().by_name(&conn.backend) else {
+            return;
+        };
+        if b.note_stateful() && b.mode == ConnectionMode::Auto {
+            tracing::info!(backend = %conn.backend, message = what, "backend sent a message for one client on its shared connection: it keeps state per client; sessions created from now on get their own connection (mode = \"auto\")");
+        }
+        if routed {
+            return;
+        }
+        self.metrics
+            .unroutable_backend_messages
+            .with_label_values(&[&conn.backend])
+            .inc();
+        if b.note_unroutable() && b.mode != ConnectionMode::PerSession {
+            let advice = if b.mode == ConnectionMode::Auto {
+                "sessions created from now on get their own connection; configure mode = \"per_session\" to give every session one"
+            } else {
+                "configure mode = \"per_session\" for it"
+            };
+            tracing::warn!(backend = %conn.backend, message = what, advice, "backend sent a message for one client on its shared connection while not exactly one call was in flight: refused or dropped, never guessed; this backend keeps state per client");
+        } else {
+            tracing::debug!(backend = %conn.backend, message = what, "unroutable message of a shared connection refused or dropped");
         }
     }
 

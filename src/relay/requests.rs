@@ -70,11 +70,13 @@ impl Relay {
             };
         }
         let Some(session) = self.session_of(conn, call) else {
+            self.shared_message(conn, req.method.as_str(), false);
             return refuse(
                 jsonrpc::METHOD_NOT_FOUND,
-                "this backend connection is shared by several clients; client requests cannot be routed",
+                "mcpgate cannot tell which client this request is for: this backend connection is shared and not exactly one client call is in flight on it (configure mode = \"per_session\")",
             );
         };
+        self.shared_message(conn, req.method.as_str(), true);
         if !session.has_capability(needed) {
             return refuse(
                 jsonrpc::METHOD_NOT_FOUND,

@@ -1,23 +1,25 @@
 //! Resource subscriptions (MCP 2025-11-25 server/resources, subscriptions):
-//! `resources/subscribe` routed by URI, reference-counted per (backend, URI) on
-//! shared connections so the backend is subscribed once and unsubscribed with the
-//! last subscriber, and `notifications/resources/updated` fanned out to exactly the
-//! sessions that subscribed, with the URI in the host's namespace.
+//! `resources/subscribe` routed by URI, reference-counted per (backend, URI) among
+//! the sessions that use the backend's shared connection, so it is subscribed once
+//! and unsubscribed with the last of them, and `notifications/resources/updated`
+//! fanned out to exactly the sessions that subscribed on the connection it came
+//! from, with the URI in the host's namespace. (With `mode = "auto"` sessions of
+//! one backend may use the shared connection or their own.)
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use serde_json::{Value, json};
 
 use crate::backend::Connection;
 use crate::catalog::{BackendState, Catalog};
-use crate::config::ConnectionMode;
 use crate::jsonrpc;
 use crate::mcp::{Method, names};
 use crate::session::{Session, SessionStore};
 
-/// Session ids by (backend index, backend URI).
-type SubscriberMap = HashMap<(usize, String), HashSet<Arc<str>>>;
+/// Subscribed session ids by (backend index, backend URI), each with whether the
+/// session subscribed through the backend's shared connection.
+type SubscriberMap = HashMap<(usize, String), HashMap<Arc<str>, bool>>;
 
 /// Subscribers per (backend index, backend URI).
 #[derive(Default)]
@@ -26,18 +28,20 @@ pub struct Subscriptions {
 }
 
 impl Subscriptions {
-    /// Adds `session`; true if it is the first subscriber.
-    fn add(&self, backend: usize, uri: &str, session: &Arc<str>) -> bool {
+    /// Adds `session` (subscribing through the shared connection if `shared`);
+    /// true if it is the first subscriber through that connection.
+    fn add(&self, backend: usize, uri: &str, session: &Arc<str>, shared: bool) -> bool {
         let Ok(mut m) = self.map.lock() else {
             return false;
         };
         let set = m.entry((backend, uri.to_owned())).or_default();
-        let first = set.is_empty();
-        set.insert(session.clone());
+        let first = shared && !set.values().any(|s| *s);
+        set.insert(session.clone(), shared);
         first
     }
 
-    /// Removes `session`; true if it was the last subscriber.
+    /// Removes `session`; true if it was the last subscriber through the shared
+    /// connection.
     fn remove(&self, backend: usize, uri: &str, session: &str) -> bool {
         let Ok(mut m) = self.map.lock() else {
             return false;
@@ -46,22 +50,23 @@ impl Subscriptions {
         let Some(set) = m.get_mut(&key) else {
             return false;
         };
-        let removed = set.remove(session);
+        let was_shared = set.remove(session) == Some(true);
+        let last = was_shared && !set.values().any(|s| *s);
         if set.is_empty() {
             m.remove(&key);
-            return removed;
         }
-        false
+        last
     }
 
-    /// Sessions subscribed to `uri` on `backend`.
-    fn subscribers(&self, backend: usize, uri: &str) -> Vec<Arc<str>> {
+    /// Sessions subscribed to `uri` on `backend`, each with whether it subscribed
+    /// through the shared connection.
+    fn subscribers(&self, backend: usize, uri: &str) -> Vec<(Arc<str>, bool)> {
         self.map
             .lock()
             .ok()
             .and_then(|m| {
                 m.get(&(backend, uri.to_owned()))
-                    .map(|s| s.iter().cloned().collect())
+                    .map(|s| s.iter().map(|(k, v)| (k.clone(), *v)).collect())
             })
             .unwrap_or_default()
     }
@@ -73,34 +78,31 @@ impl Subscriptions {
         }
     }
 
-    /// URIs of `backend` that have subscribers.
+    /// URIs of `backend` that have subscribers through its shared connection.
     fn uris_of(&self, backend: usize) -> Vec<String> {
         self.map
             .lock()
             .map(|m| {
-                m.keys()
-                    .filter(|(b, _)| *b == backend)
-                    .map(|(_, u)| u.clone())
+                m.iter()
+                    .filter(|((b, _), set)| *b == backend && set.values().any(|s| *s))
+                    .map(|((_, u), _)| u.clone())
                     .collect()
             })
             .unwrap_or_default()
     }
 
     /// Drops every subscription of `session`; returns the (backend, URI) pairs that
-    /// lost their last subscriber.
+    /// lost their last subscriber through the shared connection.
     fn forget_session(&self, session: &str) -> Vec<(usize, String)> {
         let Ok(mut m) = self.map.lock() else {
             return Vec::new();
         };
         let mut emptied = Vec::new();
         m.retain(|key, set| {
-            set.remove(session);
-            if set.is_empty() {
+            if set.remove(session) == Some(true) && !set.values().any(|s| *s) {
                 emptied.push(key.clone());
-                false
-            } else {
-                true
             }
+            !set.is_empty()
         });
         emptied
     }
@@ -108,13 +110,16 @@ impl Subscriptions {
 
 impl Subscriptions {
     /// Records `session`'s subscription to `uri` of backend `backend` (also in the
-    /// session's record); true if it is the first subscriber.
+    /// session's record); true if it is the first subscriber through the shared
+    /// connection (which must then subscribe upstream).
     pub fn subscribe(&self, backend: &BackendState, uri: &str, session: &Session) -> bool {
         session.note_subscription(&backend.spec.name, uri, true);
-        self.add(backend.index, uri, session.id())
+        let shared = backend.shares_with(session.created());
+        self.add(backend.index, uri, session.id(), shared)
     }
 
-    /// Ends `session`'s subscription; true if it was the last subscriber.
+    /// Ends `session`'s subscription; true if it was the last subscriber through
+    /// the shared connection (which must then unsubscribe upstream).
     pub fn unsubscribe(&self, backend: &BackendState, uri: &str, session: &Session) -> bool {
         session.note_subscription(&backend.spec.name, uri, false);
         self.remove(backend.index, uri, session.id())
@@ -130,7 +135,7 @@ impl Subscriptions {
         uri: &str,
         listener: &Arc<str>,
     ) {
-        if !self.add(backend, uri, listener) {
+        if !self.add(backend, uri, listener, true) {
             return;
         }
         let Some(conn) = catalog.backend(backend).shared().current() else {
@@ -171,14 +176,11 @@ impl Subscriptions {
         }
     }
 
-    /// Forgets a session's subscriptions, unsubscribing shared backends from URIs
-    /// nobody else watches.
+    /// Forgets a session's subscriptions, unsubscribing shared connections from
+    /// URIs nobody else watches through them.
     pub fn drop_session(&self, catalog: &Catalog, session: &Session) {
         for (backend, uri) in self.forget_session(session.id()) {
             let b = catalog.backend(backend);
-            if b.mode != ConnectionMode::Shared {
-                continue;
-            }
             if let Some(conn) = b.shared().current() {
                 tokio::spawn(async move {
                     let timeout = conn.timeout();
@@ -193,10 +195,7 @@ impl Subscriptions {
 
     /// A shared backend's connection was replaced (restart): the new one is
     /// subscribed to every URI that still has subscribers.
-    pub fn resubscribe(&self, catalog: &Catalog, backend: usize, conn: &Arc<Connection>) {
-        if catalog.backend(backend).mode != ConnectionMode::Shared {
-            return;
-        }
+    pub fn resubscribe(&self, backend: usize, conn: &Arc<Connection>) {
         for uri in self.uris_of(backend) {
             let conn = conn.clone();
             tokio::spawn(async move {
@@ -228,8 +227,12 @@ impl Subscriptions {
         };
         params["uri"] = names::expose_uri(&catalog.backend(backend).uri_prefix, &uri).into();
         let bytes = jsonrpc::notification_bytes(Method::ResourcesUpdated.as_str(), Some(&params));
-        for sid in self.subscribers(backend, &uri) {
-            if owner.is_some_and(|o| o != &*sid) {
+        for (sid, shared) in self.subscribers(backend, &uri) {
+            let from_its_connection = match owner {
+                Some(o) => o == &*sid,
+                None => shared,
+            };
+            if !from_its_connection {
                 continue;
             }
             if let Some(session) = sessions.get(&sid) {
@@ -248,13 +251,38 @@ mod tests {
         let subs = Subscriptions::default();
         let a: Arc<str> = "a".into();
         let b: Arc<str> = "b".into();
-        assert!(subs.add(0, "x://1", &a));
-        assert!(!subs.add(0, "x://1", &b));
-        assert!(subs.add(1, "x://1", &a), "other backend counts separately");
+        assert!(subs.add(0, "x://1", &a, true));
+        assert!(!subs.add(0, "x://1", &b, true));
+        assert!(
+            subs.add(1, "x://1", &a, true),
+            "other backend counts separately"
+        );
         assert!(!subs.remove(0, "x://1", "a"));
-        assert_eq!(subs.subscribers(0, "x://1"), vec![b.clone()]);
+        assert_eq!(subs.subscribers(0, "x://1"), vec![(b.clone(), true)]);
         assert!(subs.remove(0, "x://1", "b"));
         assert!(!subs.remove(0, "x://1", "b"), "already gone");
         assert_eq!(subs.forget_session("a"), vec![(1, "x://1".to_string())]);
+    }
+
+    #[test]
+    fn counts_only_subscribers_through_the_shared_connection() {
+        let subs = Subscriptions::default();
+        let own: Arc<str> = "own".into();
+        let shared: Arc<str> = "shared".into();
+        assert!(
+            !subs.add(0, "x://1", &own, false),
+            "own connection: not counted"
+        );
+        assert!(
+            subs.add(0, "x://1", &shared, true),
+            "first through the shared one"
+        );
+        assert_eq!(subs.uris_of(0), vec!["x://1".to_string()]);
+        assert!(
+            subs.remove(0, "x://1", "shared"),
+            "last through the shared one"
+        );
+        assert!(subs.uris_of(0).is_empty());
+        assert!(subs.forget_session("own").is_empty());
     }
 }

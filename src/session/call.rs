@@ -201,6 +201,17 @@ impl HostCall {
             .map(|mut a| std::mem::take(&mut *a))
             .unwrap_or_default()
     }
+
+    /// Sends the response and waits, at most `limit`, until its stream took it
+    /// (the JSON answer or the SSE pump let go of the call's queue), so closing
+    /// the session right after cannot cut the response off.
+    pub async fn finish_flushed(&self, msg: Bytes, limit: std::time::Duration) -> bool {
+        let sent = self.finish(msg).await;
+        if let Some(sink) = self.sink() {
+            let _ = tokio::time::timeout(limit, sink.closed()).await;
+        }
+        sent
+    }
 }
 
 impl Caller for HostCall {

@@ -63,6 +63,8 @@ struct Changes {
 
 /// The process-bound part of a session.
 struct Live {
+    /// When `initialize` created the session (connection mode `auto` decides by it).
+    created: Instant,
     last_seen: Mutex<Instant>,
     /// Per-session backend connections, by backend registry index.
     upstreams: Mutex<HashMap<usize, Arc<Slot>>>,
@@ -129,6 +131,7 @@ impl Session {
             client_info,
             changes: Mutex::default(),
             live: Live {
+                created: Instant::now(),
                 last_seen: Mutex::new(Instant::now()),
                 upstreams: Mutex::default(),
                 inflight: Mutex::default(),
@@ -279,6 +282,11 @@ impl Session {
 
     // --- liveness and identity of the caller ----------------------------------
 
+    /// When the session was created (`initialize`).
+    pub fn created(&self) -> Instant {
+        self.live.created
+    }
+
     /// Marks the session as used now.
     pub fn touch(&self) {
         if let Ok(mut t) = self.live.last_seen.lock() {
@@ -379,6 +387,15 @@ impl Session {
             .inflight
             .lock()
             .is_ok_and(|m| m.get(id).is_some_and(|c| Arc::ptr_eq(c, call)))
+    }
+
+    /// The host requests in flight.
+    pub fn calls(&self) -> Vec<Arc<HostCall>> {
+        self.live
+            .inflight
+            .lock()
+            .map(|m| m.values().cloned().collect())
+            .unwrap_or_default()
     }
 
     /// Number of host requests in flight.

@@ -121,9 +121,7 @@ impl Supervisor {
                 Ok(conn) => {
                     up.set(1);
                     if restarted {
-                        self.relay
-                            .subscriptions()
-                            .resubscribe(&self.catalog, idx, &conn);
+                        self.relay.subscriptions().resubscribe(idx, &conn);
                     }
                     let started = tokio::time::Instant::now();
                     self.watch(&conn).await;
@@ -191,7 +189,12 @@ impl Supervisor {
         }
         let conn = b
             .shared()
-            .get(&b.spec, Owner::Shared, self.relay.handler(), json!({}))
+            .get(
+                &b.spec,
+                Owner::Shared,
+                self.relay.handler(),
+                sessions::shared_capabilities(b.mode),
+            )
             .await?;
         self.metrics.list_cache.with_label_values(&["miss"]).inc();
         let fresh = fetch(&conn).await?;
@@ -246,7 +249,8 @@ impl Supervisor {
         self.stopping.load(Ordering::Relaxed)
     }
 
-    /// Marks the gateway as shutting down (`/readyz` answers 503 from now on).
+    /// Marks the gateway as shutting down: `/readyz` answers 503 and new
+    /// sessions are refused from now on.
     pub fn begin_shutdown(&self) {
         self.stopping.store(true, Ordering::Relaxed);
     }
@@ -271,7 +275,12 @@ impl Supervisor {
                 json!({
                     "state": if up { "up" } else { "down" },
                     "required": required,
-                    "mode": match b.mode { ConnectionMode::Shared => "shared", ConnectionMode::PerSession => "per_session" },
+                    "mode": match b.mode {
+                        ConnectionMode::Shared => "shared",
+                        ConnectionMode::PerSession => "per_session",
+                        ConnectionMode::Auto => "auto",
+                    },
+                    "stateful": b.stateful_since().is_some(),
                     "tools": catalog.as_ref().map_or(0, |c| c.tools.len()),
                     "prompts": catalog.as_ref().map_or(0, |c| c.prompts.len()),
                     "resources": catalog.as_ref().map_or(0, |c| c.resources.len()),
@@ -291,11 +300,14 @@ impl Supervisor {
         )
     }
 
-    /// Stops everything: ends every session and closes the shared connections.
+    /// Stops everything: answers the calls still in flight with an error, ends
+    /// every session and closes the shared connections.
     pub async fn shutdown(&self) {
         self.begin_shutdown();
         self.relay.listens().end_all();
-        for s in self.sessions.all() {
+        let sessions = self.sessions.all();
+        futures_util::future::join_all(sessions.iter().map(|s| self.abandon_calls(s))).await;
+        for s in sessions {
             self.end_session(&s).await;
         }
         for b in self.catalog.backends().active().iter() {

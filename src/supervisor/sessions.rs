@@ -3,6 +3,7 @@
 //! for stateless 2026-07-28 requests), the end of a session, and idle expiry.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use serde_json::{Value, json};
 
@@ -10,7 +11,12 @@ use super::Supervisor;
 use crate::backend::Slot;
 use crate::backend::{BackendError, Connection, Owner};
 use crate::config::ConnectionMode;
+use crate::jsonrpc;
 use crate::session::{Host, ModernHost, Session, UpstreamSession};
+
+/// How long ending a session waits for a backend to take a cancel (or a host
+/// stream to take its last answer) before going on.
+const CANCEL_DELIVERY: Duration = Duration::from_secs(2);
 
 impl Supervisor {
     /// The connection that serves `host` on backend `idx`: the shared one; for a
@@ -33,11 +39,14 @@ impl Supervisor {
             ));
         }
         let handler = self.relay.handler();
-        if b.mode == ConnectionMode::Shared {
-            return b
-                .shared()
-                .get(&b.spec, Owner::Shared, handler, json!({}))
-                .await;
+        // A stateless request has no session: it is as new as the request.
+        let created = match host {
+            Host::Legacy(session) => session.created(),
+            Host::Modern(_) => tokio::time::Instant::now(),
+        };
+        if b.shares_with(created) {
+            let caps = shared_capabilities(b.mode);
+            return b.shared().get(&b.spec, Owner::Shared, handler, caps).await;
         }
         let session = match host {
             Host::Legacy(session) => session,
@@ -110,17 +119,23 @@ impl Supervisor {
 
     /// Ends a session: forgets it, cancels its calls upstream and closes its
     /// backend connections (HTTP `DELETE` upstream, stdio children stopped).
+    /// Each cancel is delivered before the connection closes, so an HTTP backend
+    /// hears `notifications/cancelled` before the session's `DELETE`.
     pub async fn end_session(&self, session: &Arc<Session>) {
         self.sessions.remove(session.id());
         self.relay
             .subscriptions()
             .drop_session(&self.catalog, session);
         let (slots, calls) = session.end();
-        for call in calls {
-            if let Some((conn, id)) = call.upstream() {
-                conn.cancel(id, Some("session ended"));
-            }
-        }
+        let cancels =
+            calls
+                .iter()
+                .filter_map(|call| call.upstream())
+                .map(|(conn, id)| async move {
+                    conn.cancel_awaited(id, "session ended", CANCEL_DELIVERY)
+                        .await;
+                });
+        futures_util::future::join_all(cancels).await;
         let closing = slots
             .iter()
             .filter_map(|s| s.take())
@@ -128,6 +143,32 @@ impl Supervisor {
                 conn.close().await;
             });
         futures_util::future::join_all(closing).await;
+    }
+
+    /// Answers every host call still in flight on `session` with a JSON-RPC
+    /// error (its stream ends with a response, not a cut) and cancels it
+    /// upstream, waiting until each backend took the cancel. For shutdown, when
+    /// the grace period is over.
+    pub(super) async fn abandon_calls(&self, session: &Arc<Session>) {
+        let calls = session.calls().into_iter().filter_map(|call| {
+            session.take_call(&call.id)?;
+            Some(async move {
+                let upstream = call.upstream();
+                let backend = upstream.as_ref().map_or("mcpgate", |(c, _)| &*c.backend);
+                let e = BackendError::closed(
+                    backend,
+                    "the gateway is shutting down and the call did not finish within \
+                     server.shutdown_grace",
+                );
+                let bytes = jsonrpc::error_bytes(Some(&call.id), &e.to_error_object());
+                call.finish_flushed(bytes.into(), CANCEL_DELIVERY).await;
+                if let Some((conn, id)) = upstream {
+                    conn.cancel_awaited(id, "gateway shutting down", CANCEL_DELIVERY)
+                        .await;
+                }
+            })
+        });
+        futures_util::future::join_all(calls).await;
     }
 
     /// Host requests in flight across all sessions.
@@ -182,6 +223,21 @@ impl Supervisor {
         for s in expired {
             tracing::info!(session = %s.log_id(), "session expired");
             self.end_session(&s).await;
+        }
+    }
+}
+
+/// The client capabilities a backend's shared connection declares. In shared
+/// and auto mode: everything the gateway relays, so that backends offer the features that
+/// need a host; each such request then reaches the one host call in flight on the
+/// connection, if that host declared the capability, and is refused otherwise
+/// (`backend/conn.rs`, `relay/requests.rs`). The catalogue connection of a
+/// per-session backend acts for no client and declares nothing.
+pub(super) fn shared_capabilities(mode: ConnectionMode) -> Value {
+    match mode {
+        ConnectionMode::PerSession => json!({}),
+        ConnectionMode::Shared | ConnectionMode::Auto => {
+            json!({"roots": {}, "sampling": {}, "elicitation": {"form": {}, "url": {}}})
         }
     }
 }

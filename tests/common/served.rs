@@ -1,6 +1,6 @@
-//! `mcpgate serve` as its own process, for tests about what survives a restart
-//! or holds across processes: started on 127.0.0.1:0 with a given config and
-//! environment, its address read from its JSON log, stopped by its pid.
+//! `mcpgate serve` as its own process, for what needs a real process: signals
+//! (SIGTERM, SIGKILL by pid), restarts, several processes side by side. Its
+//! address is read from its JSON log; it is killed when the test drops it.
 
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -12,12 +12,17 @@ use tokio::time::Instant;
 
 use super::{TestDir, fake_stdio};
 
-/// One `mcpgate serve` process; killed (SIGKILL) when dropped.
+const MCPGATE: &str = env!("CARGO_BIN_EXE_mcpgate");
+
+/// A running `mcpgate serve`.
 pub struct Served {
     child: Child,
     /// The MCP endpoint URL.
     pub url: String,
-    log: std::path::PathBuf,
+    /// `http://ADDR`, for `/healthz` and `/readyz`.
+    pub base: String,
+    /// The test's directory: `gw.toml`, `gw.log` (JSON lines) and `${TEST_DIR}`.
+    pub dir: TestDir,
 }
 
 impl Drop for Served {
@@ -28,25 +33,21 @@ impl Drop for Served {
 }
 
 impl Served {
-    /// Starts `mcpgate serve` (`bin`) with `server` lines added to `[server]`
-    /// (listen and metrics are set here) and the rest of the `config`, written
-    /// into `dir` as `NAME.toml`, and `env` added; waits for "mcpgate listening".
-    pub async fn start(
-        bin: &str,
-        dir: &TestDir,
-        name: &str,
-        (server, config): (&str, &str),
-        env: &[(&str, &str)],
-    ) -> Served {
-        let config = format!(
-            "[server]\nlisten = \"127.0.0.1:0\"\nmetrics_listen = \"off\"\nshutdown_grace = \"2s\"\n{server}\n{config}"
-        );
-        let toml = dir.path(&format!("{name}.toml"));
-        std::fs::write(&toml, config).unwrap();
-        let log = dir.path(&format!("{name}.log"));
-        let mut cmd = Command::new(bin);
+    /// Starts `mcpgate serve` with `config` (`${FAKE_STDIO}` and `${TEST_DIR}`
+    /// defined) and waits until it listens.
+    pub async fn start(config: &str) -> Served {
+        Served::start_with_env(config, &[]).await
+    }
+
+    /// [`Served::start`] with `env` added to the process environment (the
+    /// `MCPGATE_*` overrides are removed unless `env` sets them).
+    pub async fn start_with_env(config: &str, env: &[(&str, &str)]) -> Served {
+        let dir = TestDir::new();
+        std::fs::write(dir.path("gw.toml"), config).unwrap();
+        let log = std::fs::File::create(dir.path("gw.log")).unwrap();
+        let mut cmd = Command::new(MCPGATE);
         cmd.args(["serve", "--config"])
-            .arg(&toml)
+            .arg(dir.path("gw.toml"))
             .env("FAKE_STDIO", fake_stdio())
             .env("TEST_DIR", &dir.0)
             .env("MCPGATE_LOG_FORMAT", "json")
@@ -56,18 +57,20 @@ impl Served {
             .env_remove("MCPGATE_SESSION_KEYS")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap());
+            .stderr(log);
         for (k, v) in env {
             cmd.env(k, v);
         }
         let mut served = Served {
             child: cmd.spawn().unwrap(),
             url: String::new(),
-            log,
+            base: String::new(),
+            dir,
         };
         let end = Instant::now() + Duration::from_secs(10);
         while Instant::now() < end {
             if let Some(addr) = served.logged("mcpgate listening", "addr") {
+                served.base = format!("http://{addr}");
                 served.url = format!("http://{addr}/mcp");
                 return served;
             }
@@ -79,9 +82,19 @@ impl Served {
         panic!("mcpgate did not start:\n{}", served.log());
     }
 
-    /// Everything the process logged so far.
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Sends `signal` to the process.
+    pub fn signal(&self, signal: Signal) {
+        kill(Pid::from_raw(self.pid() as i32), signal).unwrap();
+    }
+
+    /// What it logged so far.
     pub fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
+        std::fs::read_to_string(self.dir.path("gw.log")).unwrap_or_default()
     }
 
     /// Field `field` of the first log line whose message is `message`.
@@ -103,9 +116,21 @@ impl Served {
         })
     }
 
-    /// Stops the process with `signal` and waits until it exited.
+    /// Waits for the process to exit; its status code.
+    pub async fn exit_code(&mut self, within: Duration) -> Option<i32> {
+        let end = Instant::now() + within;
+        while Instant::now() < end {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return status.code();
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        None
+    }
+
+    /// Stops the process with `signal` and waits (up to 10 s) until it exited.
     pub async fn stop(mut self, signal: Signal) {
-        let _ = kill(Pid::from_raw(self.child.id() as i32), signal);
+        self.signal(signal);
         let end = Instant::now() + Duration::from_secs(10);
         while Instant::now() < end {
             if let Ok(Some(_)) = self.child.try_wait() {

@@ -14,6 +14,7 @@ pytestmark = pytest.mark.timeout(30)
 CONFIGS = [
     support.DEFAULT_CONFIG,
     support.CONFIGS / "conformance-stdio.toml",
+    support.CONFIGS / "conformance-stdio-default.toml",
     support.CONFIGS / "conformance-http.toml",
 ]
 

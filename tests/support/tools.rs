@@ -52,7 +52,7 @@ impl Catalog {
             json!({"name": "spam_stderr", "inputSchema": obj(json!({"bytes": num}))}),
             json!({"name": "log", "inputSchema": obj(json!({"level": s, "text": s}))}),
             json!({"name": "add_tool", "inputSchema": obj(json!({"name": s}))}),
-            json!({"name": "ask_sampling", "inputSchema": obj(json!({}))}),
+            json!({"name": "ask_sampling", "inputSchema": obj(json!({"text": s, "delay_ms": num}))}),
             json!({"name": "ask_elicit", "inputSchema": obj(json!({}))}),
             json!({"name": "ask_roots", "inputSchema": obj(json!({}))}),
             json!({"name": "links", "inputSchema": obj(json!({}))}),
@@ -224,14 +224,21 @@ pub async fn call_tool<P: Peer>(
             peer.notify("notifications/tools/list_changed", json!({}));
             Ok(text(format!("added {new}")))
         }
-        "ask_sampling" => Ok(asked(
-            peer.ask(
-                "sampling/createMessage",
-                json!({"messages": [{"role": "user", "content": {"type": "text", "text": "2+2?"}}],
-                       "maxTokens": 10}),
-            )
-            .await,
-        )),
+        "ask_sampling" => {
+            // `delay_ms` first (so calls of several clients overlap), then the
+            // question: `text`, default "2+2?".
+            let ms = arg_f64(&args, "delay_ms", 0.0) as u64;
+            tokio::time::sleep(Duration::from_millis(ms)).await;
+            let q = args.get("text").and_then(Value::as_str).unwrap_or("2+2?");
+            Ok(asked(
+                peer.ask(
+                    "sampling/createMessage",
+                    json!({"messages": [{"role": "user", "content": {"type": "text", "text": q}}],
+                           "maxTokens": 10}),
+                )
+                .await,
+            ))
+        }
         "ask_elicit" => Ok(asked(
             peer.ask(
                 "elicitation/create",

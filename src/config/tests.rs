@@ -1,0 +1,78 @@
+//! Unit tests of config loading, parsing and validation.
+
+use super::*;
+
+fn env(name: &str) -> Option<String> {
+    match name {
+        "MCPGATE_EXE" => Some("/usr/bin/mcpgate".into()),
+        "API_KEY" => Some("k1".into()),
+        _ => None,
+    }
+}
+
+#[test]
+fn every_file_in_config_parses() {
+    let mut seen = 0;
+    for dir in ["config", "config/examples"] {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            // The JSON Schema of the config (tests/config_schema.rs checks it).
+            if path.to_string_lossy().ends_with(".schema.json") {
+                continue;
+            }
+            if !matches!(
+                path.extension().and_then(|e| e.to_str()),
+                Some("toml" | "json")
+            ) {
+                continue;
+            }
+            let text = std::fs::read_to_string(&path).unwrap();
+            let env =
+                |n: &str| env(n).or_else(|| (!n.starts_with("MCPGATE_")).then(|| format!("v-{n}")));
+            // The full example names a mounted secret that is not here.
+            let absent_secret = |p: &ConfigProblem| {
+                p.path == "cluster.session_keys_file" && p.message.starts_with("cannot read")
+            };
+            if let Err(p) = Config::parse(&text, &path, &env)
+                && !p.iter().all(absent_secret)
+            {
+                panic!("{}: {p:?}", path.display());
+            }
+            seen += 1;
+        }
+    }
+    assert!(seen >= 1, "no config files found");
+}
+
+#[test]
+fn defaults_and_modes() {
+    let c = Config::parse(
+        r#"
+        [backends.a]
+        type = "stdio"
+        command = "x"
+        [backends.b]
+        type = "http"
+        url = "http://127.0.0.1:1/mcp"
+        prefix = ""
+        "#,
+        Path::new("c.toml"),
+        &env,
+    )
+    .unwrap();
+    assert_eq!(c.server.path, "/mcp");
+    assert_eq!(c.backends["a"].mode(), ConnectionMode::Auto);
+    assert_eq!(c.backends["b"].mode(), ConnectionMode::PerSession);
+    assert_eq!(c.backends["a"].prefix("a"), "a");
+    assert_eq!(c.backends["b"].prefix("b"), "");
+}
+
+#[test]
+fn listen_override() {
+    let env = |n: &str| (n == "MCPGATE_LISTEN").then(|| "127.0.0.1:9999".to_string());
+    let c = Config::parse("", Path::new("c.toml"), &env).unwrap();
+    assert_eq!(c.server.listen.port(), 9999);
+}
