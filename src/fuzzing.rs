@@ -11,12 +11,13 @@ use bytes::Bytes;
 use futures_util::{FutureExt, StreamExt};
 
 use crate::catalog::cursor::CursorKey;
+use crate::cluster::Sealer;
 use crate::config::Config;
 use crate::dispatch::rewrite::{ResultKind, rewrite_result};
 use crate::jsonrpc::{self, Message};
 use crate::mcp::names;
 use crate::mcp::version::ProtocolVersion;
-use crate::session::{MemoryStore, SessionStore};
+use crate::session::{MemoryStore, SessionStore, SessionToken};
 use crate::streamable_http::EventLog;
 
 /// A host's POST body: one JSON-RPC message (classified, then serialized again
@@ -109,8 +110,9 @@ fn sse_events(chunks: Vec<Bytes>) -> Events {
 }
 
 /// The ids a host sends back: `Last-Event-ID` against a session's event log,
-/// a pagination cursor (only its own seals open, and they round-trip), and an
-/// `Mcp-Session-Id` looked up in the session store.
+/// a pagination cursor and an `Mcp-Session-Id` (only their own seals open, and
+/// what opens, re-sealed, opens again to the same values), the id also looked up
+/// in the session store.
 pub fn host_ids(data: &[u8]) {
     let Ok(text) = std::str::from_utf8(data) else {
         return;
@@ -121,15 +123,26 @@ pub fn host_ids(data: &[u8]) {
     log.push(stream, Bytes::from_static(b"{}"), true);
     let _ = log.resume(text);
 
+    // Seals carry a random nonce: the same cursor seals to another text each
+    // time, and what opens must open again to the same values.
     let key = CursorKey::fixed(7);
     if let Some((epoch, list, page)) = key.open(text) {
         assert_eq!(
-            key.seal(epoch, list, page),
-            text,
-            "a cursor that opens is canonical"
+            key.open(&key.seal(epoch, list, page)),
+            Some((epoch, list, page)),
+            "a cursor that opens re-seals"
         );
     }
-    let store = MemoryStore::new(4);
+    let sealer = Sealer::fixed(7);
+    if let Some(token) = SessionToken::open(&sealer, text) {
+        let again = SessionToken::open(&sealer, &token.seal(&sealer));
+        assert_eq!(
+            again.as_ref(),
+            Some(&token),
+            "a session id that opens re-seals"
+        );
+    }
+    let store = MemoryStore::new(4, std::time::Duration::from_secs(24 * 3600));
     assert!(store.get(text).is_none());
     if let Ok(v) = axum::http::HeaderValue::from_bytes(data) {
         let mut h = axum::http::HeaderMap::new();

@@ -11,6 +11,7 @@
 mod auth;
 mod backend;
 mod catalog;
+mod cluster;
 pub mod config;
 mod dispatch;
 mod error;
@@ -56,6 +57,8 @@ pub struct Gateway {
     sessions: Arc<dyn SessionStore>,
     supervisor: Arc<Supervisor>,
     metrics: Arc<Metrics>,
+    /// The `[cluster]` in force (keys are read once, at start).
+    cluster: config::ClusterConfig,
     shutdown_grace: Duration,
     drain_delay: Duration,
     stop: CancellationToken,
@@ -115,8 +118,12 @@ impl Gateway {
         let server = Arc::new(config.server.clone());
         let metrics = Arc::new(Metrics::new());
         metrics.config_loaded(server.max_sessions);
-        let sessions: Arc<dyn SessionStore> = Arc::new(MemoryStore::new(server.max_sessions));
-        let catalog = Arc::new(Catalog::new(&config));
+        let sealer = Arc::new(sealer_for(&config.cluster));
+        let sessions: Arc<dyn SessionStore> = Arc::new(MemoryStore::new(
+            server.max_sessions,
+            config.cluster.session_max_lifetime,
+        ));
+        let catalog = Arc::new(Catalog::new(&config, sealer.clone()));
         let (refresh_tx, refresh_rx) = tokio::sync::mpsc::unbounded_channel();
         let relay = Relay::new(
             catalog.clone(),
@@ -150,6 +157,7 @@ impl Gateway {
             relay,
             supervisor: supervisor.clone(),
             metrics: metrics.clone(),
+            sealer,
             limiter: limiter.clone(),
             origins: Arc::new(OriginPolicy::new(
                 local_addr,
@@ -185,6 +193,7 @@ impl Gateway {
             sessions,
             supervisor,
             metrics,
+            cluster: config.cluster.clone(),
             shutdown_grace: server.shutdown_grace,
             drain_delay: server.drain_delay,
             stop,
@@ -196,6 +205,11 @@ impl Gateway {
     /// reload): added, removed and changed backends take effect without touching
     /// the sessions of the others. Returns what changed.
     pub async fn reload(&self, config: &Config) -> ReloadReport {
+        if config.cluster != self.cluster {
+            tracing::warn!(
+                "[cluster] changed (session keys or lifetime); it takes effect at the next restart"
+            );
+        }
         let report = supervisor::reload(&self.supervisor, config).await;
         self.metrics.reload_succeeded();
         report
@@ -247,6 +261,25 @@ impl Gateway {
         let _ = tokio::time::timeout(Duration::from_secs(5), self.server).await;
         tracing::info!("stopped");
     }
+}
+
+/// The sealer of session ids and cursors for `[cluster]`, with the startup line
+/// that says what survives a restart.
+fn sealer_for(cluster: &config::ClusterConfig) -> cluster::Sealer {
+    let sealer = cluster::Sealer::new(&cluster.keys);
+    if sealer.is_ephemeral() {
+        tracing::info!(
+            "no [cluster] session keys: session ids and cursors are sealed with a random key of this process; sessions do not survive a restart and cursors open only here"
+        );
+    } else {
+        let kids: Vec<&str> = sealer.kids().collect();
+        tracing::info!(
+            sealing = sealer.sealing_kid(),
+            keys = %kids.join(","),
+            "session keys loaded: sessions survive a restart and open on every replica with the same keys"
+        );
+    }
+    sealer
 }
 
 /// How often idle sessions and connections are looked for: a quarter of the

@@ -59,6 +59,11 @@ pub struct Metrics {
     pub config_last_reload_success_timestamp: Gauge,
     /// `server.max_sessions`: the session cap (`mcpgate_sessions_active` reaches it).
     pub sessions_max: IntGauge,
+    /// Session ids this process had to open because it did not hold the session
+    /// (after a restart, or from another replica), by result: `restored`,
+    /// `forged` (does not open), `ended` (ended here, or past its lifetime),
+    /// `principal` (another principal's). A cached session never counts here.
+    pub session_restores: IntCounterVec,
     /// Server→client requests and log messages of a shared backend connection that
     /// could not be tied to exactly one host call (refused or dropped), by backend.
     pub unroutable_backend_messages: IntCounterVec,
@@ -241,6 +246,12 @@ impl Metrics {
                 &r,
                 "mcpgate_config_last_reload_success_timestamp_seconds",
                 "Unix time of the last successful configuration load or reload.",
+            ),
+            session_restores: counter_vec(
+                &r,
+                "mcpgate_session_restores_total",
+                "Session ids opened because this process did not hold the session, by result.",
+                &["result"],
             ),
             sessions_max: gauge(
                 &r,

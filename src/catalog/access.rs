@@ -21,7 +21,8 @@ const MAX_VIEWS: usize = 1024;
 
 #[derive(Default)]
 struct Snapshot {
-    epoch: u64,
+    /// The catalogue's rebuild count when the snapshot was taken.
+    generation: u64,
     catalogs: Vec<Option<Arc<BackendCatalog>>>,
 }
 
@@ -42,13 +43,16 @@ impl Access {
         }
     }
 
-    /// Records the catalogues the aggregated view of `epoch` was built from;
-    /// cached per-key views of older epochs are dropped.
-    pub(super) fn record(&self, epoch: u64, catalogs: Vec<Option<Arc<BackendCatalog>>>) {
+    /// Records the catalogues the aggregated view of rebuild `generation` was
+    /// built from; cached per-key views of older generations are dropped.
+    pub(super) fn record(&self, generation: u64, catalogs: Vec<Option<Arc<BackendCatalog>>>) {
         if let Ok(mut s) = self.snapshot.write()
-            && epoch >= s.epoch
+            && generation >= s.generation
         {
-            *s = Arc::new(Snapshot { epoch, catalogs });
+            *s = Arc::new(Snapshot {
+                generation,
+                catalogs,
+            });
         }
     }
 
@@ -82,8 +86,8 @@ impl Catalog {
         }
         let snap = self.access.snapshot();
         if let Ok(mut c) = self.access.cache.lock() {
-            if c.0 != snap.epoch {
-                *c = (snap.epoch, HashMap::new());
+            if c.0 != snap.generation {
+                *c = (snap.generation, HashMap::new());
             }
             if let Some(v) = c.1.get(key) {
                 return v.clone();
@@ -91,7 +95,7 @@ impl Catalog {
         }
         let view = Arc::new(self.build_filtered(&snap, key));
         if let Ok(mut c) = self.access.cache.lock()
-            && c.0 == snap.epoch
+            && c.0 == snap.generation
         {
             if c.1.len() >= MAX_VIEWS {
                 c.1.clear();
@@ -114,7 +118,6 @@ impl Catalog {
         let inputs = super::registry::view_inputs(&backends, &snap.catalogs);
         View::build_filtered(
             &inputs,
-            snap.epoch,
             self.page_size,
             self.max_name_len,
             self.key.clone(),

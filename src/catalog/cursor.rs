@@ -1,73 +1,52 @@
-//! Opaque list cursors handed to hosts: `epoch | list | page`, sealed with
-//! HMAC-SHA256 under a per-process key so a host can neither forge nor alter one
-//! (MCP server/utilities/pagination: cursors are opaque; invalid ones → -32602).
+//! Opaque list cursors handed to hosts: `epoch | list | page`, sealed for
+//! [`Purpose::Cursor`] so a host can neither forge nor alter one (MCP
+//! server/utilities/pagination: cursors are opaque; invalid ones → -32602).
+//!
+//! With `[cluster]` keys every replica (and a restarted process) opens the
+//! cursors of the others, and since the epoch is a digest of the view's content
+//! (`pages.rs`), a cursor opens wherever the same catalogue is served; without
+//! keys, only in the process that sealed it.
 
 use std::sync::Arc;
 
-use base64::Engine;
-use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use hmac::{Hmac, Mac};
-use sha2::Sha256;
+use crate::cluster::{Purpose, Sealer};
 
+const AAD: &[u8] = b"mcpgate list cursor";
 const BODY: usize = 13;
-const TAG: usize = 8;
 
-/// The key cursors are sealed with.
+/// The key cursors are sealed with. Cursors are not bound to a session: any
+/// caller that presents one gets the page it names from the view it is served
+/// (pages hold nothing the caller's own view does not hold).
 #[derive(Clone)]
-pub struct CursorKey(Arc<[u8; 32]>);
+pub struct CursorKey(Arc<Sealer>);
 
 impl CursorKey {
-    /// A fresh random key, per process: a cursor opens only in the process that
-    /// sealed it, and only for the catalogue epoch it names. Cursors are not bound
-    /// to a session: any caller of this process that presents one gets the page
-    /// it names from the view it is served (pages hold nothing the caller's own
-    /// view does not hold).
-    pub fn random() -> Self {
-        let mut key = [0u8; 32];
-        if getrandom::fill(&mut key).is_err() {
-            let seed = format!("{:?}{:p}", std::time::SystemTime::now(), &key);
-            key = <Sha256 as sha2::Digest>::digest(seed.as_bytes()).into();
-        }
-        CursorKey(Arc::new(key))
+    /// Cursors sealed and opened by `sealer`.
+    pub fn new(sealer: Arc<Sealer>) -> Self {
+        CursorKey(sealer)
     }
 
     /// A fixed key (tests and fuzzing).
     #[cfg(any(test, feature = "fuzzing"))]
     pub fn fixed(byte: u8) -> Self {
-        CursorKey(Arc::new([byte; 32]))
+        CursorKey(Arc::new(Sealer::fixed(byte)))
     }
 
-    fn tag(&self, body: &[u8]) -> [u8; 32] {
-        let Ok(mut mac) = Hmac::<Sha256>::new_from_slice(&self.0[..]) else {
-            return [0; 32];
-        };
-        mac.update(body);
-        mac.finalize().into_bytes().into()
-    }
-
-    /// Seals `(epoch, list, page)` into a base64url string.
+    /// Seals `(epoch, list, page)`: `KID.` + 55 base64url characters.
     pub fn seal(&self, epoch: u64, list: u8, page: u32) -> String {
-        let mut body = Vec::with_capacity(BODY + TAG);
-        body.extend_from_slice(&epoch.to_be_bytes());
-        body.push(list);
-        body.extend_from_slice(&page.to_be_bytes());
-        let tag = self.tag(&body);
-        body.extend_from_slice(&tag[..TAG]);
-        URL_SAFE_NO_PAD.encode(body)
+        let mut body = [0u8; BODY];
+        body[..8].copy_from_slice(&epoch.to_be_bytes());
+        body[8] = list;
+        body[9..].copy_from_slice(&page.to_be_bytes());
+        self.0.seal(Purpose::Cursor, AAD, &body)
     }
 
     /// Opens a cursor; `None` if malformed or forged.
     pub fn open(&self, cursor: &str) -> Option<(u64, u8, u32)> {
-        let raw = URL_SAFE_NO_PAD.decode(cursor).ok()?;
-        if raw.len() != BODY + TAG {
-            return None;
-        }
-        let (body, tag) = raw.split_at(BODY);
-        if self.tag(body)[..TAG] != *tag {
-            return None;
-        }
+        let body = self.0.open(Purpose::Cursor, AAD, cursor)?;
+        let body: [u8; BODY] = body.try_into().ok()?;
         let epoch = u64::from_be_bytes(body[..8].try_into().ok()?);
-        let page = u32::from_be_bytes(body[9..13].try_into().ok()?);
+        let page = u32::from_be_bytes(body[9..].try_into().ok()?);
         Some((epoch, body[8], page))
     }
 }
@@ -80,12 +59,22 @@ mod tests {
     fn seals_and_refuses_tampering() {
         let k = CursorKey::fixed(1);
         let c = k.seal(7, 2, 3);
+        assert_eq!(c.len(), 2 + 55, "{c}");
         assert_eq!(k.open(&c), Some((7, 2, 3)));
         assert_eq!(CursorKey::fixed(2).open(&c), None, "other key");
-        let mut raw = URL_SAFE_NO_PAD.decode(&c).unwrap();
-        raw[12] ^= 1;
-        assert_eq!(k.open(&URL_SAFE_NO_PAD.encode(raw)), None);
+        let mut raw = c.clone().into_bytes();
+        raw[20] = if raw[20] == b'A' { b'B' } else { b'A' };
+        assert_eq!(k.open(&String::from_utf8(raw).unwrap()), None);
         assert_eq!(k.open("garbage"), None);
         assert_eq!(k.open(""), None);
+    }
+
+    #[test]
+    fn a_cursor_is_no_session_id_and_no_other_value() {
+        let sealer = Arc::new(crate::cluster::seal_tests::sealer(&[("t", 1)]));
+        let c = CursorKey::new(sealer.clone()).seal(1, 0, 1);
+        assert!(sealer.open(Purpose::Cursor, AAD, &c).is_some());
+        assert!(sealer.open(Purpose::Session, AAD, &c).is_none());
+        assert!(sealer.open(Purpose::Value, AAD, &c).is_none());
     }
 }

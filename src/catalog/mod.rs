@@ -22,6 +22,7 @@ pub use fetch::{BackendCatalog, fetch};
 pub use registry::{BackendState, Backends};
 pub use view::View;
 
+use crate::cluster::Sealer;
 use crate::config::Config;
 use crate::mcp::Changed;
 use cursor::CursorKey;
@@ -68,7 +69,9 @@ fn canonical(v: &serde_json::Value) -> String {
 pub struct Catalog {
     backends: Backends,
     view: RwLock<Arc<View>>,
-    epoch: AtomicU64,
+    /// Counts rebuilds: orders the snapshots per-key views are built from (the
+    /// views' own epochs are content digests, which have no order).
+    generation: AtomicU64,
     key: CursorKey,
     access: access::Access,
     page_size: usize,
@@ -76,19 +79,20 @@ pub struct Catalog {
 }
 
 impl Catalog {
-    /// The catalogue of `config`'s backends, with nothing fetched yet.
-    pub fn new(config: &Config) -> Catalog {
+    /// The catalogue of `config`'s backends, with nothing fetched yet; cursors
+    /// are sealed by `sealer`.
+    pub fn new(config: &Config, sealer: Arc<Sealer>) -> Catalog {
         let backends = Backends::default();
         for (name, b) in &config.backends {
             backends.push(|index| BackendState::new(index, name, b, config.server.request_timeout));
         }
-        let key = CursorKey::random();
+        let key = CursorKey::new(sealer);
         let (page_size, max_name_len) = (config.server.page_size, config.server.max_name_len);
-        let view = View::build(&[], 0, page_size, max_name_len, key.clone());
+        let view = View::build(&[], page_size, max_name_len, key.clone());
         Catalog {
             backends,
             view: RwLock::new(Arc::new(view)),
-            epoch: AtomicU64::new(0),
+            generation: AtomicU64::new(0),
             key,
             access: access::Access::new(&config.policy),
             page_size,
@@ -160,15 +164,9 @@ impl Catalog {
         let catalogs: Vec<Option<Arc<BackendCatalog>>> =
             backends.iter().map(|b| b.catalog()).collect();
         let inputs = registry::view_inputs(&backends, &catalogs);
-        let epoch = self.epoch.fetch_add(1, Ordering::Relaxed) + 1;
-        let view = View::build(
-            &inputs,
-            epoch,
-            self.page_size,
-            self.max_name_len,
-            self.key.clone(),
-        );
-        self.access.record(epoch, catalogs.clone());
+        let generation = self.generation.fetch_add(1, Ordering::Relaxed) + 1;
+        let view = View::build(&inputs, self.page_size, self.max_name_len, self.key.clone());
+        self.access.record(generation, catalogs.clone());
         *current = Arc::new(view);
     }
 }
@@ -225,7 +223,8 @@ mod tests {
             &|_| None,
         )
         .unwrap();
-        let catalog = Catalog::new(&config);
+        let sealer = Arc::new(Sealer::fixed(7));
+        let catalog = Catalog::new(&config, sealer);
         let t = |n: &str| json!({"name": n, "inputSchema": {"type": "object"}});
         assert_eq!(catalog.install(0, lists(vec![t("a"), t("b")])).len(), 3);
         let epoch = catalog.view().epoch;
@@ -235,6 +234,10 @@ mod tests {
             catalog.install(0, lists(vec![t("a"), t("c")])),
             vec![Changed::Tools]
         );
-        assert!(catalog.view().epoch > epoch);
+        assert_ne!(
+            catalog.view().epoch,
+            epoch,
+            "a new epoch: old cursors are stale"
+        );
     }
 }

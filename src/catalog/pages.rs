@@ -108,6 +108,27 @@ impl View {
     }
 }
 
+/// The epoch of a view: the first 8 bytes of SHA-256 over the page size and
+/// every list's serialized items, so identical lists give identical epochs in
+/// every process (and across restarts), and any change to what is listed gives
+/// another. Computed once per build, never per request.
+pub(super) fn digest(lists: &[Vec<Value>; 4], page_size: usize) -> u64 {
+    use sha2::Digest;
+    let mut h = sha2::Sha256::new();
+    h.update((page_size as u64).to_be_bytes());
+    for (kind, items) in lists.iter().enumerate() {
+        h.update([kind as u8]);
+        h.update((items.len() as u64).to_be_bytes());
+        for item in items {
+            let bytes = serde_json::to_vec(item).unwrap_or_default();
+            h.update((bytes.len() as u64).to_be_bytes());
+            h.update(&bytes);
+        }
+    }
+    let d = h.finalize();
+    u64::from_be_bytes([d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7]])
+}
+
 fn empty_page() -> Box<RawValue> {
     RawValue::from_string("{}".into()).unwrap_or_else(|_| Box::<RawValue>::default())
 }

@@ -43,7 +43,9 @@ pub struct ViewInput<'a> {
 
 /// The aggregated catalogue at one point in time (one epoch).
 pub struct View {
-    /// Changes whenever the catalogue changes; stale cursors are refused.
+    /// A digest of the view's lists (`pages.rs`): changes whenever what the view
+    /// lists changes, so cursors of an older one are refused; the same on every
+    /// process that serves the same lists, so cursors open there.
     pub epoch: u64,
     pub(super) pages: [Vec<Box<RawValue>>; 4],
     /// Exposed tool name → backend tool.
@@ -72,19 +74,17 @@ impl View {
     /// Builds the view from every backend's catalogue.
     pub fn build(
         inputs: &[ViewInput<'_>],
-        epoch: u64,
         page_size: usize,
         max_name_len: usize,
         key: CursorKey,
     ) -> View {
-        View::build_filtered(inputs, epoch, page_size, max_name_len, key, None)
+        View::build_filtered(inputs, page_size, max_name_len, key, None)
     }
 
     /// Builds the view showing only what `filter` allows. Exposed names are
     /// claimed over every item first, so an item has the same name in every view.
     pub fn build_filtered(
         inputs: &[ViewInput<'_>],
-        epoch: u64,
         page_size: usize,
         max_name_len: usize,
         key: CursorKey,
@@ -226,8 +226,9 @@ impl View {
             capabilities["tasks"] =
                 json!({"list": {}, "cancel": {}, "requests": {"tools": {"call": {}}}});
         }
+        let page_size = page_size.max(1);
         let mut view = View {
-            epoch,
+            epoch: super::pages::digest(&lists, page_size),
             pages: Default::default(),
             tools,
             prompts,
@@ -249,7 +250,7 @@ impl View {
                 ListKind::Resources,
                 ListKind::Templates,
             ][i];
-            view.pages[i] = view.paginate(kind, &items, page_size.max(1));
+            view.pages[i] = view.paginate(kind, &items, page_size);
         }
         view
     }
@@ -343,8 +344,6 @@ fn expose_item(item: &Value, input: &ViewInput<'_>, original: &str, exposed: &st
 
 #[cfg(test)]
 mod tests {
-    use base64::Engine;
-
     use super::*;
     use crate::backend::InitInfo;
     use crate::mcp::ProtocolVersion;
@@ -386,7 +385,7 @@ mod tests {
     }
 
     fn build(inputs: &[ViewInput<'_>], page_size: usize) -> View {
-        View::build(inputs, 7, page_size, 128, CursorKey::fixed(1))
+        View::build(inputs, page_size, 128, CursorKey::fixed(1))
     }
 
     fn items(view: &View, kind: ListKind) -> Vec<Value> {
@@ -514,22 +513,33 @@ mod tests {
             v.page(ListKind::Tools, Some("garbage"), ProtocolVersion::LATEST)
                 .is_none()
         );
-        let mut forged = base64::engine::general_purpose::URL_SAFE_NO_PAD
-            .decode(cursor)
-            .unwrap();
-        forged[12] ^= 1;
-        let forged = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(forged);
+        let mut forged = cursor.to_owned().into_bytes();
+        forged[10] = if forged[10] == b'A' { b'B' } else { b'A' };
+        let forged = String::from_utf8(forged).unwrap();
         assert!(
             v.page(ListKind::Tools, Some(&forged), ProtocolVersion::LATEST)
                 .is_none()
         );
-        let newer = View::build(&[input("a", "a", &a)], 8, 2, 128, CursorKey::fixed(1));
+        // Same lists, another build (another replica, a restart): same epoch,
+        // the cursor opens. Other lists: a new epoch, the cursor is stale.
+        let same = View::build(&[input("a", "a", &a)], 2, 128, CursorKey::fixed(1));
+        assert_eq!(same.epoch, v.epoch);
+        assert!(
+            same.page(ListKind::Tools, Some(cursor), ProtocolVersion::LATEST)
+                .is_some()
+        );
+        let refs6: Vec<&str> = refs.iter().copied().chain(["t5"]).collect();
+        let a6 = catalog(&refs6, &[], &[]);
+        let newer = View::build(&[input("a", "a", &a6)], 2, 128, CursorKey::fixed(1));
+        assert_ne!(newer.epoch, v.epoch);
         assert!(
             newer
                 .page(ListKind::Tools, Some(cursor), ProtocolVersion::LATEST)
                 .is_none(),
             "stale epoch"
         );
+        let resized = View::build(&[input("a", "a", &a)], 3, 128, CursorKey::fixed(1));
+        assert_ne!(resized.epoch, v.epoch, "page numbers mean other items");
         let empty = build(&[], 2);
         let page: Value = serde_json::from_str(
             empty

@@ -4,6 +4,7 @@
 mod audit;
 mod auth;
 mod interpolate;
+mod keys;
 mod mcp_servers;
 mod schema;
 mod validate;
@@ -20,6 +21,7 @@ pub use auth::{
     AuthConfig, Effect, IssuerConfig, IssuerEntry, PolicyConfig, RuleConfig, TokenEndpointConfig,
     UpstreamAuthConfig, is_fetchable_url, is_loopback_host,
 };
+pub use keys::{ClusterConfig, KEYS_ENV, MAX_KID_LEN, SessionKey, parse_keys};
 pub use schema::json_schema;
 pub use validate::{ConfigProblem, is_valid_prefix, uri_prefix};
 
@@ -66,6 +68,8 @@ pub struct Config {
     pub auth: Option<AuthConfig>,
     /// `[policy]`: who sees which backends and items.
     pub policy: PolicyConfig,
+    /// `[cluster]`: the keys that seal session ids and cursors, the session lifetime.
+    pub cluster: ClusterConfig,
 }
 
 /// An mcpgate config file (TOML). Every string value may use `${VAR}` (read from the
@@ -85,6 +89,10 @@ struct RawConfig {
     /// `[policy]`: who sees which backends, tools, prompts and resources.
     #[serde(default)]
     policy: PolicyConfig,
+    /// `[cluster]`: the keys that seal session ids and cursors, so that replicas
+    /// (and a restarted process) share sessions; the absolute session lifetime.
+    #[serde(default)]
+    cluster: ClusterConfig,
 }
 
 /// `[server]`: the Streamable HTTP endpoint offered to hosts.
@@ -533,7 +541,7 @@ impl Config {
         if let Some(listen) = env("MCPGATE_METRICS_LISTEN") {
             set_server_field(&mut value, "metrics_listen", toml::Value::String(listen));
         }
-        let config = match serde_path_to_error::deserialize::<_, RawConfig>(value) {
+        let mut config = match serde_path_to_error::deserialize::<_, RawConfig>(value) {
             Ok(raw) => Some(validate::build(raw, &mut problems)),
             Err(e) => {
                 let path = e.path().to_string();
@@ -544,7 +552,8 @@ impl Config {
                 None
             }
         };
-        if let Some(config) = &config {
+        if let Some(config) = config.as_mut() {
+            config.cluster.keys = keys::load(&config.cluster, env, &mut problems);
             problems.extend(validate::validate(config));
         }
         match config {

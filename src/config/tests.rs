@@ -32,7 +32,13 @@ fn every_file_in_config_parses() {
             let text = std::fs::read_to_string(&path).unwrap();
             let env =
                 |n: &str| env(n).or_else(|| (!n.starts_with("MCPGATE_")).then(|| format!("v-{n}")));
-            if let Err(p) = Config::parse(&text, &path, &env) {
+            // The full example names a mounted secret that is not here.
+            let absent_secret = |p: &ConfigProblem| {
+                p.path == "cluster.session_keys_file" && p.message.starts_with("cannot read")
+            };
+            if let Err(p) = Config::parse(&text, &path, &env)
+                && !p.iter().all(absent_secret)
+            {
                 panic!("{}: {p:?}", path.display());
             }
             seen += 1;

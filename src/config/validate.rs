@@ -144,6 +144,7 @@ pub(super) fn build(raw: RawConfig, p: &mut Vec<ConfigProblem>) -> Config {
         backends,
         auth: raw.auth,
         policy: raw.policy,
+        cluster: raw.cluster,
     }
 }
 
@@ -184,6 +185,10 @@ pub fn validate(c: &Config) -> Vec<ConfigProblem> {
         ("server.backend_ping_interval", s.backend_ping_interval),
         ("server.header_read_timeout", s.header_read_timeout),
         ("server.body_read_timeout", s.body_read_timeout),
+        (
+            "cluster.session_max_lifetime",
+            c.cluster.session_max_lifetime,
+        ),
     ] {
         if d.is_zero() {
             p.push(ConfigProblem::new(field, "must be greater than zero"));

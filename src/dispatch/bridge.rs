@@ -22,7 +22,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use hmac::{Hmac, Mac};
+use ring::hmac;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
@@ -73,7 +73,7 @@ struct State {
 pub(super) struct Bridge {
     parked: Mutex<HashMap<u64, Continuation>>,
     next: AtomicU64,
-    key: [u8; 32],
+    key: hmac::Key,
     ttl: Duration,
 }
 
@@ -87,7 +87,7 @@ impl Bridge {
         Bridge {
             parked: Mutex::default(),
             next: AtomicU64::new(u64::from_le_bytes(start) >> 1),
-            key,
+            key: hmac::Key::new(hmac::HMAC_SHA256, &key),
             ttl,
         }
     }
@@ -219,12 +219,10 @@ impl Bridge {
     }
 
     fn tag(&self, body: &[u8]) -> Vec<u8> {
-        let Ok(mut mac) = <Hmac<Sha256> as Mac>::new_from_slice(&self.key) else {
-            return Vec::new();
-        };
+        let mut mac = hmac::Context::with_key(&self.key);
         mac.update(b"mcpgate requestState v1\0");
         mac.update(body);
-        mac.finalize().into_bytes()[..16].to_vec()
+        mac.sign().as_ref()[..16].to_vec()
     }
 
     fn seal(&self, state: &State) -> String {

@@ -91,6 +91,16 @@ impl HttpError {
         )
     }
 
+    /// 503: the store holds `server.max_sessions` sessions.
+    pub fn too_many_sessions() -> Self {
+        HttpError::new(
+            Rejection::TooManySessions,
+            StatusCode::SERVICE_UNAVAILABLE,
+            jsonrpc::TRANSPORT_ERROR,
+            "Service Unavailable: too many sessions",
+        )
+    }
+
     /// 503 + `Retry-After: 1` for `initialize` while the gateway drains for
     /// shutdown (RFC 9110 §10.2.3): the host should open its session on another
     /// replica, which the load balancer picks once `/readyz` took this one out.

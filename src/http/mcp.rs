@@ -19,7 +19,7 @@ use serde_json::{Value, json};
 use super::accept::{accept, read_body};
 use super::headers;
 use super::modern::{self, Era};
-use super::session::{lookup, reject, reserve_stream};
+use super::session::{count_drops, lookup, reject, reserve_stream};
 use super::sse::{json_response, stream_reply};
 use super::{AppState, HttpError};
 use crate::auth::Principal;
@@ -29,7 +29,7 @@ use crate::jsonrpc::{self, EnvelopeError, ErrorObject, Message, Request as RpcRe
 use crate::mcp::version::shape_capabilities;
 use crate::mcp::{Method, ProtocolVersion};
 use crate::request::{Outcome, Rejection, RequestContext};
-use crate::session::{Host, Outbound, Session, StreamSlot};
+use crate::session::{Host, Identity, Outbound, Session, SessionToken, StreamSlot};
 use crate::streamable_http::SESSION_ID;
 
 /// What the frame and session phases found in a POST body.
@@ -257,7 +257,7 @@ fn modern_probe_refused(id: &jsonrpc::Id, what: &str) -> HttpError {
 /// `Retry-After` (RFC 9110 §10.2.3, whole seconds) for an `initialize` refused at
 /// the session cap: when the longest-idle session expires, the soonest a place
 /// frees up without a `DELETE`; between 1 and 60 s.
-fn session_cap_retry_after(st: &AppState) -> HeaderValue {
+pub(super) fn session_cap_retry_after(st: &AppState) -> HeaderValue {
     let ttl = st.server.session_idle_timeout;
     let now = tokio::time::Instant::now();
     let soonest = st
@@ -307,28 +307,27 @@ async fn initialize(
     st.supervisor
         .wait_loaded(std::time::Duration::from_secs(10))
         .await;
-    let key = st.catalog.view_key(principal.map(|p| &**p));
-    let session = Arc::new(
-        Session::new(version, capabilities, client_info)
-            .with_principal(principal.map(|p| &**p), key.clone()),
+    let p = principal.map(|p| &**p);
+    let key = st.catalog.view_key(p);
+    let identity = Identity::mint(st.sessions.epoch());
+    let token = SessionToken::new(
+        &st.sealer,
+        identity,
+        p.map(Principal::id).as_ref(),
+        version,
+        &capabilities,
     );
-    let dropped = st
-        .metrics
-        .dropped_messages
-        .with_label_values(&["slow_host"]);
-    session.events().count_drops_in(dropped);
+    let id = token.seal(&st.sealer).into();
+    let session = Session::new(id, identity, version, capabilities, client_info);
+    let session = Arc::new(session.with_principal(p, key.clone()));
+    count_drops(st, &session);
     if let Err(full) = st.sessions.insert(session.clone()) {
         tracing::warn!(
             limit = full.limit,
             "session limit reached; initialize refused"
         );
-        return Err(HttpError::new(
-            Rejection::TooManySessions,
-            StatusCode::SERVICE_UNAVAILABLE,
-            jsonrpc::TRANSPORT_ERROR,
-            "Service Unavailable: too many sessions",
-        )
-        .with_header(header::RETRY_AFTER, session_cap_retry_after(st)));
+        return Err(HttpError::too_many_sessions()
+            .with_header(header::RETRY_AFTER, session_cap_retry_after(st)));
     }
     let view = st.catalog.view_for_key(&key);
     let mut capabilities = view.capabilities.clone();

@@ -27,6 +27,7 @@ pub use error::HttpError;
 
 use crate::auth::Authenticator;
 use crate::catalog::Catalog;
+use crate::cluster::Sealer;
 use crate::config::ServerConfig;
 use crate::dispatch::Dispatch;
 use crate::metrics::Metrics;
@@ -53,6 +54,8 @@ pub struct AppState {
     pub supervisor: Arc<Supervisor>,
     /// Metrics.
     pub metrics: Arc<Metrics>,
+    /// Seals and opens session ids (`[cluster]` keys).
+    pub sealer: Arc<Sealer>,
     /// Origin and Host rules.
     pub origins: Arc<OriginPolicy>,
     /// Per-client rate limit, when configured.

@@ -7,8 +7,9 @@
 use std::sync::Arc;
 
 use axum::extract::{Request, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use serde_json::Value;
 
 use super::accept::accept;
 use super::sse::sse_response;
@@ -16,7 +17,7 @@ use super::{AppState, HttpError, headers};
 use crate::auth::Principal;
 use crate::jsonrpc;
 use crate::request::{Outcome, Rejection, RequestContext};
-use crate::session::{Session, StreamSlot};
+use crate::session::{Session, SessionToken, StreamSlot};
 use crate::streamable_http::{LAST_EVENT_ID, ResumeError, SESSION_ID};
 
 /// Answers a request refused on the HTTP plane, recording why.
@@ -27,7 +28,8 @@ pub(super) fn reject(ctx: RequestContext, e: HttpError) -> Response {
 
 /// The session named by `Mcp-Session-Id`: 400 without the header, 404 when
 /// unknown, expired or ended (the host then re-initializes), or when it belongs
-/// to another principal.
+/// to another principal. A session this process holds costs a map lookup (no
+/// crypto); any other id is opened and may be [`restore`]d.
 pub(super) fn lookup(
     st: &AppState,
     h: &HeaderMap,
@@ -47,9 +49,70 @@ pub(super) fn lookup(
     }
     // Present but not visible ASCII: no session of ours has such an id.
     let id = headers::session_id(h).ok_or_else(HttpError::unknown_session)?;
-    let session = st.sessions.get(id).ok_or_else(HttpError::unknown_session)?;
+    let session = match st.sessions.get(id) {
+        Some(held) => held,
+        None => restore(st, id, principal)?,
+    };
     super::auth::bind(st, &session, principal)?;
     Ok(session)
+}
+
+/// A session this process does not hold, rebuilt from its sealed id (after a
+/// restart with the same keys, or from another replica): revision and
+/// capabilities from the id's bits (`Caps::to_json`, lossy), bound to the
+/// presented principal when the id's binding is its. 404 when the id does not
+/// open (a flipped byte: no store is asked), binds another principal, ended
+/// here or is past `session_max_lifetime`; 503 at `max_sessions`.
+fn restore(
+    st: &AppState,
+    id: &str,
+    principal: Option<&Arc<Principal>>,
+) -> Result<Arc<Session>, HttpError> {
+    let count = |result: &str| {
+        st.metrics
+            .session_restores
+            .with_label_values(&[result])
+            .inc();
+    };
+    let Some(token) = SessionToken::open(&st.sealer, id) else {
+        count("forged");
+        return Err(HttpError::unknown_session());
+    };
+    let presented = principal.map(|p| p.id());
+    if !token.binds(&st.sealer, presented.as_ref()) {
+        count("principal");
+        return Err(HttpError::unknown_session());
+    }
+    let p = principal.map(|p| &**p);
+    let caps = token.caps.to_json();
+    let session = Session::new(id.into(), token.identity, token.version, caps, Value::Null)
+        .with_principal(p, st.catalog.view_key(p));
+    count_drops(st, &session);
+    match st.sessions.restore(Arc::new(session)) {
+        Ok(Some(held)) => {
+            count("restored");
+            tracing::info!(session = %held.log_id(), version = %held.version(), "session restored from its id");
+            Ok(held)
+        }
+        Ok(None) => {
+            count("ended");
+            Err(HttpError::unknown_session())
+        }
+        Err(full) => {
+            tracing::warn!(limit = full.limit, "session limit reached; restore refused");
+            let retry = super::mcp::session_cap_retry_after(st);
+            Err(HttpError::too_many_sessions().with_header(header::RETRY_AFTER, retry))
+        }
+    }
+}
+
+/// Counts what a slow host's streams drop (`mcpgate_dropped_messages_total`).
+pub(super) fn count_drops(st: &AppState, session: &Session) {
+    let dropped = st
+        .metrics
+        .dropped_messages
+        .with_label_values(&["slow_host"]);
+    session.events().count_drops_in(dropped);
 }
 
 /// A stream slot for a request about to be answered (POST) or a GET stream;

@@ -14,6 +14,7 @@ mod call;
 mod host;
 mod record;
 mod store;
+mod token;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
@@ -28,13 +29,14 @@ pub use call::{Ask, HostCall, Outbound};
 pub use host::{Host, ModernHost};
 pub use record::{SessionRecord, TaskRoute, UpstreamSession};
 pub use store::{MemoryStore, SessionStore};
+pub use token::{Identity, SessionToken};
 
 use crate::auth::policy::ViewKey;
 use crate::auth::{Principal, PrincipalId};
 use crate::backend::{Connection, Slot};
 use crate::jsonrpc::Id;
 use crate::mcp::{LogLevel, ProtocolVersion};
-use crate::streamable_http::{EventLog, new_session_id};
+use crate::streamable_http::EventLog;
 
 /// A short, non-reversible form of a session id for logs (ids are bearer secrets).
 pub fn log_id(id: &str) -> String {
@@ -85,7 +87,9 @@ struct Live {
 
 /// One host session; see the module docs.
 pub struct Session {
+    /// The sealed `Mcp-Session-Id` (`token.rs`); the store key.
     id: Arc<str>,
+    identity: Identity,
     log_id: String,
     principal: Option<PrincipalId>,
     version: ProtocolVersion,
@@ -107,12 +111,20 @@ impl Drop for StreamSlot {
 }
 
 impl Session {
-    /// A new session for a host that sent `initialize`.
-    pub fn new(version: ProtocolVersion, client_capabilities: Value, client_info: Value) -> Self {
-        let id = new_session_id();
+    /// A session under `id` (sealed from a [`SessionToken`] of `identity`): one a
+    /// host just initialized, or one restored from its id (then `client_info` is
+    /// unknown and the capabilities are those of the id's bits).
+    pub fn new(
+        id: Arc<str>,
+        identity: Identity,
+        version: ProtocolVersion,
+        client_capabilities: Value,
+        client_info: Value,
+    ) -> Self {
         Session {
             log_id: log_id(&id),
             id,
+            identity,
             principal: None,
             version,
             client_capabilities,
@@ -150,6 +162,11 @@ impl Session {
     /// A short hash of the id, for logs.
     pub fn log_id(&self) -> &str {
         &self.log_id
+    }
+
+    /// Who the session is, as its id carries it.
+    pub fn identity(&self) -> &Identity {
+        &self.identity
     }
 
     /// The revision negotiated with the host.

@@ -1,13 +1,18 @@
 //! The session store: a trait (so a shared store can replace it for several
-//! replicas) and the default in-memory implementation with a cap and idle expiry.
+//! replicas) and the default in-memory implementation with a cap, idle expiry,
+//! the absolute lifetime, and the memory of which sealed ids ended here.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use dashmap::DashMap;
+use dashmap::mapref::entry::Entry;
 use tokio::time::Instant;
 
 use super::Session;
+use super::token::{Identity, unix_now};
+use crate::cluster::random_bytes;
 
 /// `initialize` was refused because the store holds `max_sessions` sessions.
 #[derive(Debug, Clone, Copy, thiserror::Error)]
@@ -30,23 +35,70 @@ pub trait SessionStore: Send + Sync + 'static {
     /// Every session (for notifications that concern all of them).
     fn all(&self) -> Vec<Arc<Session>>;
     /// Removes and returns sessions idle for longer than `ttl` at `now` (sessions
-    /// with requests in flight are never idle).
+    /// with requests in flight are never idle), and those past the absolute
+    /// lifetime.
     fn take_expired(&self, now: Instant, ttl: Duration) -> Vec<Arc<Session>>;
+    /// The epoch sealed into the ids minted now ([`Identity::epoch`]).
+    fn epoch(&self) -> u32;
+    /// Takes back a session rebuilt from its sealed id (not held here, e.g.
+    /// after a restart): the session now held under its id (another request may
+    /// have restored it first), or `Ok(None)` when the id must not come back —
+    /// it ended here (DELETE, expiry) or is past the absolute lifetime.
+    fn restore(&self, session: Arc<Session>) -> Result<Option<Arc<Session>>, StoreFull>;
 }
 
 /// In-memory store (dashmap), the default.
+///
+/// Which ids may come back from their token alone: one minted by this store
+/// (its epoch) and no longer held has ended, so never. One minted elsewhere (an
+/// earlier process with the same keys) may, once: when it ends here its identity
+/// is remembered until its absolute lifetime is over (at most `2 × limit`
+/// entries; beyond, the ones closest to their end are forgotten first). What
+/// this cannot know: an id that ended in *another* process — DELETEd before a
+/// restart — comes back until its lifetime is over; only a shared store knows.
 pub struct MemoryStore {
     map: DashMap<Arc<str>, Arc<Session>>,
     limit: usize,
+    max_lifetime: Duration,
+    epoch: u32,
+    /// Identities minted elsewhere that ended here → Unix second they expire.
+    /// Also the lock that orders `restore` against `remove`.
+    ended: Mutex<HashMap<[u8; 16], u32>>,
 }
 
 impl MemoryStore {
-    /// A store that holds at most `limit` sessions.
-    pub fn new(limit: usize) -> Self {
+    /// A store that holds at most `limit` sessions, each for at most
+    /// `max_lifetime` after its `initialize`; its epoch is random.
+    pub fn new(limit: usize, max_lifetime: Duration) -> Self {
         MemoryStore {
             map: DashMap::new(),
             limit,
+            max_lifetime,
+            epoch: u32::from_be_bytes(random_bytes()),
+            ended: Mutex::default(),
         }
+    }
+
+    fn outlived(&self, id: &Identity, now: u32) -> bool {
+        id.outlived(now, self.max_lifetime)
+    }
+
+    fn remember_end(&self, ended: &mut HashMap<[u8; 16], u32>, id: &Identity) {
+        let now = unix_now();
+        if id.epoch == self.epoch || self.outlived(id, now) {
+            return;
+        }
+        let cap = self.limit.saturating_mul(2).max(1);
+        if ended.len() >= cap {
+            ended.retain(|_, until| *until > now);
+        }
+        if ended.len() >= cap
+            && let Some(first) = ended.iter().min_by_key(|(_, u)| **u).map(|(k, _)| *k)
+        {
+            ended.remove(&first);
+        }
+        let lifetime = u32::try_from(self.max_lifetime.as_secs()).unwrap_or(u32::MAX);
+        ended.insert(id.rand, id.created.saturating_add(lifetime));
     }
 }
 
@@ -64,7 +116,10 @@ impl SessionStore for MemoryStore {
     }
 
     fn remove(&self, id: &str) -> Option<Arc<Session>> {
-        self.map.remove(id).map(|(_, s)| s)
+        let mut ended = self.ended.lock().unwrap_or_else(|e| e.into_inner());
+        let gone = self.map.remove(id).map(|(_, s)| s)?;
+        self.remember_end(&mut ended, gone.identity());
+        Some(gone)
     }
 
     fn len(&self) -> usize {
@@ -76,12 +131,14 @@ impl SessionStore for MemoryStore {
     }
 
     fn take_expired(&self, now: Instant, ttl: Duration) -> Vec<Arc<Session>> {
+        let unix = unix_now();
         let expired: Vec<Arc<str>> = self
             .map
             .iter()
             .filter(|e| {
                 let s = e.value();
-                !s.is_busy() && now.saturating_duration_since(s.last_seen()) > ttl
+                let idle = !s.is_busy() && now.saturating_duration_since(s.last_seen()) > ttl;
+                idle || self.outlived(s.identity(), unix)
             })
             .map(|e| e.key().clone())
             .collect();
@@ -94,6 +151,29 @@ impl SessionStore for MemoryStore {
         }
         gone
     }
+
+    fn epoch(&self) -> u32 {
+        self.epoch
+    }
+
+    fn restore(&self, session: Arc<Session>) -> Result<Option<Arc<Session>>, StoreFull> {
+        let id = *session.identity();
+        let ended = self.ended.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(held) = self.get(&session.id) {
+            return Ok(Some(held));
+        }
+        if id.epoch == self.epoch || ended.contains_key(&id.rand) || self.outlived(&id, unix_now())
+        {
+            return Ok(None);
+        }
+        if self.map.len() >= self.limit {
+            return Err(StoreFull { limit: self.limit });
+        }
+        Ok(Some(match self.map.entry(session.id.clone()) {
+            Entry::Occupied(e) => e.get().clone(),
+            Entry::Vacant(e) => e.insert(session).clone(),
+        }))
+    }
 }
 
 #[cfg(test)]
@@ -103,15 +183,37 @@ mod tests {
     use super::*;
     use crate::mcp::ProtocolVersion;
 
-    fn session() -> Arc<Session> {
-        Arc::new(Session::new(ProtocolVersion::LATEST, json!({}), json!({})))
+    const DAY: Duration = Duration::from_secs(86_400);
+
+    fn session_of(identity: Identity) -> Arc<Session> {
+        let id: Arc<str> = format!("id-{:02x?}", identity.rand).into();
+        Arc::new(Session::new(
+            id,
+            identity,
+            ProtocolVersion::LATEST,
+            json!({}),
+            json!({}),
+        ))
+    }
+
+    /// A session minted by `store`.
+    fn session(store: &MemoryStore) -> Arc<Session> {
+        session_of(Identity::mint(store.epoch()))
+    }
+
+    /// A session minted by another process (an earlier one, same keys).
+    fn foreign(store: &MemoryStore, created: u32) -> Arc<Session> {
+        session_of(Identity {
+            created,
+            ..Identity::mint(store.epoch().wrapping_add(1))
+        })
     }
 
     #[tokio::test(start_paused = true)]
     async fn expires_idle_sessions_only() {
-        let store = MemoryStore::new(10);
-        let a = session();
-        let b = session();
+        let store = MemoryStore::new(10, DAY);
+        let a = session(&store);
+        let b = session(&store);
         store.insert(a.clone()).unwrap();
         store.insert(b.clone()).unwrap();
         tokio::time::advance(Duration::from_secs(50)).await;
@@ -125,18 +227,73 @@ mod tests {
     }
 
     #[test]
-    fn caps_the_number_of_sessions() {
-        let store = MemoryStore::new(1);
-        store.insert(session()).unwrap();
-        assert!(store.insert(session()).is_err());
+    fn ends_sessions_past_the_absolute_lifetime() {
+        let store = MemoryStore::new(10, DAY);
+        let old = foreign(&store, unix_now() - 86_400);
+        let young = foreign(&store, unix_now() - 60);
+        store.insert(old.clone()).unwrap();
+        store.insert(young.clone()).unwrap();
+        let gone = store.take_expired(Instant::now(), DAY);
+        assert_eq!(gone.len(), 1);
+        assert_eq!(gone[0].id, old.id);
+        assert!(store.restore(old).unwrap().is_none(), "past its lifetime");
     }
 
     #[test]
-    fn ids_are_random_visible_ascii() {
-        let a = crate::streamable_http::new_session_id();
-        let b = crate::streamable_http::new_session_id();
-        assert_ne!(a, b);
-        assert!(a.len() >= 22);
-        assert!(a.bytes().all(|c| (0x21..=0x7e).contains(&c)));
+    fn caps_the_number_of_sessions() {
+        let store = MemoryStore::new(1, DAY);
+        store.insert(session(&store)).unwrap();
+        assert!(store.insert(session(&store)).is_err());
+        assert!(store.restore(foreign(&store, unix_now())).is_err());
+    }
+
+    #[test]
+    fn restores_foreign_ids_once_and_never_its_own() {
+        let store = MemoryStore::new(10, DAY);
+        let own = session(&store);
+        assert!(store.restore(own.clone()).unwrap().is_none(), "ended here");
+
+        let a = foreign(&store, unix_now());
+        let held = store.restore(a.clone()).unwrap().unwrap();
+        assert!(Arc::ptr_eq(&held, &a));
+        let twin = session_of(*a.identity());
+        let again = store.restore(twin).unwrap().unwrap();
+        assert!(
+            Arc::ptr_eq(&again, &a),
+            "a concurrent restore gets the held one"
+        );
+
+        store.remove(&a.id);
+        let twin = session_of(*a.identity());
+        assert!(
+            store.restore(twin).unwrap().is_none(),
+            "DELETEd here: stays ended"
+        );
+    }
+
+    #[test]
+    fn the_memory_of_ended_ids_is_bounded() {
+        let store = MemoryStore::new(2, DAY);
+        let now = unix_now();
+        let ended: Vec<Arc<Session>> = (0..6).map(|i| foreign(&store, now - 100 + i)).collect();
+        for s in &ended {
+            store.restore(s.clone()).unwrap().unwrap();
+            store.remove(&s.id);
+        }
+        let len = store.ended.lock().unwrap().len();
+        assert_eq!(len, 4, "2 x limit");
+        // The oldest were forgotten first; the newest are still refused.
+        assert!(
+            store
+                .restore(session_of(*ended[5].identity()))
+                .unwrap()
+                .is_none()
+        );
+        assert!(
+            store
+                .restore(session_of(*ended[0].identity()))
+                .unwrap()
+                .is_some()
+        );
     }
 }

@@ -29,7 +29,9 @@ pub const JSON: &str = "application/json";
 pub const EVENT_STREAM: &str = "text/event-stream";
 
 /// Generates a session id: 128 random bits, base64url (22 visible ASCII chars,
-/// MCP 2025-11-25 transports: cryptographically secure, 0x21–0x7E only).
+/// MCP 2025-11-25 transports: cryptographically secure, 0x21–0x7E only). For
+/// servers that keep sessions in memory (the demo); the gateway's own ids are
+/// sealed tokens (`session::SessionToken`).
 pub fn new_session_id() -> Arc<str> {
     let mut bytes = [0u8; 16];
     if getrandom::fill(&mut bytes).is_err() {
@@ -121,6 +123,15 @@ mod tests {
     use axum::http::HeaderValue;
 
     use super::*;
+
+    #[test]
+    fn ids_are_random_visible_ascii() {
+        let a = new_session_id();
+        let b = new_session_id();
+        assert_ne!(a, b);
+        assert!(a.len() >= 22);
+        assert!(a.bytes().all(|c| (0x21..=0x7e).contains(&c)));
+    }
 
     #[test]
     fn loopback_names_and_origins() {

@@ -1,9 +1,12 @@
-//! `mcpgate serve` as its own process (for signals: SIGTERM, SIGKILL by pid),
-//! killed when the test drops it.
+//! `mcpgate serve` as its own process, for what needs a real process: signals
+//! (SIGTERM, SIGKILL by pid), restarts, several processes side by side. Its
+//! address is read from its JSON log; it is killed when the test drops it.
 
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
 use serde_json::Value;
 use tokio::time::Instant;
 
@@ -33,11 +36,17 @@ impl Served {
     /// Starts `mcpgate serve` with `config` (`${FAKE_STDIO}` and `${TEST_DIR}`
     /// defined) and waits until it listens.
     pub async fn start(config: &str) -> Served {
+        Served::start_with_env(config, &[]).await
+    }
+
+    /// [`Served::start`] with `env` added to the process environment (the
+    /// `MCPGATE_*` overrides are removed unless `env` sets them).
+    pub async fn start_with_env(config: &str, env: &[(&str, &str)]) -> Served {
         let dir = TestDir::new();
         std::fs::write(dir.path("gw.toml"), config).unwrap();
         let log = std::fs::File::create(dir.path("gw.log")).unwrap();
-        let child = Command::new(MCPGATE)
-            .args(["serve", "--config"])
+        let mut cmd = Command::new(MCPGATE);
+        cmd.args(["serve", "--config"])
             .arg(dir.path("gw.toml"))
             .env("FAKE_STDIO", fake_stdio())
             .env("TEST_DIR", &dir.0)
@@ -45,28 +54,28 @@ impl Served {
             .env("RUST_LOG", "info")
             .env_remove("MCPGATE_LISTEN")
             .env_remove("MCPGATE_METRICS_LISTEN")
+            .env_remove("MCPGATE_SESSION_KEYS")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .unwrap();
+            .stderr(log);
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
         let mut served = Served {
-            child,
+            child: cmd.spawn().unwrap(),
             url: String::new(),
             base: String::new(),
             dir,
         };
-        let end = Instant::now() + Duration::from_secs(8);
+        let end = Instant::now() + Duration::from_secs(10);
         while Instant::now() < end {
-            let addr = served.log().lines().find_map(|l| {
-                let v: Value = serde_json::from_str(l).ok()?;
-                (v["fields"]["message"] == "mcpgate listening")
-                    .then(|| v["fields"]["addr"].as_str().map(str::to_owned))?
-            });
-            if let Some(addr) = addr {
+            if let Some(addr) = served.logged("mcpgate listening", "addr") {
                 served.base = format!("http://{addr}");
                 served.url = format!("http://{addr}/mcp");
                 return served;
+            }
+            if let Ok(Some(status)) = served.child.try_wait() {
+                panic!("mcpgate exited with {status}:\n{}", served.log());
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
@@ -79,13 +88,32 @@ impl Served {
     }
 
     /// Sends `signal` to the process.
-    pub fn signal(&self, signal: nix::sys::signal::Signal) {
-        nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.pid() as i32), signal).unwrap();
+    pub fn signal(&self, signal: Signal) {
+        kill(Pid::from_raw(self.pid() as i32), signal).unwrap();
     }
 
     /// What it logged so far.
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.dir.path("gw.log")).unwrap_or_default()
+    }
+
+    /// Field `field` of the first log line whose message is `message`.
+    pub fn logged(&self, message: &str, field: &str) -> Option<String> {
+        self.log().lines().find_map(|l| {
+            let v: Value = serde_json::from_str(l).ok()?;
+            (v["fields"]["message"] == message)
+                .then(|| v["fields"][field].as_str().map(str::to_owned))?
+        })
+    }
+
+    /// Whether some log line's message contains `text`.
+    pub fn logged_message(&self, text: &str) -> bool {
+        self.log().lines().any(|l| {
+            serde_json::from_str::<Value>(l)
+                .ok()
+                .and_then(|v| v["fields"]["message"].as_str().map(|m| m.contains(text)))
+                .unwrap_or(false)
+        })
     }
 
     /// Waits for the process to exit; its status code.
@@ -98,5 +126,18 @@ impl Served {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         None
+    }
+
+    /// Stops the process with `signal` and waits (up to 10 s) until it exited.
+    pub async fn stop(mut self, signal: Signal) {
+        self.signal(signal);
+        let end = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < end {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        panic!("mcpgate did not stop on {signal:?}:\n{}", self.log());
     }
 }
