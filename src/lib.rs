@@ -159,6 +159,7 @@ impl Gateway {
             metrics: metrics.clone(),
             sealer,
             limiter: limiter.clone(),
+            proxies: Arc::new(http::client::TrustedProxies::new(&server.trusted_proxies)),
             origins: Arc::new(OriginPolicy::new(
                 local_addr,
                 &server.allowed_origins,

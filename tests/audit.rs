@@ -91,10 +91,7 @@ command = "${{FAKE_STDIO}}"
     assert_eq!(ok["revision"], "2025-11-25");
     assert_eq!(ok["issuer"], issuer.url.as_str());
     assert_eq!(ok["subject"], "alice");
-    assert!(
-        ok["client"].as_str().unwrap().starts_with("127.0.0.1:"),
-        "{ok}"
-    );
+    assert_eq!(ok["client"], "127.0.0.1", "{ok}");
     assert_eq!(ok["backend"], "fx");
     assert_eq!(ok["name"], "fx__echo");
     assert_eq!(ok["outcome"], "ok");
@@ -130,12 +127,7 @@ command = "${{FAKE_STDIO}}"
     assert_eq!(refused["reason"], "unauthorized", "{refused}");
     assert_eq!(refused["outcome"], "rejected", "{refused}");
     assert!(refused.get("subject").is_none(), "{refused}");
-    assert!(
-        refused["client"]
-            .as_str()
-            .unwrap()
-            .starts_with("127.0.0.1:")
-    );
+    assert_eq!(refused["client"], "127.0.0.1", "{refused}");
 
     let lines = access_lines(&served);
     let notes: Vec<&Value> = lines
@@ -250,4 +242,101 @@ arguments = "keys"
     );
     let log = served.log();
     assert!(!log.contains("p4ssw0rd") && !log.contains("k-123"), "{log}");
+}
+
+/// Behind a trusted balancer the client is the rightmost untrusted
+/// `X-Forwarded-For` entry: the per-IP rate limit counts each client apart, and
+/// the access line names it; a header from anyone else is not believed.
+#[tokio::test]
+async fn behind_a_trusted_proxy_the_forwarded_client_is_limited_and_logged() {
+    let served = Served::start(
+        r#"
+[server]
+listen = "127.0.0.1:0"
+metrics_listen = "off"
+trusted_proxies = ["127.0.0.0/8"]
+[server.rate_limit]
+per_second = 1
+burst = 2
+"#,
+    )
+    .await;
+    let mut c = McpClient::new(&served.url);
+    let ping = |id: &str| json!({"jsonrpc": "2.0", "id": id, "method": "ping"}).to_string();
+    let alice = [("x-forwarded-for", "203.0.113.50, 198.51.100.1")];
+    let bob = [("x-forwarded-for", "198.51.100.2")];
+    // initialize as alice: her first token.
+    let init = json!({"jsonrpc": "2.0", "id": "init", "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {},
+        "clientInfo": {"name": "xff", "version": "1"}}});
+    let r = c.post(&alice, init.to_string()).await;
+    assert_eq!(r.status, 200, "{r:?}");
+    c.session = r.header("mcp-session-id").map(str::to_owned);
+    c.version = Some("2025-11-25".into());
+    assert_eq!(c.post(&alice, ping("a1")).await.status, 200);
+    assert_eq!(
+        c.post(&alice, ping("a2")).await.status,
+        429,
+        "alice's burst is spent"
+    );
+    assert_eq!(
+        c.post(&bob, ping("b1")).await.status,
+        200,
+        "bob is another client"
+    );
+
+    let a1 = line_for(&served, "\"a1\"").await;
+    assert_eq!(a1["client"], "198.51.100.1", "{a1}");
+    let b1 = line_for(&served, "\"b1\"").await;
+    assert_eq!(b1["client"], "198.51.100.2", "{b1}");
+    let limited = access_lines(&served)
+        .into_iter()
+        .find(|f| f["status"] == 429)
+        .expect("a line for the 429");
+    assert_eq!(limited["client"], "198.51.100.1", "{limited}");
+    assert_eq!(limited["reason"], "rate_limited", "{limited}");
+}
+
+/// Without `trusted_proxies` an `X-Forwarded-For` changes nothing: every request
+/// from this peer shares its bucket.
+#[tokio::test]
+async fn an_untrusted_forwarded_header_is_ignored() {
+    let served = Served::start(
+        r#"
+[server]
+listen = "127.0.0.1:0"
+metrics_listen = "off"
+[server.rate_limit]
+per_second = 1
+burst = 1
+"#,
+    )
+    .await;
+    let c = McpClient::new(&served.url);
+    let discover = |id: i64, xff: &str| {
+        let body = json!({"jsonrpc": "2.0", "id": id, "method": "server/discover", "params": {"_meta": {
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": {}}}});
+        let h = vec![
+            ("mcp-protocol-version", "2026-07-28".to_owned()),
+            ("mcp-method", "server/discover".to_owned()),
+            ("x-forwarded-for", xff.to_owned()),
+        ];
+        (body.to_string(), h)
+    };
+    let send = |(body, h): (String, Vec<(&'static str, String)>)| {
+        let c = &c;
+        async move {
+            let h: Vec<(&str, &str)> = h.iter().map(|(k, v)| (*k, v.as_str())).collect();
+            c.post(&h, body).await.status
+        }
+    };
+    assert_eq!(send(discover(1, "198.51.100.1")).await, 200);
+    assert_eq!(
+        send(discover(2, "198.51.100.2")).await,
+        429,
+        "same peer, same bucket"
+    );
+    let first = line_for(&served, "1").await;
+    assert_eq!(first["client"], "127.0.0.1", "{first}");
 }

@@ -23,7 +23,7 @@ pub use auth::{
 };
 pub use keys::{ClusterConfig, KEYS_ENV, MAX_KID_LEN, SessionKey, parse_keys};
 pub use schema::json_schema;
-pub use validate::{ConfigProblem, is_valid_prefix, uri_prefix};
+pub use validate::{ConfigProblem, is_valid_prefix, parse_trusted_proxy, uri_prefix};
 
 /// The shipped default configuration, compiled in.
 pub const EMBEDDED_DEFAULT: &str = include_str!("../../config/mcpgate.toml");
@@ -110,6 +110,11 @@ pub struct ServerConfig {
     pub allowed_origins: Vec<String>,
     /// Extra `Host` header values accepted on a loopback bind (DNS-rebinding guard).
     pub allowed_hosts: Vec<String>,
+    /// Proxies (load balancers) whose `X-Forwarded-For` names the client: CIDR
+    /// networks or single addresses, e.g. `["10.0.0.0/8"]`. The client address
+    /// (per-IP rate limit, access log) is then the rightmost entry that is not a
+    /// trusted proxy. Default empty: the TCP peer is the client.
+    pub trusted_proxies: Vec<String>,
     /// Sessions idle longer than this are ended. Default 30 minutes.
     #[serde(with = "humantime_serde")]
     #[schemars(schema_with = "schema::duration")]
@@ -243,6 +248,7 @@ impl Default for ServerConfig {
             path: "/mcp".into(),
             allowed_origins: Vec::new(),
             allowed_hosts: Vec::new(),
+            trusted_proxies: Vec::new(),
             session_idle_timeout: Duration::from_secs(30 * 60),
             max_sessions: 10_000,
             max_body_bytes: 4 * 1024 * 1024,

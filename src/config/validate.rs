@@ -2,6 +2,9 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::net::IpAddr;
+
+use ipnet::IpNet;
 
 use super::{BackendConfig, BackendKind, Config, RawConfig, Transport};
 
@@ -216,6 +219,14 @@ pub fn validate(c: &Config) -> Vec<ConfigProblem> {
             ));
         }
     }
+    for (i, t) in s.trusted_proxies.iter().enumerate() {
+        if let Err(why) = parse_trusted_proxy(t) {
+            p.push(ConfigProblem::new(
+                format!("server.trusted_proxies[{i}]"),
+                why,
+            ));
+        }
+    }
     let mut prefixes: BTreeMap<String, &str> = BTreeMap::new();
     let mut unprefixed = 0;
     for (name, b) in &c.backends {
@@ -375,6 +386,21 @@ fn is_origin(s: &str) -> bool {
         }
         Err(_) => false,
     }
+}
+
+/// Parses one `server.trusted_proxies` entry: a CIDR (`10.0.0.0/8`, `fd00::/8`) or
+/// a single address (`10.1.2.3`, taken as `/32` or `/128`).
+///
+/// Errors: a description of what is wrong, for the config problem.
+pub fn parse_trusted_proxy(entry: &str) -> Result<IpNet, String> {
+    let entry = entry.trim();
+    if let Ok(net) = entry.parse::<IpNet>() {
+        return Ok(net.trunc());
+    }
+    entry
+        .parse::<IpAddr>()
+        .map(IpNet::from)
+        .map_err(|_| format!("{entry:?} is not an IP address or CIDR network"))
 }
 
 #[cfg(test)]

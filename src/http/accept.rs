@@ -32,12 +32,18 @@ pub struct Accepted {
 /// The context of a host request that arrived now, with the peer's address.
 pub fn context(st: &AppState, req: &Request) -> RequestContext {
     let mut ctx = RequestContext::new(&st.metrics);
-    ctx.set_client(
-        req.extensions()
-            .get::<ConnectInfo<SocketAddr>>()
-            .map(|c| c.0),
-    );
+    ctx.set_client(client(st, req.extensions(), req.headers()));
     ctx
+}
+
+/// The client's address: the TCP peer, or what trusted proxies forwarded.
+fn client(
+    st: &AppState,
+    ext: &axum::http::Extensions,
+    headers: &axum::http::HeaderMap,
+) -> Option<std::net::IpAddr> {
+    let peer = ext.get::<ConnectInfo<SocketAddr>>().map(|c| c.0);
+    st.proxies.client(peer, headers)
 }
 
 /// Runs the Origin check, authentication and the rate limit.
@@ -76,11 +82,8 @@ pub async fn accept(st: &AppState, req: Request) -> Result<Accepted, HttpError> 
         }
     };
     if let Some(limiter) = &st.limiter {
-        let peer = parts
-            .extensions
-            .get::<ConnectInfo<SocketAddr>>()
-            .map(|c| c.0);
-        limiter.check(principal.as_deref(), peer).map_err(closing)?;
+        let ip = client(st, &parts.extensions, &parts.headers);
+        limiter.check(principal.as_deref(), ip).map_err(closing)?;
     }
     Ok(Accepted {
         parts,

@@ -2,7 +2,7 @@
 //! from the `governor` crate. Clients are keyed by their authenticated principal
 //! when there is one, else by their IP address.
 
-use std::net::SocketAddr;
+use std::net::IpAddr;
 use std::num::NonZeroU32;
 
 use axum::http::{HeaderValue, StatusCode, header};
@@ -37,11 +37,11 @@ impl Limiter {
     pub fn check(
         &self,
         principal: Option<&Principal>,
-        peer: Option<SocketAddr>,
+        client: Option<IpAddr>,
     ) -> Result<(), HttpError> {
-        let key = match (principal, peer) {
+        let key = match (principal, client) {
             (Some(p), _) => format!("{}\u{0}{}", p.issuer, p.subject),
-            (None, Some(addr)) => addr.ip().to_string(),
+            (None, Some(ip)) => ip.to_string(),
             (None, None) => "unknown".to_owned(),
         };
         let Err(not_until) = self.buckets.check_key(&key) else {

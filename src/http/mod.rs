@@ -3,6 +3,7 @@
 
 mod accept;
 mod auth;
+pub(crate) mod client;
 mod error;
 pub(crate) mod headers;
 pub mod limit;
@@ -60,6 +61,8 @@ pub struct AppState {
     pub origins: Arc<OriginPolicy>,
     /// Per-client rate limit, when configured.
     pub limiter: Option<Arc<limit::Limiter>>,
+    /// Whose `X-Forwarded-For` names the client (`server.trusted_proxies`).
+    pub proxies: Arc<client::TrustedProxies>,
     /// Bearer validation (`None`: the endpoint is open, see `[auth]`).
     pub auth: Option<Arc<Authenticator>>,
 }

@@ -1,7 +1,7 @@
 //! The access (audit) line of a host request (fields in the parent module's docs),
 //! and what it may show of a call's arguments.
 
-use std::net::SocketAddr;
+use std::net::IpAddr;
 use std::sync::Arc;
 
 use serde_json::Value;
@@ -19,7 +19,7 @@ pub(super) struct Audit {
     pub(super) revision: Option<ProtocolVersion>,
     pub(super) modern: Option<bool>,
     pub(super) principal: Option<Arc<Principal>>,
-    pub(super) client: Option<SocketAddr>,
+    pub(super) client: Option<IpAddr>,
     pub(super) code: Option<i64>,
     pub(super) status: Option<u16>,
     pub(super) bytes_in: Option<usize>,

@@ -11,8 +11,8 @@
 //! The access line: one `INFO` event per host request, target `mcpgate::access`
 //! (filter it with `RUST_LOG=info,mcpgate::access=off`), message `request`, fields
 //! `method`, `rpc_id`, `session` (short id), `era` (`legacy`/`modern`), `revision`,
-//! `issuer` and `subject` (the principal; never the token), `client` (the peer's
-//! socket address), `backend`, `name` (the exposed tool/prompt name or URI),
+//! `issuer` and `subject` (the principal; never the token), `client` (the IP
+//! address of the peer, or behind `server.trusted_proxies` the forwarded one), `backend`, `name` (the exposed tool/prompt name or URI),
 //! `outcome` (the `mcpgate_requests_total` label), `code` (the JSON-RPC error code),
 //! `status` (HTTP), `reason` (why refused), `ms` (duration), `bytes_in`,
 //! `bytes_out` (the request body and the JSON-RPC answer, in bytes). Absent fields
@@ -21,7 +21,7 @@
 //! A context dropped without an outcome (the host went away, a task was
 //! cancelled) is recorded as [`Outcome::Cancelled`].
 
-use std::net::SocketAddr;
+use std::net::IpAddr;
 use std::sync::Arc;
 
 use tokio::time::Instant;
@@ -237,8 +237,9 @@ impl RequestContext {
         }
     }
 
-    /// The accept phase: the peer's socket address.
-    pub fn set_client(&mut self, client: Option<SocketAddr>) {
+    /// The accept phase: the client's address (the peer, or what trusted proxies
+    /// forwarded).
+    pub fn set_client(&mut self, client: Option<IpAddr>) {
         self.audit.client = client;
     }
 
