@@ -18,6 +18,11 @@ pub struct Metrics {
     pub requests: IntCounterVec,
     /// Host request duration by method (gateway edge to answer).
     pub request_duration: HistogramVec,
+    /// Routed `tools/call`s by backend, exposed tool name and outcome (the tool
+    /// label is bounded by the catalogue: only routed names are counted).
+    pub tool_calls: IntCounterVec,
+    /// Routed `tools/call` duration by backend and exposed tool name.
+    pub tool_call_duration: HistogramVec,
     /// Time spent waiting for backends, by backend.
     pub upstream_duration: HistogramVec,
     /// Active host sessions.
@@ -149,6 +154,18 @@ impl Metrics {
                 "mcpgate_request_duration_seconds",
                 "Host request duration (seconds) by method.",
                 &["method"],
+            ),
+            tool_calls: counter_vec(
+                &r,
+                "mcpgate_tool_calls_total",
+                "Routed tools/call requests by backend, exposed tool name and outcome.",
+                &["backend", "tool", "outcome"],
+            ),
+            tool_call_duration: histogram_vec(
+                &r,
+                "mcpgate_tool_call_duration_seconds",
+                "Routed tools/call duration (seconds) by backend and exposed tool name.",
+                &["backend", "tool"],
             ),
             upstream_duration: histogram_vec(
                 &r,

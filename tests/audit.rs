@@ -340,3 +340,49 @@ burst = 1
     let first = line_for(&served, "1").await;
     assert_eq!(first["client"], "127.0.0.1", "{first}");
 }
+
+/// Per-tool metrics: routed calls by backend, exposed tool and outcome, with a
+/// duration histogram; a name that routes nowhere adds no series (the tool label
+/// stays bounded by the catalogue).
+#[tokio::test]
+async fn tool_calls_are_counted_per_exposed_tool_and_outcome() {
+    let gw = common::TestGateway::start(
+        r#"
+[server]
+metrics_listen = "127.0.0.1:0"
+[backends.fx]
+type = "stdio"
+command = "${FAKE_STDIO}"
+timeout = "300ms"
+"#,
+    )
+    .await;
+    let s = gw.session().await;
+    for _ in 0..3 {
+        s.call_tool("fx__echo", json!({"text": "x"})).await;
+    }
+    let slow = s.call_tool("fx__sleep", json!({"s": 2})).await;
+    assert!(slow.error_code().is_some(), "{}", slow.response);
+    let unknown = s.call_tool("fx__no_such_tool_anywhere", json!({})).await;
+    assert_eq!(unknown.error_code(), Some(-32602));
+    let text = common::scrape(&gw).await;
+    let calls = |tool: &str, outcome: &str| {
+        common::metric(
+            &text,
+            "mcpgate_tool_calls_total",
+            &[("backend", "fx"), ("tool", tool), ("outcome", outcome)],
+        )
+    };
+    assert_eq!(calls("fx__echo", "ok"), Some(3.0), "{text}");
+    assert_eq!(calls("fx__sleep", "timeout"), Some(1.0), "{text}");
+    assert_eq!(
+        common::metric(
+            &text,
+            "mcpgate_tool_call_duration_seconds_count",
+            &[("backend", "fx"), ("tool", "fx__echo")]
+        ),
+        Some(3.0),
+        "{text}"
+    );
+    assert!(!text.contains("no_such_tool_anywhere"), "{text}");
+}

@@ -360,6 +360,16 @@ impl RequestContext {
                 m.request_duration
                     .with_label_values(&[method])
                     .observe(secs);
+                if let (Some(Method::ToolsCall), Some(b), Some(tool)) =
+                    (&self.method, &self.backend, &self.target)
+                {
+                    m.tool_calls
+                        .with_label_values(&[b, tool.as_str(), outcome.label()])
+                        .inc();
+                    m.tool_call_duration
+                        .with_label_values(&[b, tool.as_str()])
+                        .observe(secs);
+                }
                 if let (Some(class), Some(b)) = (outcome.upstream_class(), &self.backend) {
                     m.upstream_errors.with_label_values(&[b, class]).inc();
                 }
