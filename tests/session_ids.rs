@@ -455,3 +455,57 @@ async fn bad_or_missing_keys_refuse_to_start_with_the_field_path() {
         "{out}"
     );
 }
+
+/// A draining replica does not rebuild sessions it does not hold: the session
+/// would die with it at the end of the grace period. 503 + `Retry-After` sends
+/// the host back through the balancer to a replica that stays; the sessions it
+/// holds are still served while it drains.
+#[tokio::test]
+async fn a_draining_replica_refuses_to_restore_a_session_and_keeps_serving_its_own() {
+    let first = serve(Some(OLD), "").await;
+    let mut s = McpClient::new(&first.url);
+    s.initialize(json!({})).await;
+    let draining = serve(Some(OLD), "drain_delay = \"5s\"").await;
+    let mut own = McpClient::new(&draining.url);
+    own.initialize(json!({})).await;
+    draining.signal(Signal::SIGTERM);
+    let mut readyz = 200;
+    for _ in 0..50 {
+        readyz = reqwest::get(format!("{}/readyz", draining.base))
+            .await
+            .map_or(0, |r| r.status().as_u16());
+        if readyz == 503 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert_eq!(readyz, 503, "draining");
+
+    let moved = at(&s, &draining.url);
+    let r = moved
+        .post(
+            &[],
+            json!({"jsonrpc": "2.0", "id": 1, "method": "ping"}).to_string(),
+        )
+        .await;
+    assert_eq!(r.status, 503, "{r:?}");
+    assert!(r.header("retry-after").is_some(), "{r:?}");
+    assert_eq!(
+        echo(
+            &own.call_tool("fx__echo", json!({"text": "still mine"}))
+                .await
+        ),
+        "still mine"
+    );
+    // The replica that stays restores it.
+    let stays = serve(Some(OLD), "").await;
+    assert_eq!(
+        echo(
+            &at(&s, &stays.url)
+                .call_tool("fx__echo", json!({"text": "moved"}))
+                .await
+        ),
+        "moved"
+    );
+    drop(first);
+}

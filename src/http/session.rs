@@ -62,7 +62,10 @@ pub(super) fn lookup(
 /// capabilities from the id's bits (`Caps::to_json`, lossy), bound to the
 /// presented principal when the id's binding is its. 404 when the id does not
 /// open (a flipped byte: no store is asked), binds another principal, ended
-/// here or is past `session_max_lifetime`; 503 at `max_sessions`.
+/// here or is past `session_max_lifetime`; 503 at `max_sessions`, and 503 +
+/// `Retry-After` while draining for shutdown (a session rebuilt here would end
+/// with the process; the host retries through the balancer on a replica that
+/// stays).
 fn restore(
     st: &AppState,
     id: &str,
@@ -82,6 +85,10 @@ fn restore(
     if !token.binds(&st.sealer, presented.as_ref()) {
         count("principal");
         return Err(HttpError::unknown_session());
+    }
+    if st.supervisor.is_stopping() {
+        count("draining");
+        return Err(HttpError::draining());
     }
     let p = principal.map(|p| &**p);
     let caps = token.caps.to_json();
