@@ -18,8 +18,9 @@ pub struct Metrics {
     pub requests: IntCounterVec,
     /// Host request duration by method (gateway edge to answer).
     pub request_duration: HistogramVec,
-    /// Routed `tools/call`s by backend, exposed tool name and outcome (the tool
-    /// label is bounded by the catalogue: only routed names are counted).
+    /// Routed `tools/call`s by backend, exposed tool name and outcome, for
+    /// backends with `tool_metrics = true` (the tool label is bounded by the
+    /// catalogue: only routed names are counted).
     pub tool_calls: IntCounterVec,
     /// Routed `tools/call` duration by backend and exposed tool name.
     pub tool_call_duration: HistogramVec,

@@ -341,9 +341,9 @@ burst = 1
     assert_eq!(first["client"], "127.0.0.1", "{first}");
 }
 
-/// Per-tool metrics: routed calls by backend, exposed tool and outcome, with a
-/// duration histogram; a name that routes nowhere adds no series (the tool label
-/// stays bounded by the catalogue).
+/// Per-tool metrics, opt-in per backend: routed calls by backend, exposed tool
+/// and outcome, with a duration histogram; a name that routes nowhere adds no
+/// series (the tool label stays bounded by the catalogue).
 #[tokio::test]
 async fn tool_calls_are_counted_per_exposed_tool_and_outcome() {
     let gw = common::TestGateway::start(
@@ -354,6 +354,10 @@ metrics_listen = "127.0.0.1:0"
 type = "stdio"
 command = "${FAKE_STDIO}"
 timeout = "300ms"
+tool_metrics = true
+[backends.quiet]
+type = "stdio"
+command = "${FAKE_STDIO}"
 "#,
     )
     .await;
@@ -385,4 +389,7 @@ timeout = "300ms"
         "{text}"
     );
     assert!(!text.contains("no_such_tool_anywhere"), "{text}");
+    s.call_tool("quiet__echo", json!({"text": "x"})).await;
+    let text = common::scrape(&gw).await;
+    assert!(!text.contains("quiet__echo"), "opt-in per backend: {text}");
 }

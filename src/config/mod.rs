@@ -326,6 +326,9 @@ pub struct BackendConfig {
     pub upstream_auth: Option<UpstreamAuthConfig>,
     /// What the access log says about a call's arguments.
     pub audit: ArgumentAudit,
+    /// Whether routed `tools/call`s are counted per tool
+    /// (`mcpgate_tool_calls_total`, `mcpgate_tool_call_duration_seconds`).
+    pub tool_metrics: bool,
 }
 
 /// Backend transport settings, chosen by `type`.
@@ -441,6 +444,11 @@ pub struct RawBackend {
     /// nothing).
     #[serde(default)]
     pub audit: ArgumentAudit,
+    /// Count routed `tools/call`s per exposed tool (`mcpgate_tool_calls_total`,
+    /// `mcpgate_tool_call_duration_seconds`; label values only from the catalogue).
+    /// Default false: one more series per tool and outcome.
+    #[serde(default)]
+    pub tool_metrics: bool,
 }
 
 /// `tools.include` / `tools.exclude` glob lists (matched against original names).

@@ -139,6 +139,7 @@ pub(super) fn build(raw: RawConfig, p: &mut Vec<ConfigProblem>) -> Config {
             headers_file: b.headers_file,
             upstream_auth: b.auth,
             audit: b.audit,
+            tool_metrics: b.tool_metrics,
         };
         backends.insert(name, backend);
     }

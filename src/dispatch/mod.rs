@@ -261,6 +261,7 @@ impl Dispatch {
         let b = self.catalog.backend(route.backend);
         ctx.set_route(&b.spec.name, Some(name));
         if kind == ResultKind::ToolCall {
+            ctx.set_tool_metrics(b.spec.config.tool_metrics);
             let audit = &b.spec.config.audit;
             ctx.set_arguments(crate::request::audited_arguments(
                 audit,

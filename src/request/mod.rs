@@ -218,6 +218,8 @@ pub struct RequestContext {
     /// A JSON-RPC request (counted in `mcpgate_requests_total`); notifications,
     /// responses and GET/DELETE get only the access log line unless refused.
     is_request: bool,
+    /// The routed backend counts its `tools/call`s per tool.
+    tool_metrics: bool,
     audit: Audit,
 }
 
@@ -233,6 +235,7 @@ impl RequestContext {
             target: None,
             outcome: None,
             is_request: false,
+            tool_metrics: false,
             audit: Audit::default(),
         }
     }
@@ -272,6 +275,11 @@ impl RequestContext {
     /// The HTTP status of the answer, where it is not 200.
     pub fn set_status(&mut self, status: u16) {
         self.audit.status = Some(status);
+    }
+
+    /// The routed backend counts its `tools/call`s per tool (`tool_metrics`).
+    pub fn set_tool_metrics(&mut self, on: bool) {
+        self.tool_metrics = on;
     }
 
     /// What the access line shows of the call's arguments ([`audited_arguments`]).
@@ -360,8 +368,8 @@ impl RequestContext {
                 m.request_duration
                     .with_label_values(&[method])
                     .observe(secs);
-                if let (Some(Method::ToolsCall), Some(b), Some(tool)) =
-                    (&self.method, &self.backend, &self.target)
+                if let (true, Some(Method::ToolsCall), Some(b), Some(tool)) =
+                    (self.tool_metrics, &self.method, &self.backend, &self.target)
                 {
                     m.tool_calls
                         .with_label_values(&[b, tool.as_str(), outcome.label()])
