@@ -56,6 +56,7 @@ pub struct Gateway {
     pub metrics_addr: Option<SocketAddr>,
     sessions: Arc<dyn SessionStore>,
     supervisor: Arc<Supervisor>,
+    catalog: Arc<Catalog>,
     metrics: Arc<Metrics>,
     /// The `[cluster]` in force (keys are read once, at start).
     cluster: config::ClusterConfig,
@@ -193,6 +194,7 @@ impl Gateway {
             metrics_addr,
             sessions,
             supervisor,
+            catalog,
             metrics,
             cluster: config.cluster.clone(),
             shutdown_grace: server.shutdown_grace,
@@ -220,6 +222,24 @@ impl Gateway {
     /// validate): the running one stays (`mcpgate_config_reloads_total`).
     pub fn reload_refused(&self) {
         self.metrics.reload_failed();
+    }
+
+    /// What a host with these token `claims` (`None`: unauthenticated) is shown,
+    /// once the backends' catalogues have loaded (waits at most `wait`), as JSON
+    /// `{"tools": [ITEM…], "prompts", "resources", "resourceTemplates", "hidden":
+    /// {LIST: [NAME…]}}`: each ITEM as the list request returns it (2025-11-25,
+    /// all pages) plus `"backend"`; `hidden` what the policy keeps from it
+    /// (`mcpgate catalog`).
+    ///
+    /// Errors: claims without a string `iss` or `sub`.
+    pub async fn describe(
+        &self,
+        claims: Option<serde_json::Map<String, serde_json::Value>>,
+        wait: Duration,
+    ) -> Result<serde_json::Value, String> {
+        let principal = claims.map(auth::Principal::from_claims).transpose()?;
+        self.supervisor.wait_loaded(wait).await;
+        Ok(self.catalog.describe(principal.as_ref()))
     }
 
     /// Number of host sessions.

@@ -47,6 +47,27 @@ enum Command {
     },
     /// Print the JSON Schema of the TOML config file (config/mcpgate.schema.json).
     ConfigSchema,
+    /// Print what a host is shown: the tools, prompts, resources and resource
+    /// templates (each with the backend it routes to) and what the policy hides,
+    /// for a principal with the given token claims. Starts the configured
+    /// backends (on a loopback port, no metrics listener), waits for their
+    /// catalogues, prints, stops them.
+    Catalog {
+        /// Config file; found as `serve` finds it.
+        #[arg(long, short, env = "MCPGATE_CONFIG")]
+        config: Option<PathBuf>,
+        /// The token's claims as JSON, e.g. '{"iss":"https://idp","sub":"alice",
+        /// "scope":"mcp tools:read"}' (trusted as given: nothing is verified).
+        /// Default: an unauthenticated host.
+        #[arg(long)]
+        claims: Option<String>,
+        /// Print the full JSON (every item as listed, plus "backend" and "hidden").
+        #[arg(long)]
+        json: bool,
+        /// How long to wait for the backends' catalogues, in seconds.
+        #[arg(long, default_value_t = 20)]
+        wait: u64,
+    },
     /// Run the built-in demo MCP server (stdio by default).
     DemoServer {
         /// Serve Streamable HTTP on this address instead of stdio (port 0 picks a
@@ -80,6 +101,12 @@ fn main() -> ExitCode {
             runtime.block_on(serve(config, listen))
         }
         Command::CheckConfig { config } => return check_config(config),
+        Command::Catalog {
+            config,
+            claims,
+            json,
+            wait,
+        } => runtime.block_on(catalog(config, claims, json, wait)),
         Command::ConfigSchema => {
             let schema = mcpgate::config::json_schema();
             println!(
@@ -156,6 +183,65 @@ async fn serve(path: Option<PathBuf>, listen: Option<SocketAddr>) -> anyhow::Res
     };
     tracing::info!("shutting down");
     gateway.shutdown().await;
+    Ok(())
+}
+
+/// `mcpgate catalog`: what a principal is shown (see the subcommand's help).
+async fn catalog(
+    path: Option<PathBuf>,
+    claims: Option<String>,
+    json: bool,
+    wait: u64,
+) -> anyhow::Result<()> {
+    let claims = match claims {
+        None => None,
+        Some(text) => match serde_json::from_str::<serde_json::Value>(&text) {
+            Ok(serde_json::Value::Object(map)) => Some(map),
+            Ok(_) => anyhow::bail!("--claims must be a JSON object"),
+            Err(e) => anyhow::bail!("--claims is not JSON: {e}"),
+        },
+    };
+    let mut config = match config_path(path) {
+        Some(p) => Config::load(&p)?,
+        None => Config::embedded_default()?,
+    };
+    config.server.metrics_listen = None;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .context("binding a loopback port")?;
+    let gateway = mcpgate::Gateway::start_on(config, listener)
+        .await
+        .context("starting the backends")?;
+    let seen = gateway
+        .describe(claims, std::time::Duration::from_secs(wait))
+        .await;
+    gateway.shutdown().await;
+    let seen = seen.map_err(anyhow::Error::msg)?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&seen)?);
+        return Ok(());
+    }
+    for (list, id) in [
+        ("tools", "name"),
+        ("prompts", "name"),
+        ("resources", "uri"),
+        ("resourceTemplates", "uriTemplate"),
+    ] {
+        let items = seen[list].as_array().map(Vec::as_slice).unwrap_or_default();
+        println!("{list} ({}):", items.len());
+        for item in items {
+            let backend = item["backend"].as_str().unwrap_or("?");
+            println!("  {}  <- {backend}", item[id].as_str().unwrap_or("?"));
+        }
+        let hidden = seen["hidden"][list]
+            .as_array()
+            .map(Vec::as_slice)
+            .unwrap_or_default();
+        if !hidden.is_empty() {
+            let names: Vec<&str> = hidden.iter().filter_map(|v| v.as_str()).collect();
+            println!("  hidden by policy: {}", names.join(", "));
+        }
+    }
     Ok(())
 }
 

@@ -79,6 +79,21 @@ impl Principal {
         }
     }
 
+    /// The principal a token with these (already trusted) claims would be: `iss`
+    /// and `sub` non-empty strings, scopes from `scope`/`scp`. For `mcpgate
+    /// catalog --claims`; no token, so it can never be exchanged.
+    ///
+    /// Errors: which claim is missing.
+    pub fn from_claims(claims: Map<String, Value>) -> Result<Principal, String> {
+        let issuer = claims
+            .get("iss")
+            .and_then(Value::as_str)
+            .filter(|s| !s.is_empty())
+            .ok_or("the claims need \"iss\" (a string)")?
+            .to_owned();
+        jwt::principal(&issuer, claims, "").map_err(|_| "the claims need \"sub\" (a string)".into())
+    }
+
     /// Issuer + subject: what a session is bound to (MCP 2025-11-25
     /// basic/security_best_practices, session hijacking).
     pub fn id(&self) -> PrincipalId {

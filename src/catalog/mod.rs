@@ -9,6 +9,7 @@
 mod access;
 mod curation;
 pub(crate) mod cursor;
+mod describe;
 mod fetch;
 mod pages;
 mod registry;

@@ -1,0 +1,156 @@
+//! `mcpgate catalog`: what a principal is shown, from the config alone. The CLI
+//! runs as its own process with the real backends; what it prints for a
+//! principal's claims equals what a running gateway lists to a host holding a
+//! token with those claims, and it names what the policy hid.
+
+mod auth_support;
+mod common;
+
+use std::process::Command;
+
+use auth_support::{Backend, Host, Issuer, gateway};
+use common::TestDir;
+use serde_json::{Value, json};
+
+const MCPGATE: &str = env!("CARGO_BIN_EXE_mcpgate");
+const RESOURCE: &str = "https://gw.example.test/mcp";
+
+fn config(issuer: &Issuer, backend: &Backend) -> String {
+    format!(
+        r#"
+        [server]
+        metrics_listen = "127.0.0.1:0"
+        [auth]
+        resource = "{RESOURCE}"
+        issuers = ["{}"]
+        [policy]
+        default = "deny"
+        [[policy.rules]]
+        scopes = ["tools:read"]
+        backends = ["rec"]
+        tools = ["echo"]
+        [[policy.rules]]
+        scopes = ["tools:admin"]
+        backends = ["rec"]
+        [backends.rec]
+        type = "http"
+        url = "{}"
+        "#,
+        issuer.url, backend.url
+    )
+}
+
+/// `mcpgate catalog --json` for `claims`; its stdout as JSON.
+fn catalog(config_file: &std::path::Path, claims: Option<&Value>) -> Value {
+    let mut cmd = Command::new(MCPGATE);
+    cmd.args(["catalog", "--json", "--wait", "10", "--config"])
+        .arg(config_file)
+        .env_remove("MCPGATE_CONFIG");
+    if let Some(c) = claims {
+        cmd.args(["--claims", &c.to_string()]);
+    }
+    let out = cmd.output().expect("run mcpgate catalog");
+    assert!(
+        out.status.success(),
+        "mcpgate catalog failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&out.stdout)))
+}
+
+fn without_backend(items: &Value) -> Vec<Value> {
+    items
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| {
+            let mut i = i.clone();
+            assert_eq!(i["backend"], "rec", "{i}");
+            i.as_object_mut().unwrap().remove("backend");
+            i
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_principals_catalog_equals_what_tools_list_returns_to_it() {
+    let issuer = Issuer::start().await;
+    let backend = Backend::start().await;
+    let toml = config(&issuer, &backend);
+    let dir = TestDir::new();
+    let file = dir.path("gw.toml");
+    std::fs::write(&file, &toml).unwrap();
+
+    let gw = gateway(&toml).await;
+    let host = Host::new(&gw);
+    for (sub, scope, visible) in [
+        ("alice", "tools:read", vec!["rec__echo"]),
+        (
+            "bob",
+            "tools:admin",
+            vec![
+                "rec__add",
+                "rec__delete_all",
+                "rec__echo",
+                "rec__file_ticket",
+            ],
+        ),
+    ] {
+        let claims = issuer.claims(sub, scope, RESOURCE);
+        let token = issuer.mint(&claims);
+        let session = host.initialize(Some(&token)).await;
+        let listed = host
+            .rpc(Some(&token), &session, "tools/list", json!({}))
+            .await;
+        let seen = tokio::task::spawn_blocking({
+            let file = file.clone();
+            move || catalog(&file, Some(&claims))
+        })
+        .await
+        .unwrap();
+        assert_eq!(
+            without_backend(&seen["tools"]),
+            listed["result"]["tools"].as_array().unwrap().clone(),
+            "{sub}: the CLI shows what tools/list returns"
+        );
+        let mut names: Vec<&str> = seen["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["name"].as_str().unwrap())
+            .collect();
+        names.sort_unstable();
+        assert_eq!(names, visible, "{sub}");
+        let hidden = seen["hidden"]["tools"].as_array().unwrap();
+        assert_eq!(hidden.len(), 4 - visible.len(), "{sub}: {hidden:?}");
+    }
+    // No claims: an unauthenticated host is shown nothing under default = "deny".
+    let seen = tokio::task::spawn_blocking(move || catalog(&file, None))
+        .await
+        .unwrap();
+    assert_eq!(seen["tools"], json!([]), "{seen}");
+    assert_eq!(seen["hidden"]["tools"].as_array().unwrap().len(), 4);
+}
+
+#[test]
+fn claims_that_are_not_an_object_or_lack_a_subject_are_refused() {
+    let dir = TestDir::new();
+    let file = dir.path("gw.toml");
+    std::fs::write(&file, "").unwrap();
+    for (claims, needle) in [
+        ("[1]", "must be a JSON object"),
+        ("{not json", "is not JSON"),
+        (r#"{"iss": "https://idp.example"}"#, "\"sub\""),
+        (r#"{"sub": "alice"}"#, "\"iss\""),
+    ] {
+        let out = Command::new(MCPGATE)
+            .args(["catalog", "--wait", "1", "--claims", claims, "--config"])
+            .arg(&file)
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{claims}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(needle), "{claims}: {err}");
+    }
+}
