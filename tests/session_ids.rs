@@ -509,3 +509,22 @@ async fn a_draining_replica_refuses_to_restore_a_session_and_keeps_serving_its_o
     );
     drop(first);
 }
+
+/// A session restored on a process that has just started waits (boundedly) for
+/// the backends' catalogues, as `initialize` does, instead of answering its
+/// first call "Unknown tool".
+#[tokio::test]
+async fn a_restored_sessions_first_call_waits_for_the_catalogue() {
+    let first = serve(Some(OLD), "").await;
+    let mut s = McpClient::new(&first.url);
+    s.initialize(json!({})).await;
+    first.stop(Signal::SIGKILL).await;
+    let config = "[server]\nlisten = \"127.0.0.1:0\"\nmetrics_listen = \"off\"\n\
+        [backends.fx]\ntype = \"stdio\"\ncommand = \"${FAKE_STDIO}\"\n\
+        args = [\"--start-delay-ms\", \"700\"]\n";
+    let slow = Served::start_with_env(config, &[("MCPGATE_SESSION_KEYS", OLD)]).await;
+    let r = at(&s, &slow.url)
+        .call_tool("fx__echo", json!({"text": "right after start"}))
+        .await;
+    assert_eq!(echo(&r), "right after start", "{}", r.response);
+}

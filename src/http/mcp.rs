@@ -63,6 +63,7 @@ pub async fn post(State(st): State<AppState>, req: Request) -> Response {
             }
         }
         Framed::Batch(session, items) => {
+            st.supervisor.wait_loaded(modern::LOAD_WAIT).await;
             ctx.finish(Outcome::Ok);
             batch(&st, &session, items).await
         }
@@ -79,7 +80,13 @@ pub async fn post(State(st): State<AppState>, req: Request) -> Response {
             StatusCode::ACCEPTED.into_response()
         }
         Framed::One(session, Message::Request(req)) => match reserve_stream(&st, &session) {
-            Ok(slot) => answer(&st, ctx, &session, req, slot).await,
+            Ok(slot) => {
+                // A session restored from its id on a process that has just
+                // started must not see a catalogue that is still loading
+                // (`initialize` waits the same way; one atomic load once loaded).
+                st.supervisor.wait_loaded(modern::LOAD_WAIT).await;
+                answer(&st, ctx, &session, req, slot).await
+            }
             Err(e) => reject(ctx, e),
         },
         Framed::Modern(h, msg) => modern::serve(&st, ctx, &h, msg, principal).await,

@@ -44,7 +44,7 @@ const MCP_METHOD: &str = "mcp-method";
 /// `Mcp-Name`: `params.name`, `params.uri` or `params.taskId`, mirrored.
 const MCP_NAME: &str = "mcp-name";
 /// How long a request waits for backends still loading at start.
-const LOAD_WAIT: Duration = Duration::from_secs(2);
+pub(super) const LOAD_WAIT: Duration = Duration::from_secs(2);
 /// Most time between two writes on an idle modern stream. A closed connection
 /// is noticed only when a write fails, and closing the stream is how a modern
 /// client cancels: a comment every second finds a gone client within ~2 s.
