@@ -239,7 +239,7 @@ impl Gateway {
     ) -> Result<serde_json::Value, String> {
         let principal = claims.map(auth::Principal::from_claims).transpose()?;
         self.supervisor.wait_loaded(wait).await;
-        Ok(self.catalog.describe(principal.as_ref()))
+        Ok(catalog::describe(&self.catalog, principal.as_ref()))
     }
 
     /// Number of host sessions.

@@ -19,56 +19,54 @@ const LISTS: [(ListKind, &str, &str); 4] = [
     (ListKind::Templates, "resourceTemplates", "uriTemplate"),
 ];
 
-impl Catalog {
-    /// What `principal` (`None`: an unauthenticated host) is shown, as JSON:
-    /// `{"tools": [ITEM…], "prompts": […], "resources": […], "resourceTemplates":
-    /// […], "hidden": {"tools": [NAME…], …}}` where each ITEM is the listed item
-    /// with `"backend"` (the backend it routes to) added, and `hidden` names what
-    /// the full catalogue lists but the policy keeps from this principal.
-    pub fn describe(&self, principal: Option<&Principal>) -> Value {
-        let key = self.view_key(principal);
-        let seen = self.view_for_key(&key);
-        let all = self.view();
-        let mut out = Map::new();
-        let mut hidden = Map::new();
-        for (kind, field, id) in LISTS {
-            let items = listed(&seen, kind, field);
-            let shown: Vec<&str> = items.iter().filter_map(|i| i[id].as_str()).collect();
-            let not_shown: Vec<Value> = listed(&all, kind, field)
-                .iter()
-                .filter_map(|i| i[id].as_str())
-                .filter(|n| !shown.contains(n))
-                .map(Value::from)
-                .collect();
-            let items: Vec<Value> = items
-                .iter()
-                .map(|item| {
-                    let mut item = item.clone();
-                    let backend = item[id]
-                        .as_str()
-                        .and_then(|n| self.backend_of(&seen, kind, n));
-                    if let Some(obj) = item.as_object_mut() {
-                        obj.insert("backend".into(), json!(backend));
-                    }
-                    item
-                })
-                .collect();
-            out.insert(field.into(), Value::Array(items));
-            hidden.insert(field.into(), Value::Array(not_shown));
-        }
-        out.insert("hidden".into(), Value::Object(hidden));
-        Value::Object(out)
+/// What `principal` (`None`: an unauthenticated host) is shown by `catalog`, as JSON:
+/// `{"tools": [ITEM…], "prompts": […], "resources": […], "resourceTemplates":
+/// […], "hidden": {"tools": [NAME…], …}}` where each ITEM is the listed item
+/// with `"backend"` (the backend it routes to) added, and `hidden` names what
+/// the full catalogue lists but the policy keeps from this principal.
+pub fn describe(catalog: &Catalog, principal: Option<&Principal>) -> Value {
+    let key = catalog.view_key(principal);
+    let seen = catalog.view_for_key(&key);
+    let all = catalog.view();
+    let mut out = Map::new();
+    let mut hidden = Map::new();
+    for (kind, field, id) in LISTS {
+        let items = listed(&seen, kind, field);
+        let shown: Vec<&str> = items.iter().filter_map(|i| i[id].as_str()).collect();
+        let not_shown: Vec<Value> = listed(&all, kind, field)
+            .iter()
+            .filter_map(|i| i[id].as_str())
+            .filter(|n| !shown.contains(n))
+            .map(Value::from)
+            .collect();
+        let items: Vec<Value> = items
+            .iter()
+            .map(|item| {
+                let mut item = item.clone();
+                let backend = item[id]
+                    .as_str()
+                    .and_then(|n| backend_of(catalog, &seen, kind, n));
+                if let Some(obj) = item.as_object_mut() {
+                    obj.insert("backend".into(), json!(backend));
+                }
+                item
+            })
+            .collect();
+        out.insert(field.into(), Value::Array(items));
+        hidden.insert(field.into(), Value::Array(not_shown));
     }
+    out.insert("hidden".into(), Value::Object(hidden));
+    Value::Object(out)
+}
 
-    /// The name of the backend an exposed item of `kind` routes to.
-    fn backend_of(&self, view: &View, kind: ListKind, name: &str) -> Option<String> {
-        let idx = match kind {
-            ListKind::Tools => view.tools.get(name).map(|r| r.backend),
-            ListKind::Prompts => view.prompts.get(name).map(|r| r.backend),
-            ListKind::Resources | ListKind::Templates => view.route_uri(name).map(|(b, _)| b),
-        }?;
-        Some(self.backend(idx).spec.name.to_string())
-    }
+/// The name of the backend an exposed item of `kind` routes to.
+fn backend_of(catalog: &Catalog, view: &View, kind: ListKind, name: &str) -> Option<String> {
+    let idx = match kind {
+        ListKind::Tools => view.tools.get(name).map(|r| r.backend),
+        ListKind::Prompts => view.prompts.get(name).map(|r| r.backend),
+        ListKind::Resources | ListKind::Templates => view.route_uri(name).map(|(b, _)| b),
+    }?;
+    Some(catalog.backend(idx).spec.name.to_string())
 }
 
 /// Every item of one list, all pages joined, as a 2025-11-25 host receives it.

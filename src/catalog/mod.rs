@@ -19,6 +19,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
 pub use curation::inject as inject_overrides;
+pub use describe::describe;
 pub use fetch::{BackendCatalog, fetch};
 pub use registry::{BackendState, Backends};
 pub use view::View;
