@@ -17,7 +17,7 @@ use serde_json::{Map, Value, json};
 use mcpgate::jsonrpc::{ErrorObject, INVALID_PARAMS};
 use mcpgate::mcp::{Changed, ListKind};
 
-use crate::demo::context::RequestContext;
+use crate::demo::context::CallContext;
 use crate::demo::uri_template::UriTemplate;
 
 /// A boxed, sendable future, the return type of every handler.
@@ -26,10 +26,9 @@ pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
 /// What a handler returns: a JSON result object, or a JSON-RPC protocol error.
 pub type HandlerResult = Result<Value, ErrorObject>;
 
-type ToolFn = dyn Fn(Value, RequestContext) -> BoxFuture<HandlerResult> + Send + Sync;
-type ReadFn = dyn Fn(ReadRequest, RequestContext) -> BoxFuture<HandlerResult> + Send + Sync;
-type PromptFn =
-    dyn Fn(Map<String, Value>, RequestContext) -> BoxFuture<HandlerResult> + Send + Sync;
+type ToolFn = dyn Fn(Value, CallContext) -> BoxFuture<HandlerResult> + Send + Sync;
+type ReadFn = dyn Fn(ReadRequest, CallContext) -> BoxFuture<HandlerResult> + Send + Sync;
+type PromptFn = dyn Fn(Map<String, Value>, CallContext) -> BoxFuture<HandlerResult> + Send + Sync;
 /// A read handler and the template variables extracted from the URI.
 type Resolved = (Arc<ReadFn>, Vec<(String, String)>);
 type CompleteFn = dyn Fn(&CompletionRequest) -> Result<Vec<String>, ErrorObject> + Send + Sync;
@@ -50,7 +49,7 @@ impl Tool {
     /// A tool from its definition (which must carry a string `name`) and handler.
     pub fn new<F, Fut>(definition: Value, handler: F) -> Self
     where
-        F: Fn(Value, RequestContext) -> Fut + Send + Sync + 'static,
+        F: Fn(Value, CallContext) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = HandlerResult> + Send + 'static,
     {
         Tool {
@@ -65,7 +64,7 @@ impl Tool {
     }
 
     /// Runs the handler.
-    pub fn call(&self, arguments: Value, ctx: RequestContext) -> BoxFuture<HandlerResult> {
+    pub fn call(&self, arguments: Value, ctx: CallContext) -> BoxFuture<HandlerResult> {
         (self.handler)(arguments, ctx)
     }
 }
@@ -101,7 +100,7 @@ impl Resource {
     /// A resource from its definition and a handler returning `{contents: [...]}`.
     pub fn new<F, Fut>(definition: Value, handler: F) -> Self
     where
-        F: Fn(ReadRequest, RequestContext) -> Fut + Send + Sync + 'static,
+        F: Fn(ReadRequest, CallContext) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = HandlerResult> + Send + 'static,
     {
         Resource {
@@ -129,7 +128,7 @@ impl ResourceTemplate {
     /// A template from its definition (with `uriTemplate`) and read handler.
     pub fn new<F, Fut>(definition: Value, handler: F) -> Self
     where
-        F: Fn(ReadRequest, RequestContext) -> Fut + Send + Sync + 'static,
+        F: Fn(ReadRequest, CallContext) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = HandlerResult> + Send + 'static,
     {
         let template = UriTemplate::parse(name_of(&definition, "uriTemplate"));
@@ -161,7 +160,7 @@ impl Prompt {
     /// A prompt from its definition and a handler returning `{description?, messages}`.
     pub fn new<F, Fut>(definition: Value, handler: F) -> Self
     where
-        F: Fn(Map<String, Value>, RequestContext) -> Fut + Send + Sync + 'static,
+        F: Fn(Map<String, Value>, CallContext) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = HandlerResult> + Send + 'static,
     {
         Prompt {
@@ -176,11 +175,7 @@ impl Prompt {
     }
 
     /// Runs the handler.
-    pub fn get(
-        &self,
-        arguments: Map<String, Value>,
-        ctx: RequestContext,
-    ) -> BoxFuture<HandlerResult> {
+    pub fn get(&self, arguments: Map<String, Value>, ctx: CallContext) -> BoxFuture<HandlerResult> {
         (self.handler)(arguments, ctx)
     }
 }
@@ -320,7 +315,7 @@ impl DemoCatalog {
     }
 
     /// Starts reading `uri`: a direct resource first, then the first matching template.
-    pub fn read(&self, uri: &str, ctx: RequestContext) -> Option<BoxFuture<HandlerResult>> {
+    pub fn read(&self, uri: &str, ctx: CallContext) -> Option<BoxFuture<HandlerResult>> {
         let (handler, vars) = self.resolve(uri)?;
         let req = ReadRequest {
             uri: uri.to_owned(),

@@ -12,7 +12,7 @@ use crate::demo::catalog::{
     CompletionRef, CompletionRequest, Prompt, ReadRequest, Resource, ResourceTemplate,
     blob_contents, text_contents,
 };
-use crate::demo::context::RequestContext;
+use crate::demo::context::CallContext;
 use crate::demo::media;
 use crate::demo::tools::red_pixel_base64;
 use mcpgate::jsonrpc::ErrorObject;
@@ -37,7 +37,7 @@ fn static_text(
     uri: &'static str,
     mime: &'static str,
     text: &'static str,
-) -> impl Fn(ReadRequest, RequestContext) -> std::future::Ready<Result<Value, ErrorObject>>
+) -> impl Fn(ReadRequest, CallContext) -> std::future::Ready<Result<Value, ErrorObject>>
 + Send
 + Sync
 + 'static {

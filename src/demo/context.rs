@@ -18,21 +18,21 @@ use crate::demo::session::SessionInner;
 /// Cancellation (client `notifications/cancelled` or session end) drops the handler's
 /// future.
 #[derive(Clone)]
-pub struct RequestContext {
+pub struct CallContext {
     session: Arc<SessionInner>,
     request_id: Id,
     progress_token: Option<Value>,
     cancel: CancellationToken,
 }
 
-impl RequestContext {
+impl CallContext {
     pub(crate) fn new(
         session: Arc<SessionInner>,
         request_id: Id,
         progress_token: Option<Value>,
         cancel: CancellationToken,
     ) -> Self {
-        RequestContext {
+        CallContext {
             session,
             request_id,
             progress_token,

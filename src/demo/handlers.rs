@@ -9,13 +9,13 @@ use serde_json::{Map, Value, json};
 use crate::demo::catalog::{
     CompletionRef, CompletionRequest, HandlerResult, completion_result, error_result,
 };
-use crate::demo::context::RequestContext;
+use crate::demo::context::CallContext;
 
 /// Routes one request to its method. Before `initialize` only `initialize` and `ping`
 /// are served (MCP 2025-11-25 basic/lifecycle "Initialization"). A method whose
 /// capability the server does not announce is not found.
 pub(crate) async fn dispatch(
-    ctx: RequestContext,
+    ctx: CallContext,
     method: Method,
     params: Option<Value>,
 ) -> HandlerResult {
@@ -88,7 +88,7 @@ fn str_param<'a>(params: &'a Value, name: &str) -> Result<&'a str, ErrorObject> 
 
 /// `initialize`: echo a supported version, else answer the latest (MCP 2025-11-25
 /// basic/lifecycle "Version Negotiation").
-fn initialize(ctx: &RequestContext, params: &Value) -> HandlerResult {
+fn initialize(ctx: &CallContext, params: &Value) -> HandlerResult {
     let version = ProtocolVersion::negotiate(str_param(params, "protocolVersion")?);
     {
         let mut state = ctx.session().state();
@@ -119,7 +119,7 @@ fn initialize(ctx: &RequestContext, params: &Value) -> HandlerResult {
     Ok(result)
 }
 
-fn list(ctx: &RequestContext, kind: ListKind, params: &Value) -> HandlerResult {
+fn list(ctx: &CallContext, kind: ListKind, params: &Value) -> HandlerResult {
     let cursor = match params.get("cursor") {
         None | Some(Value::Null) => None,
         Some(Value::String(c)) => Some(c.as_str()),
@@ -130,7 +130,7 @@ fn list(ctx: &RequestContext, kind: ListKind, params: &Value) -> HandlerResult {
 
 /// `tools/call`. Unknown tool → `-32602`; arguments that do not fit the input schema
 /// are an execution error (`isError: true`, MCP 2025-11-25 server/tools, SEP-1303).
-async fn call_tool(ctx: RequestContext, params: &Value) -> HandlerResult {
+async fn call_tool(ctx: CallContext, params: &Value) -> HandlerResult {
     let name = str_param(params, "name")?;
     let args = match params.get("arguments") {
         None | Some(Value::Null) => json!({}),
@@ -201,7 +201,7 @@ fn has_type(value: &Value, ty: &str) -> bool {
 
 /// `resources/read`: unknown URI → `-32002` with `data: {uri}` (MCP 2025-11-25
 /// server/resources "Error Handling").
-async fn read_resource(ctx: RequestContext, params: &Value) -> HandlerResult {
+async fn read_resource(ctx: CallContext, params: &Value) -> HandlerResult {
     let uri = str_param(params, "uri")?.to_owned();
     let catalog = ctx.server().catalog();
     match catalog.read(&uri, ctx) {
@@ -214,7 +214,7 @@ fn not_found(uri: &str) -> ErrorObject {
     ErrorObject::new(RESOURCE_NOT_FOUND, "Resource not found").with_data(json!({ "uri": uri }))
 }
 
-fn subscribe(ctx: &RequestContext, params: &Value, on: bool) -> HandlerResult {
+fn subscribe(ctx: &CallContext, params: &Value, on: bool) -> HandlerResult {
     let uri = str_param(params, "uri")?;
     if on && !ctx.server().catalog().has_resource(uri) {
         return Err(not_found(uri));
@@ -230,7 +230,7 @@ fn subscribe(ctx: &RequestContext, params: &Value, on: bool) -> HandlerResult {
 
 /// `prompts/get`: unknown prompt, non-string argument or missing required argument →
 /// `-32602` (MCP 2025-11-25 server/prompts "Error Handling").
-async fn get_prompt(ctx: RequestContext, params: &Value) -> HandlerResult {
+async fn get_prompt(ctx: CallContext, params: &Value) -> HandlerResult {
     let name = str_param(params, "name")?;
     let args = match params.get("arguments") {
         None | Some(Value::Null) => Map::new(),
@@ -258,7 +258,7 @@ async fn get_prompt(ctx: RequestContext, params: &Value) -> HandlerResult {
 
 /// `completion/complete` for prompt arguments and template variables (MCP 2025-11-25
 /// server/utilities/completion). An unknown prompt or template → `-32602`.
-fn complete(ctx: &RequestContext, params: &Value) -> HandlerResult {
+fn complete(ctx: &CallContext, params: &Value) -> HandlerResult {
     let reference = params
         .get("ref")
         .ok_or_else(|| invalid("`ref` is required"))?;
@@ -297,7 +297,7 @@ fn complete(ctx: &RequestContext, params: &Value) -> HandlerResult {
 }
 
 /// `logging/setLevel`: an unknown level → `-32602` (MCP 2025-11-25 server/utilities/logging).
-fn set_level(ctx: &RequestContext, params: &Value) -> HandlerResult {
+fn set_level(ctx: &CallContext, params: &Value) -> HandlerResult {
     let name = str_param(params, "level")?;
     let level =
         LogLevel::parse(name).ok_or_else(|| invalid(format!("unknown log level {name:?}")))?;

@@ -15,7 +15,7 @@
 //! | `catalog` | `Tool`, `Resource`, `ResourceTemplate`, `Prompt`: JSON definitions passed through untouched + async handler closures; `DemoCatalog` with its completer; result builders |
 //! | `server` | `Server`: identity, capabilities, catalogue snapshot, live sessions; `update_catalog` sends `list_changed`, `notify_resource_updated` sends `resources/updated`; the transport's `Sink` and `Route` |
 //! | `session` | `Session`: one client's engine: version negotiation, request dispatch, concurrency, `notifications/cancelled`, server→client request correlation, 2025-03-26 batches |
-//! | `context` | `RequestContext` given to handlers: progress, logs, sampling / elicitation / roots requests, SSE stream closing |
+//! | `context` | `CallContext` given to handlers: progress, logs, sampling / elicitation / roots requests, SSE stream closing |
 //! | `handlers` | the MCP methods (`initialize`, `tools/*`, `resources/*`, `prompts/*`, `completion/complete`, `logging/setLevel`, `ping`) |
 //! | `stdio` | newline-delimited JSON-RPC on stdin/stdout |
 //! | `http`, `streams`, `headers` | Streamable HTTP: `HttpServer` (sessions, JSON/SSE answers, GET stream, resumption, DELETE); `Streams`, the session's SSE streams in the library's `streamable_http::EventLog`; the Host/Origin policy and version header check |

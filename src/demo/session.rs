@@ -18,7 +18,7 @@ use mcpgate::jsonrpc::{
 };
 use mcpgate::mcp::{LogLevel, Method, ProtocolVersion};
 
-use crate::demo::context::RequestContext;
+use crate::demo::context::CallContext;
 use crate::demo::handlers;
 use crate::demo::server::{Server, Sink, lock};
 
@@ -132,7 +132,7 @@ impl Session {
             id: id.clone(),
         };
         let progress = jsonrpc::progress_token(req.params.as_ref()).cloned();
-        let ctx = RequestContext::new(self.inner.clone(), id.clone(), progress, token.clone());
+        let ctx = CallContext::new(self.inner.clone(), id.clone(), progress, token.clone());
         let work = AssertUnwindSafe(handlers::dispatch(ctx, req.method, req.params)).catch_unwind();
         let outcome = tokio::select! {
             biased;

@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 
 use crate::demo::catalog::{Tool, error_result, text_result};
 use crate::demo::content::{bonus_prompt, bonus_resource};
-use crate::demo::context::RequestContext;
+use crate::demo::context::CallContext;
 use crate::demo::media::{self, COLORS};
 
 /// The base64 1×1 red PNG used by the conformance tools and prompts.
@@ -120,7 +120,7 @@ fn conformance() -> Vec<Tool> {
                 "Sends three info log notifications while it runs.",
                 no_args(),
             ),
-            |_, ctx: RequestContext| async move {
+            |_, ctx: CallContext| async move {
                 let log = |text: &str| ctx.log(LogLevel::Info, Some("demo"), json!(text));
                 log("Tool execution started");
                 sleep_ms(50).await;
@@ -136,7 +136,7 @@ fn conformance() -> Vec<Tool> {
                 "Reports progress 0, 50 and 100 of 100 when given a progress token.",
                 no_args(),
             ),
-            |_, ctx: RequestContext| async move {
+            |_, ctx: CallContext| async move {
                 for (i, step) in [0.0, 50.0, 100.0].into_iter().enumerate() {
                     if i > 0 {
                         sleep_ms(50).await;
@@ -165,7 +165,7 @@ fn conformance() -> Vec<Tool> {
                 "Asks the client's LLM to answer `prompt` (sampling/createMessage).",
                 string_arg("prompt", "The prompt to send to the LLM"),
             ),
-            |args: Value, ctx: RequestContext| async move {
+            |args: Value, ctx: CallContext| async move {
                 let prompt = args["prompt"].as_str().unwrap_or_default().to_owned();
                 Ok(match sample(&ctx, &prompt, None).await {
                     Ok(answer) => text_result(format!("LLM response: {answer}")),
@@ -179,7 +179,7 @@ fn conformance() -> Vec<Tool> {
                 "Asks the user for a username and email (elicitation/create).",
                 string_arg("message", "The message to show the user"),
             ),
-            |args: Value, ctx: RequestContext| async move {
+            |args: Value, ctx: CallContext| async move {
                 let schema = json!({
                     "type": "object",
                     "properties": {
@@ -198,7 +198,7 @@ fn conformance() -> Vec<Tool> {
                 "Elicits a form whose fields all carry defaults (SEP-1034).",
                 no_args(),
             ),
-            |_, ctx: RequestContext| async move {
+            |_, ctx: CallContext| async move {
                 let schema = json!({
                     "type": "object",
                     "properties": {
@@ -223,7 +223,7 @@ fn conformance() -> Vec<Tool> {
                 "Elicits a form with all five enum schema variants (SEP-1330).",
                 no_args(),
             ),
-            |_, ctx: RequestContext| async move {
+            |_, ctx: CallContext| async move {
                 let titled = |prefix: &str, titles: [&str; 3]| -> Vec<Value> {
                     titles
                         .iter()
@@ -297,7 +297,7 @@ fn conformance() -> Vec<Tool> {
                  Last-Event-ID (SEP-1699). Over stdio it simply answers.",
                 no_args(),
             ),
-            |_, ctx: RequestContext| async move {
+            |_, ctx: CallContext| async move {
                 ctx.close_stream();
                 sleep_ms(100).await;
                 Ok(text_result(
@@ -310,11 +310,7 @@ fn conformance() -> Vec<Tool> {
 }
 
 /// Sends `sampling/createMessage` with one user message and returns the reply text.
-async fn sample(
-    ctx: &RequestContext,
-    prompt: &str,
-    system: Option<&str>,
-) -> Result<String, String> {
+async fn sample(ctx: &CallContext, prompt: &str, system: Option<&str>) -> Result<String, String> {
     let mut params = json!({
         "messages": [{ "role": "user", "content": { "type": "text", "text": prompt } }],
         "maxTokens": 100
@@ -334,7 +330,7 @@ async fn sample(
 }
 
 /// Sends a form-mode `elicitation/create` and describes the answer as a tool result.
-async fn elicit(ctx: &RequestContext, message: &str, schema: Value, label: &str) -> Value {
+async fn elicit(ctx: &CallContext, message: &str, schema: Value, label: &str) -> Value {
     let params = json!({ "message": message, "requestedSchema": schema });
     match ctx.request(Method::ElicitationCreate, params).await {
         Ok(answer) => {
@@ -432,7 +428,7 @@ fn friendly(counter: &Arc<AtomicU64>) -> Vec<Tool> {
                     }
                 }),
             ),
-            |args: Value, ctx: RequestContext| async move {
+            |args: Value, ctx: CallContext| async move {
                 let steps = args["steps"].as_u64().unwrap_or(5).clamp(1, 20);
                 let delay = args["delay_ms"].as_u64().unwrap_or(250).min(5000);
                 for done in 1..=steps {
@@ -456,7 +452,7 @@ fn friendly(counter: &Arc<AtomicU64>) -> Vec<Tool> {
                 "Asks the client's LLM a question through sampling/createMessage.",
                 string_arg("question", "What to ask"),
             ),
-            |args: Value, ctx: RequestContext| async move {
+            |args: Value, ctx: CallContext| async move {
                 let question = args["question"].as_str().unwrap_or_default().to_owned();
                 Ok(
                     match sample(&ctx, &question, Some("Answer briefly.")).await {
@@ -472,7 +468,7 @@ fn friendly(counter: &Arc<AtomicU64>) -> Vec<Tool> {
                 "Asks the user a question through a form (elicitation/create).",
                 string_arg("question", "What to ask the user"),
             ),
-            |args: Value, ctx: RequestContext| async move {
+            |args: Value, ctx: CallContext| async move {
                 let schema = json!({
                     "type": "object",
                     "properties": {
@@ -491,7 +487,7 @@ fn friendly(counter: &Arc<AtomicU64>) -> Vec<Tool> {
                 "Lists the client's roots (roots/list).",
                 no_args(),
             ),
-            |_, ctx: RequestContext| async move {
+            |_, ctx: CallContext| async move {
                 Ok(match ctx.request(Method::RootsList, json!({})).await {
                     Ok(roots) => text_result(format!("Client roots: {}", roots["roots"])),
                     Err(e) => error_result(format!("roots/list failed: {}", e.message)),
@@ -504,7 +500,7 @@ fn friendly(counter: &Arc<AtomicU64>) -> Vec<Tool> {
                 "Adds or removes the bonus tool, resource and prompt; clients get list_changed.",
                 no_args(),
             ),
-            |_, ctx: RequestContext| async move {
+            |_, ctx: CallContext| async move {
                 let server = ctx.server();
                 let on = server.catalog().tool("bonus_echo").is_none();
                 server.update_catalog(|c| {
@@ -531,7 +527,7 @@ fn friendly(counter: &Arc<AtomicU64>) -> Vec<Tool> {
                 "Increments demo://counter; subscribers get notifications/resources/updated.",
                 no_args(),
             ),
-            move |_, ctx: RequestContext| {
+            move |_, ctx: CallContext| {
                 let counter = bump.clone();
                 async move {
                     let value = counter.fetch_add(1, Ordering::SeqCst) + 1;
