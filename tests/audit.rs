@@ -38,36 +38,42 @@ async fn line_for(served: &Served, id: &str) -> Value {
     found.unwrap_or_else(|| panic!("no access line for id {id}:\n{}", served.log()))
 }
 
+/// `mcpgate serve` on a loopback port without a metrics listener: `server` lines
+/// go into `[server]`, `rest` after it.
+async fn serve(server: &str, rest: &str) -> Served {
+    Served::start(&format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\nmetrics_listen = \"off\"\n{server}\n{rest}"
+    ))
+    .await
+}
+
+const FX: &str = "[backends.fx]\ntype = \"stdio\"\ncommand = \"${FAKE_STDIO}\"\n";
+
+/// Initializes `c` with `headers` on every request (a token, X-Forwarded-For).
+async fn initialize_with(c: &mut McpClient, headers: &[(&str, &str)]) {
+    let init = json!({"jsonrpc": "2.0", "id": "init-1", "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {},
+        "clientInfo": {"name": "audit-test", "version": "1"}}});
+    let r = c.post(headers, init.to_string()).await;
+    assert_eq!(r.status, 200, "{r:?}");
+    c.session = r.header("mcp-session-id").map(str::to_owned);
+    c.version = Some("2025-11-25".into());
+}
+
 #[tokio::test]
 async fn every_request_gets_one_access_line_with_who_what_and_how_it_ended() {
     let issuer = Issuer::start().await;
-    let served = Served::start(&format!(
-        r#"
-[server]
-listen = "127.0.0.1:0"
-metrics_listen = "off"
-[auth]
-resource = "{RESOURCE}"
-issuers = ["{}"]
-[backends.fx]
-type = "stdio"
-command = "${{FAKE_STDIO}}"
-"#,
+    let auth_table = format!(
+        "[auth]\nresource = \"{RESOURCE}\"\nissuers = [\"{}\"]\n",
         issuer.url
-    ))
-    .await;
+    );
+    let served = serve("", &format!("{auth_table}{FX}")).await;
     let token = issuer.mint(&issuer.claims("alice", "mcp:tools", RESOURCE));
     let bearer = format!("Bearer {token}");
     let auth = [("authorization", bearer.as_str())];
     let mut c = McpClient::new(&served.url);
 
-    let init = json!({"jsonrpc": "2.0", "id": "init-1", "method": "initialize", "params": {
-        "protocolVersion": "2025-11-25", "capabilities": {},
-        "clientInfo": {"name": "audit-test", "version": "1"}}});
-    let r = c.post(&auth, init.to_string()).await;
-    assert_eq!(r.status, 200, "{r:?}");
-    c.session = r.header("mcp-session-id").map(str::to_owned);
-    c.version = Some("2025-11-25".into());
+    initialize_with(&mut c, &auth).await;
     let note = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
     assert_eq!(c.post(&auth, note.to_string()).await.status, 202);
 
@@ -147,17 +153,7 @@ command = "${{FAKE_STDIO}}"
 
 #[tokio::test]
 async fn modern_requests_and_their_refusals_are_logged_as_the_modern_era() {
-    let served = Served::start(
-        r#"
-[server]
-listen = "127.0.0.1:0"
-metrics_listen = "off"
-[backends.fx]
-type = "stdio"
-command = "${FAKE_STDIO}"
-"#,
-    )
-    .await;
+    let served = serve("", FX).await;
     let c = McpClient::new(&served.url);
     let h = [
         ("mcp-protocol-version", "2026-07-28"),
@@ -189,22 +185,11 @@ command = "${FAKE_STDIO}"
 
 #[tokio::test]
 async fn a_backend_that_opts_in_gets_argument_keys_or_redacted_values() {
-    let served = Served::start(
-        r#"
-[server]
-listen = "127.0.0.1:0"
-metrics_listen = "off"
-[backends.fx]
-type = "stdio"
-command = "${FAKE_STDIO}"
-[backends.fx.audit]
-arguments = "values"
-[backends.keys]
-type = "stdio"
-command = "${FAKE_STDIO}"
-[backends.keys.audit]
-arguments = "keys"
-"#,
+    let keys = "[backends.keys]\ntype = \"stdio\"\ncommand = \"${FAKE_STDIO}\"\n\
+        [backends.keys.audit]\narguments = \"keys\"\n";
+    let served = serve(
+        "",
+        &format!("{FX}[backends.fx.audit]\narguments = \"values\"\n{keys}"),
     )
     .await;
     let mut c = McpClient::new(&served.url);
@@ -249,16 +234,9 @@ arguments = "keys"
 /// the access line names it; a header from anyone else is not believed.
 #[tokio::test]
 async fn behind_a_trusted_proxy_the_forwarded_client_is_limited_and_logged() {
-    let served = Served::start(
-        r#"
-[server]
-listen = "127.0.0.1:0"
-metrics_listen = "off"
-trusted_proxies = ["127.0.0.0/8"]
-[server.rate_limit]
-per_second = 1
-burst = 2
-"#,
+    let served = serve(
+        "trusted_proxies = [\"127.0.0.0/8\"]\n[server.rate_limit]\nper_second = 1\nburst = 2",
+        "",
     )
     .await;
     let mut c = McpClient::new(&served.url);
@@ -266,13 +244,7 @@ burst = 2
     let alice = [("x-forwarded-for", "203.0.113.50, 198.51.100.1")];
     let bob = [("x-forwarded-for", "198.51.100.2")];
     // initialize as alice: her first token.
-    let init = json!({"jsonrpc": "2.0", "id": "init", "method": "initialize", "params": {
-        "protocolVersion": "2025-11-25", "capabilities": {},
-        "clientInfo": {"name": "xff", "version": "1"}}});
-    let r = c.post(&alice, init.to_string()).await;
-    assert_eq!(r.status, 200, "{r:?}");
-    c.session = r.header("mcp-session-id").map(str::to_owned);
-    c.version = Some("2025-11-25".into());
+    initialize_with(&mut c, &alice).await;
     assert_eq!(c.post(&alice, ping("a1")).await.status, 200);
     assert_eq!(
         c.post(&alice, ping("a2")).await.status,
@@ -301,17 +273,7 @@ burst = 2
 /// from this peer shares its bucket.
 #[tokio::test]
 async fn an_untrusted_forwarded_header_is_ignored() {
-    let served = Served::start(
-        r#"
-[server]
-listen = "127.0.0.1:0"
-metrics_listen = "off"
-[server.rate_limit]
-per_second = 1
-burst = 1
-"#,
-    )
-    .await;
+    let served = serve("[server.rate_limit]\nper_second = 1\nburst = 1", "").await;
     let c = McpClient::new(&served.url);
     let discover = |id: i64, xff: &str| {
         let body = json!({"jsonrpc": "2.0", "id": id, "method": "server/discover", "params": {"_meta": {
