@@ -83,16 +83,51 @@ def check_path(replica: Replica) -> str:
 def start_lb(
     request: pytest.FixtureRequest, tmp_path: Path, mcpgate_bin: Path, haproxy_bin: str
 ) -> Iterator[StartLoadBalancer]:
-    """Factory: `start_lb(config=DEFAULT_CONFIG, lb_env=None)` -> LoadBalancer.
+    """Factory: `start_lb(config=DEFAULT_CONFIG, lb_env=None, peers=False)` -> LoadBalancer.
 
     Two gateways (`serve --config CONFIG --listen 127.0.0.1:PORT`; `config` is a Path or
     TOML text) behind HAProxy running the shipped haproxy.cfg with loopback ports and any
-    extra MCPGATE_LB_* settings in `lb_env`. Returns once HAProxy sees both replicas UP.
+    extra MCPGATE_LB_* settings in `lb_env`. With `peers`, a second HAProxy instance in
+    front of the same replicas shares the stick table with the first through the config's
+    `peers` section (`LoadBalancer.peer`). Returns once HAProxy sees both replicas UP.
     Everything is stopped by PID at teardown.
     """
     started: list[Replica | ServerProcess] = []
 
-    def start(config: Path | str = support.DEFAULT_CONFIG, lb_env: dict[str, str] | None = None) -> LoadBalancer:
+    def start_haproxy(name: str, replicas: list[Replica], lb_env: dict[str, str]) -> LoadBalancer:
+        lb_port, stats_port = support.free_port(), support.free_port()
+        env = {
+            "MCPGATE_LB_BIND": f"127.0.0.1:{lb_port}",
+            "MCPGATE_LB_STATS_BIND": f"127.0.0.1:{stats_port}",
+            "MCPGATE_LB_SERVER1": f"127.0.0.1:{replicas[0].port}",
+            "MCPGATE_LB_SERVER2": f"127.0.0.1:{replicas[1].port}",
+            "MCPGATE_LB_CHECK_PATH": check_path(replicas[0]),
+            "MCPGATE_LB_ADMIN_SOCKET": str(tmp_path / f"{name}.sock"),
+            **lb_env,
+        }
+        check = subprocess.run(
+            [haproxy_bin, "-c", "-f", str(HAPROXY_CFG)], env={**os.environ, **env}, capture_output=True, text=True
+        )
+        assert check.returncode == 0, f"haproxy -c failed:\n{check.stdout}{check.stderr}"
+        # -db: stay in the foreground, logs on stdout (captured to the log file).
+        argv = [haproxy_bin, "-db", "-f", str(HAPROXY_CFG)]
+        haproxy = ServerProcess(name, argv, lb_port, tmp_path / f"{name}.log", env)
+        started.append(haproxy)
+        _register(request, haproxy)
+        haproxy.wait_for_port()
+        balancer = LoadBalancer(
+            url=f"http://127.0.0.1:{lb_port}/mcp",
+            stats=f"http://127.0.0.1:{stats_port}/stats",
+            replicas=replicas,
+            process=haproxy,
+            admin_socket=tmp_path / f"{name}.sock",
+        )
+        balancer.wait_for_states({"mcpgate-1": "UP", "mcpgate-2": "UP"})
+        return balancer
+
+    def start(
+        config: Path | str = support.DEFAULT_CONFIG, lb_env: dict[str, str] | None = None, peers: bool = False
+    ) -> LoadBalancer:
         if isinstance(config, str):
             config_path = tmp_path / "mcpgate.toml"
             config_path.write_text(config)
@@ -109,35 +144,17 @@ def start_lb(
         for r in replicas:
             r.process.wait_for_port()
 
-        lb_port, stats_port = support.free_port(), support.free_port()
-        env = {
-            "MCPGATE_LB_BIND": f"127.0.0.1:{lb_port}",
-            "MCPGATE_LB_STATS_BIND": f"127.0.0.1:{stats_port}",
-            "MCPGATE_LB_SERVER1": f"127.0.0.1:{replicas[0].port}",
-            "MCPGATE_LB_SERVER2": f"127.0.0.1:{replicas[1].port}",
-            "MCPGATE_LB_CHECK_PATH": check_path(replicas[0]),
-            "MCPGATE_LB_ADMIN_SOCKET": str(tmp_path / "haproxy.sock"),
-            **(lb_env or {}),
+        if not peers:
+            return start_haproxy("haproxy", replicas, lb_env or {})
+        peer_env = {
+            "MCPGATE_LB_PEER1_NAME": "lb-1",
+            "MCPGATE_LB_PEER1_ADDR": f"127.0.0.1:{support.free_port()}",
+            "MCPGATE_LB_PEER2_NAME": "lb-2",
+            "MCPGATE_LB_PEER2_ADDR": f"127.0.0.1:{support.free_port()}",
         }
-        check = subprocess.run(
-            [haproxy_bin, "-c", "-f", str(HAPROXY_CFG)], env={**os.environ, **env}, capture_output=True, text=True
-        )
-        assert check.returncode == 0, f"haproxy -c failed:\n{check.stdout}{check.stderr}"
-        # -db: stay in the foreground, logs on stdout (captured to the log file).
-        argv = [haproxy_bin, "-db", "-f", str(HAPROXY_CFG)]
-        haproxy = ServerProcess("haproxy", argv, lb_port, tmp_path / "haproxy.log", env)
-        started.append(haproxy)
-        _register(request, haproxy)
-        haproxy.wait_for_port()
-        balancer = LoadBalancer(
-            url=f"http://127.0.0.1:{lb_port}/mcp",
-            stats=f"http://127.0.0.1:{stats_port}/stats",
-            replicas=replicas,
-            process=haproxy,
-            admin_socket=tmp_path / "haproxy.sock",
-        )
-        balancer.wait_for_states({"mcpgate-1": "UP", "mcpgate-2": "UP"})
-        return balancer
+        first = start_haproxy("haproxy", replicas, {**peer_env, "MCPGATE_LB_LOCAL_PEER": "lb-1", **(lb_env or {})})
+        first.peer = start_haproxy("haproxy-2", replicas, {**peer_env, "MCPGATE_LB_LOCAL_PEER": "lb-2", **(lb_env or {})})
+        return first
 
     yield start
     for item in reversed(started):  # HAProxy first, then the replicas

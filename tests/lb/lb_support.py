@@ -95,6 +95,7 @@ class LoadBalancer:
     replicas: list[Replica]
     process: ServerProcess
     admin_socket: Path  # HAProxy's runtime API (MCPGATE_LB_ADMIN_SOCKET)
+    peer: "LoadBalancer | None" = None  # a second instance sharing the stick table (peers)
 
     def admin(self, command: str) -> str:
         """Runs one runtime API command (`set server ...`, `show table ...`)."""

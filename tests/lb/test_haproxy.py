@@ -236,3 +236,23 @@ async def test_keep_alives_hold_silent_streams_open(start_lb: StartLoadBalancer,
         assert "finished" in support.dump(result)["content"][0]["text"]
     resumed = [r for r in requests if "last-event-id" in r.headers]
     assert bool(resumed) == cut, f"keep-alive {keep_alive}: resumptions {[(r.method, dict(r.headers)) for r in resumed]}"
+
+
+async def test_two_haproxy_instances_share_the_session_table(start_lb: StartLoadBalancer) -> None:
+    # Two balancers (several HAProxy pods behind a cloud LB, or DNS round-robin) see
+    # different requests of one host. Sessions initialized through the first must be
+    # routed to their replica by the second, which never saw their `initialize`: the
+    # replicas share no session keys here, so a misrouted request would get 404.
+    lb = start_lb(peers=True)
+    assert lb.peer is not None
+    async with AsyncExitStack() as stack:
+        hosts = [await stack.enter_async_context(host_session(lb.url)) for _ in range(6)]
+        assert {o for h in hosts for o in await owners(lb, h)} == {"mcpgate-1", "mcpgate-2"}, (
+            "leastconn should have used both replicas"
+        )
+        deadline = time.monotonic() + 10
+        while not all(h.session_id in lb.peer.admin("show table mcpgate") for h in hosts):
+            assert time.monotonic() < deadline, f"peer never learned the sessions:\n{lb.peer.admin('show table mcpgate')}"
+            await anyio.sleep(0.1)
+        for host in hosts:
+            assert await ping_status(lb.peer.url, host) == 200, f"session {host.session_id} misrouted by the peer"
