@@ -183,7 +183,11 @@ impl Gateway {
         ));
         let metrics_addr = match server.metrics_listen {
             Some(addr) => {
-                let app = http::metrics_app(metrics.clone(), sessions.clone());
+                let admin = server.admin_endpoints.then(|| http::admin::Admin {
+                    supervisor: supervisor.clone(),
+                    catalog: catalog.clone(),
+                });
+                let app = http::metrics_app(metrics.clone(), sessions.clone(), admin);
                 serve_metrics(addr, app, server.header_read_timeout, stop.clone()).await
             }
             None => None,

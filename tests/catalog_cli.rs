@@ -20,6 +20,7 @@ fn config(issuer: &Issuer, backend: &Backend) -> String {
         r#"
         [server]
         metrics_listen = "127.0.0.1:0"
+        admin_endpoints = true
         [auth]
         resource = "{RESOURCE}"
         issuers = ["{}"]
@@ -57,6 +58,17 @@ fn catalog(config_file: &std::path::Path, claims: Option<&Value>) -> Value {
     );
     serde_json::from_slice(&out.stdout)
         .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&out.stdout)))
+}
+
+/// `GET /admin/catalog?claims=…` on the gateway's metrics listener.
+async fn admin_catalog(gw: &mcpgate::Gateway, claims: &Value) -> Value {
+    let addr = gw.metrics_addr.expect("metrics listener");
+    let mut url = url::Url::parse(&format!("http://{addr}/admin/catalog")).unwrap();
+    url.query_pairs_mut()
+        .append_pair("claims", &claims.to_string());
+    let resp = reqwest::get(url).await.unwrap();
+    assert_eq!(resp.status(), 200);
+    serde_json::from_slice(&resp.bytes().await.unwrap()).unwrap()
 }
 
 fn without_backend(items: &Value) -> Vec<Value> {
@@ -104,7 +116,7 @@ async fn a_principals_catalog_equals_what_tools_list_returns_to_it() {
             .rpc(Some(&token), &session, "tools/list", json!({}))
             .await;
         let seen = tokio::task::spawn_blocking({
-            let file = file.clone();
+            let (file, claims) = (file.clone(), claims.clone());
             move || catalog(&file, Some(&claims))
         })
         .await
@@ -113,6 +125,11 @@ async fn a_principals_catalog_equals_what_tools_list_returns_to_it() {
             without_backend(&seen["tools"]),
             listed["result"]["tools"].as_array().unwrap().clone(),
             "{sub}: the CLI shows what tools/list returns"
+        );
+        assert_eq!(
+            admin_catalog(&gw, &claims).await,
+            seen,
+            "{sub}: /admin/catalog shows what the CLI prints"
         );
         let mut names: Vec<&str> = seen["tools"]
             .as_array()

@@ -11,6 +11,7 @@ mod curation;
 pub(crate) mod cursor;
 mod describe;
 mod fetch;
+mod health;
 mod pages;
 mod registry;
 mod view;

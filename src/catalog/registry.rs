@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
 use super::curation::ToolFilterSet;
 use super::fetch::BackendCatalog;
+use super::health::BackendHealth;
 use crate::backend::{BackendError, BackendSpec, Connection, Slot};
 use crate::config::{BackendConfig, ConnectionMode, ToolOverride, uri_prefix};
 
@@ -44,6 +45,8 @@ pub struct BackendState {
     stateful_since: OnceLock<tokio::time::Instant>,
     /// Set once the first unroutable message was reported (logged once).
     unroutable_reported: AtomicBool,
+    /// The shared (or catalogue) connection's history, as the supervisor saw it.
+    pub health: BackendHealth,
 }
 
 impl BackendState {
@@ -75,6 +78,7 @@ impl BackendState {
             per_session_open: std::sync::atomic::AtomicUsize::new(0),
             stateful_since: OnceLock::new(),
             unroutable_reported: AtomicBool::new(false),
+            health: BackendHealth::default(),
         }
     }
 

@@ -158,6 +158,12 @@ pub struct ServerConfig {
     #[serde(with = "optional_addr")]
     #[schemars(schema_with = "schema::optional_socket_addr")]
     pub metrics_listen: Option<SocketAddr>,
+    /// Also serve the read-only admin endpoints `GET /admin/backends` (state,
+    /// restarts, last error per backend) and `GET /admin/catalog[?claims=JSON]`
+    /// (what a principal is shown, as `mcpgate catalog --json` prints it) on the
+    /// metrics listener. Never on the MCP listener. Default `false`: the metrics
+    /// port is often reachable by more than the operators.
+    pub admin_endpoints: bool,
     /// Per-client request rate limit (keyed by principal, or client IP when
     /// anonymous). Off by default.
     pub rate_limit: Option<RateLimit>,
@@ -260,6 +266,7 @@ impl Default for ServerConfig {
             sse_keep_alive: Duration::from_secs(15),
             request_timeout: Duration::from_secs(60),
             metrics_listen: Some(SocketAddr::from(([127, 0, 0, 1], 9464))),
+            admin_endpoints: false,
             shutdown_grace: Duration::from_secs(30),
             drain_delay: Duration::ZERO,
             backend_ping_interval: Duration::from_secs(30),

@@ -2,6 +2,7 @@
 //! its guards (Origin/Host, CORS, body limit) and the health route.
 
 mod accept;
+pub mod admin;
 mod auth;
 pub(crate) mod client;
 mod error;
@@ -175,9 +176,13 @@ async fn readyz(
 }
 
 /// The metrics application (its own listener): `GET /metrics` in the Prometheus
-/// text format.
-pub fn metrics_app(metrics: Arc<Metrics>, sessions: Arc<dyn SessionStore>) -> AxumRouter {
-    AxumRouter::new().route(
+/// text format, and the admin endpoints ([`admin`]) when `admin` is given.
+pub fn metrics_app(
+    metrics: Arc<Metrics>,
+    sessions: Arc<dyn SessionStore>,
+    admin: Option<admin::Admin>,
+) -> AxumRouter {
+    let app = AxumRouter::new().route(
         "/metrics",
         get(move || {
             let (metrics, sessions) = (metrics.clone(), sessions.clone());
@@ -192,7 +197,11 @@ pub fn metrics_app(metrics: Arc<Metrics>, sessions: Arc<dyn SessionStore>) -> Ax
                 )
             }
         }),
-    )
+    );
+    match admin {
+        Some(a) => app.merge(admin::routes(a)),
+        None => app,
+    }
 }
 
 #[cfg(test)]

@@ -23,7 +23,7 @@ pub use reload::{ReloadReport, reload};
 
 use crate::backend::{BackendError, Connection, Owner, backoff};
 use crate::catalog::{BackendState, Catalog, fetch};
-use crate::config::{ConnectionMode, ServerConfig};
+use crate::config::{ConnectionMode, ServerConfig, Transport};
 use crate::jsonrpc;
 use crate::mcp::{Changed, Method};
 use crate::metrics::Metrics;
@@ -129,9 +129,11 @@ impl Supervisor {
             }
             let restarted = !first;
             first = false;
+            let health = &self.catalog.backend(idx).health;
             match outcome {
                 Ok(conn) => {
                     up.set(1);
+                    health.connected(restarted);
                     if restarted {
                         self.relay.subscriptions().resubscribe(idx, &conn);
                     }
@@ -151,10 +153,12 @@ impl Supervisor {
                     } else {
                         failures = 0;
                     }
+                    health.lost("connection lost");
                     tracing::warn!(backend = %name, "backend connection lost; reconnecting");
                 }
                 Err(e) => {
                     up.set(0);
+                    health.failed(restarted, &e.to_string());
                     failures = failures.saturating_add(1);
                     self.metrics.fanout_partial_failures.inc();
                     tracing::warn!(backend = %name, cause = %e, failures, "backend not available");
@@ -310,26 +314,8 @@ impl Supervisor {
         let mut backends = serde_json::Map::new();
         let mut ready = self.is_loaded() && !self.is_stopping();
         for b in self.catalog.backends().active().iter() {
-            let up = b.is_up();
-            let required = b.spec.config.required;
-            ready &= up || !required;
-            let catalog = b.catalog();
-            backends.insert(
-                b.spec.name.to_string(),
-                json!({
-                    "state": if up { "up" } else { "down" },
-                    "required": required,
-                    "mode": match b.mode {
-                        ConnectionMode::Shared => "shared",
-                        ConnectionMode::PerSession => "per_session",
-                        ConnectionMode::Auto => "auto",
-                    },
-                    "stateful": b.stateful_since().is_some(),
-                    "tools": catalog.as_ref().map_or(0, |c| c.tools.len()),
-                    "prompts": catalog.as_ref().map_or(0, |c| c.prompts.len()),
-                    "resources": catalog.as_ref().map_or(0, |c| c.resources.len()),
-                }),
-            );
+            ready &= b.is_up() || !b.spec.config.required;
+            backends.insert(b.spec.name.to_string(), backend_state(b));
         }
         let status = if self.is_stopping() {
             "stopping"
@@ -342,6 +328,33 @@ impl Supervisor {
             ready,
             json!({"status": status, "sessions": self.sessions.len(), "backends": backends}),
         )
+    }
+
+    /// Every active backend with its connection history, for the admin endpoint
+    /// `/admin/backends`: `{"backends": {NAME: {"state": "up"|"down", "required",
+    /// "mode", "stateful", "tools", "prompts", "resources", "transport":
+    /// "stdio"|"http"|"sse", "target": COMMAND|URL, "restarts", "up_since",
+    /// "last_error": {"at", "cause"}|null}}}` (times RFC 3339, UTC). URLs are shown
+    /// without user info, query or fragment (they may carry credentials); no header or
+    /// env value is.
+    pub fn backends_report(&self) -> Value {
+        let mut backends = serde_json::Map::new();
+        for b in self.catalog.backends().active().iter() {
+            let mut state = backend_state(b);
+            let (transport, target) = match &b.spec.config.transport {
+                Transport::Stdio { command, .. } => ("stdio", command.clone()),
+                Transport::Http { url, .. } => ("http", without_query(url)),
+                Transport::Sse { url, .. } => ("sse", without_query(url)),
+            };
+            if let (Some(obj), Value::Object(health)) = (state.as_object_mut(), b.health.snapshot())
+            {
+                obj.insert("transport".into(), json!(transport));
+                obj.insert("target".into(), json!(target));
+                obj.extend(health);
+            }
+            backends.insert(b.spec.name.to_string(), state);
+        }
+        json!({ "backends": backends })
     }
 
     /// Stops everything: answers the calls still in flight with an error, ends
@@ -367,5 +380,37 @@ impl Supervisor {
         for conn in pooled {
             conn.close().await;
         }
+    }
+}
+
+/// A backend's state as `/readyz` reports it.
+fn backend_state(b: &BackendState) -> Value {
+    let catalog = b.catalog();
+    json!({
+        "state": if b.is_up() { "up" } else { "down" },
+        "required": b.spec.config.required,
+        "mode": match b.mode {
+            ConnectionMode::Shared => "shared",
+            ConnectionMode::PerSession => "per_session",
+            ConnectionMode::Auto => "auto",
+        },
+        "stateful": b.stateful_since().is_some(),
+        "tools": catalog.as_ref().map_or(0, |c| c.tools.len()),
+        "prompts": catalog.as_ref().map_or(0, |c| c.prompts.len()),
+        "resources": catalog.as_ref().map_or(0, |c| c.resources.len()),
+    })
+}
+
+/// `url` without user info, query and fragment (they may carry credentials).
+fn without_query(url: &str) -> String {
+    match url::Url::parse(url) {
+        Ok(mut u) => {
+            let _ = u.set_username("");
+            let _ = u.set_password(None);
+            u.set_query(None);
+            u.set_fragment(None);
+            u.to_string()
+        }
+        Err(_) => "(invalid URL)".to_owned(),
     }
 }
