@@ -58,6 +58,7 @@ pub struct Gateway {
     supervisor: Arc<Supervisor>,
     catalog: Arc<Catalog>,
     metrics: Arc<Metrics>,
+    auth: Option<Arc<Authenticator>>,
     /// The `[cluster]` in force (keys are read once, at start).
     cluster: config::ClusterConfig,
     shutdown_grace: Duration,
@@ -166,7 +167,7 @@ impl Gateway {
                 &server.allowed_origins,
                 &server.allowed_hosts,
             )),
-            auth,
+            auth: auth.clone(),
         };
         let app = http::app(state, &server);
         let server_task = tokio::spawn(http::serve::serve(
@@ -194,6 +195,7 @@ impl Gateway {
         };
         tracing::info!(addr = %local_addr, path = %config.server.path, backends = config.backends.len(), "mcpgate listening");
         Ok(Gateway {
+            auth,
             local_addr,
             metrics_addr,
             sessions,
@@ -244,6 +246,28 @@ impl Gateway {
         let principal = claims.map(auth::Principal::from_claims).transpose()?;
         self.supervisor.wait_loaded(wait).await;
         Ok(catalog::describe(&self.catalog, principal.as_ref()))
+    }
+
+    /// [`Gateway::describe`] for the principal that bearer `token` authenticates
+    /// as, verified as a host's token is (issuer, signature or introspection,
+    /// audience, expiry, required scopes).
+    ///
+    /// Errors: no `[auth]` configured, or the token is refused (the reason).
+    pub async fn describe_token(
+        &self,
+        token: &str,
+        wait: Duration,
+    ) -> Result<serde_json::Value, String> {
+        let Some(auth) = &self.auth else {
+            return Err("--token needs [auth]: without it every host is unauthenticated".into());
+        };
+        let header = format!("Bearer {}", token.trim());
+        let principal = auth
+            .authenticate(Some(header.as_bytes()), None)
+            .await
+            .map_err(|e| format!("the token is refused: {e}"))?;
+        self.supervisor.wait_loaded(wait).await;
+        Ok(catalog::describe(&self.catalog, Some(&principal)))
     }
 
     /// Number of host sessions.

@@ -59,8 +59,12 @@ enum Command {
         /// The token's claims as JSON, e.g. '{"iss":"https://idp","sub":"alice",
         /// "scope":"mcp tools:read"}' (trusted as given: nothing is verified).
         /// Default: an unauthenticated host.
-        #[arg(long)]
+        #[arg(long, conflicts_with = "token")]
         claims: Option<String>,
+        /// A bearer token (`-`: read it from stdin), verified against `[auth]` as
+        /// a host's token is; its principal is described.
+        #[arg(long)]
+        token: Option<String>,
         /// Print the full JSON (every item as listed, plus "backend" and "hidden").
         #[arg(long)]
         json: bool,
@@ -104,9 +108,10 @@ fn main() -> ExitCode {
         Command::Catalog {
             config,
             claims,
+            token,
             json,
             wait,
-        } => runtime.block_on(catalog(config, claims, json, wait)),
+        } => runtime.block_on(catalog(config, claims, token, json, wait)),
         Command::ConfigSchema => {
             let schema = mcpgate::config::json_schema();
             println!(
@@ -190,9 +195,19 @@ async fn serve(path: Option<PathBuf>, listen: Option<SocketAddr>) -> anyhow::Res
 async fn catalog(
     path: Option<PathBuf>,
     claims: Option<String>,
+    token: Option<String>,
     json: bool,
     wait: u64,
 ) -> anyhow::Result<()> {
+    let token = match token.as_deref() {
+        Some("-") => {
+            let mut t = String::new();
+            std::io::Read::read_to_string(&mut std::io::stdin(), &mut t)
+                .context("reading the token from stdin")?;
+            Some(t)
+        }
+        _ => token,
+    };
     let claims = match claims {
         None => None,
         Some(text) => match serde_json::from_str::<serde_json::Value>(&text) {
@@ -212,9 +227,11 @@ async fn catalog(
     let gateway = mcpgate::Gateway::start_on(config, listener)
         .await
         .context("starting the backends")?;
-    let seen = gateway
-        .describe(claims, std::time::Duration::from_secs(wait))
-        .await;
+    let wait = std::time::Duration::from_secs(wait);
+    let seen = match &token {
+        Some(t) => gateway.describe_token(t, wait).await,
+        None => gateway.describe(claims, wait).await,
+    };
     gateway.shutdown().await;
     let seen = seen.map_err(anyhow::Error::msg)?;
     if json {

@@ -43,14 +43,17 @@ fn config(issuer: &Issuer, backend: &Backend) -> String {
 
 /// `mcpgate catalog --json` for `claims`; its stdout as JSON.
 fn catalog(config_file: &std::path::Path, claims: Option<&Value>) -> Value {
-    let mut cmd = Command::new(MCPGATE);
-    cmd.args(["catalog", "--json", "--wait", "10", "--config"])
-        .arg(config_file)
-        .env_remove("MCPGATE_CONFIG");
-    if let Some(c) = claims {
-        cmd.args(["--claims", &c.to_string()]);
-    }
-    let out = cmd.output().expect("run mcpgate catalog");
+    let claims = claims.map(Value::to_string);
+    let args: Vec<&str> = claims
+        .iter()
+        .flat_map(|c| ["--claims", c.as_str()])
+        .collect();
+    catalog_with(config_file, &args)
+}
+
+/// `mcpgate catalog --json ARGS…`; its stdout as JSON (panics if it failed).
+fn catalog_with(config_file: &std::path::Path, args: &[&str]) -> Value {
+    let out = catalog_run(config_file, args);
     assert!(
         out.status.success(),
         "mcpgate catalog failed: {}",
@@ -58,6 +61,17 @@ fn catalog(config_file: &std::path::Path, claims: Option<&Value>) -> Value {
     );
     serde_json::from_slice(&out.stdout)
         .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&out.stdout)))
+}
+
+/// Runs `mcpgate catalog --json --wait 10 --config FILE ARGS…`.
+fn catalog_run(config_file: &std::path::Path, args: &[&str]) -> std::process::Output {
+    Command::new(MCPGATE)
+        .args(["catalog", "--json", "--wait", "10", "--config"])
+        .arg(config_file)
+        .args(args)
+        .env_remove("MCPGATE_CONFIG")
+        .output()
+        .expect("run mcpgate catalog")
 }
 
 /// `GET /admin/catalog?claims=…` on the gateway's metrics listener.
@@ -131,6 +145,14 @@ async fn a_principals_catalog_equals_what_tools_list_returns_to_it() {
             seen,
             "{sub}: /admin/catalog shows what the CLI prints"
         );
+        // A real token is verified as a host's is, then described the same.
+        let by_token = tokio::task::spawn_blocking({
+            let (file, token) = (file.clone(), token.clone());
+            move || catalog_with(&file, &["--token", &token])
+        })
+        .await
+        .unwrap();
+        assert_eq!(by_token, seen, "{sub}: --token shows what --claims shows");
         let mut names: Vec<&str> = seen["tools"]
             .as_array()
             .unwrap()
@@ -170,4 +192,43 @@ fn claims_that_are_not_an_object_or_lack_a_subject_are_refused() {
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(err.contains(needle), "{claims}: {err}");
     }
+}
+
+#[tokio::test]
+async fn a_token_the_gateway_would_refuse_is_refused() {
+    let issuer = Issuer::start().await;
+    let backend = Backend::start().await;
+    let dir = TestDir::new();
+    let file = dir.path("gw.toml");
+    std::fs::write(&file, config(&issuer, &backend)).unwrap();
+    let other_audience =
+        issuer.mint(&issuer.claims("alice", "tools:read", "https://other.test/mcp"));
+    let expired = {
+        let mut c = issuer.claims("alice", "tools:read", RESOURCE);
+        c["exp"] = json!(1);
+        issuer.mint(&c)
+    };
+    for (token, needle) in [
+        (other_audience, "refused"),
+        (expired, "refused"),
+        ("garbage".into(), "refused"),
+    ] {
+        let out = tokio::task::spawn_blocking({
+            let file = file.clone();
+            move || catalog_run(&file, &["--token", &token])
+        })
+        .await
+        .unwrap();
+        assert!(!out.status.success());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(needle), "{err}");
+    }
+    // Without [auth] there is nothing to verify a token against.
+    let open = dir.path("open.toml");
+    std::fs::write(&open, "").unwrap();
+    let out = tokio::task::spawn_blocking(move || catalog_run(&open, &["--token", "t"]))
+        .await
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("needs [auth]"));
 }
