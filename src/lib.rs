@@ -38,7 +38,7 @@ use tokio_util::sync::CancellationToken;
 
 pub use supervisor::ReloadReport;
 
-use crate::auth::Authenticator;
+use crate::auth::{AuthHandle, Authenticator};
 use crate::catalog::Catalog;
 use crate::config::Config;
 use crate::dispatch::Dispatch;
@@ -58,7 +58,10 @@ pub struct Gateway {
     supervisor: Arc<Supervisor>,
     catalog: Arc<Catalog>,
     metrics: Arc<Metrics>,
-    auth: Option<Arc<Authenticator>>,
+    auth: Option<Arc<AuthHandle>>,
+    /// `[auth]`, `[policy]` and `server.path` in force (`Debug` text), to tell
+    /// what a reload changes.
+    applied: std::sync::Mutex<Applied>,
     /// The `[cluster]` in force (keys are read once, at start).
     cluster: config::ClusterConfig,
     shutdown_grace: Duration,
@@ -113,10 +116,8 @@ impl Gateway {
         let auth = config
             .auth
             .as_ref()
-            .and_then(|a| Authenticator::new(a, &config.policy, &config.server.path));
-        if let Some(a) = &auth {
-            a.start(&stop);
-        }
+            .and_then(|a| Authenticator::new(a, &config.policy, &config.server.path))
+            .map(|a| AuthHandle::start(a, &stop));
         let server = Arc::new(config.server.clone());
         let metrics = Arc::new(Metrics::new());
         metrics.config_loaded(server.max_sessions);
@@ -196,6 +197,7 @@ impl Gateway {
         tracing::info!(addr = %local_addr, path = %config.server.path, backends = config.backends.len(), "mcpgate listening");
         Ok(Gateway {
             auth,
+            applied: std::sync::Mutex::new(Applied::of(&config)),
             local_addr,
             metrics_addr,
             sessions,
@@ -210,18 +212,88 @@ impl Gateway {
         })
     }
 
-    /// Applies the backends of a new, already validated configuration (hot
-    /// reload): added, removed and changed backends take effect without touching
-    /// the sessions of the others. Returns what changed.
+    /// Applies a new, already validated configuration (hot reload): `[auth]`
+    /// (issuers, audiences, JWKS settings, required scopes) and `[policy]` are
+    /// replaced whole, and added, removed and changed backends take effect
+    /// without touching the sessions of the others. Sessions stay; a host whose
+    /// view changed is told its lists changed. Returns what changed.
+    ///
+    /// Refused, changing nothing (`report.refused`, logged, counted as a failed
+    /// reload): turning `[auth]` on or off, or moving the resource's metadata
+    /// path: both need a restart. `[server]` and `[cluster]` changes are logged
+    /// as needing a restart and otherwise ignored.
     pub async fn reload(&self, config: &Config) -> ReloadReport {
         if config.cluster != self.cluster {
             tracing::warn!(
                 "[cluster] changed (session keys or lifetime); it takes effect at the next restart"
             );
         }
-        let report = supervisor::reload(&self.supervisor, config).await;
+        let next = Applied::of(config);
+        let (auth_changed, policy_changed) = {
+            let now = self.applied.lock().unwrap_or_else(|e| e.into_inner());
+            (now.auth != next.auth, now.policy != next.policy)
+        };
+        let new_auth = match self.prepare_auth(config, auth_changed || policy_changed) {
+            Ok(a) => a,
+            Err(why) => {
+                tracing::error!(cause = %why, "configuration reload refused; nothing changed (restart to apply it)");
+                self.metrics.reload_failed();
+                return ReloadReport::refused(why);
+            }
+        };
+        let mut report = supervisor::reload(&self.supervisor, config).await;
+        if let (Some(handle), Some(new)) = (&self.auth, new_auth) {
+            // Checked by prepare_auth: the metadata paths are the same.
+            if let Err(why) = handle.replace(new) {
+                tracing::error!(cause = %why, "[auth] not replaced");
+            }
+            report.auth = auth_changed;
+        }
+        if policy_changed {
+            supervisor::reload_policy(&self.supervisor, &config.policy);
+            report.policy = true;
+        }
+        *self.applied.lock().unwrap_or_else(|e| e.into_inner()) = next;
+        if report.auth || report.policy {
+            tracing::info!(
+                auth = report.auth,
+                policy = report.policy,
+                "authorization settings reloaded"
+            );
+        }
         self.metrics.reload_succeeded();
         report
+    }
+
+    /// The authenticator a reload would put in force (`None`: nothing to
+    /// replace), checked against the one running.
+    ///
+    /// Errors: `[auth]` turned on or off, or its metadata path moved.
+    fn prepare_auth(
+        &self,
+        config: &Config,
+        changed: bool,
+    ) -> Result<Option<Arc<Authenticator>>, String> {
+        let new = config
+            .auth
+            .as_ref()
+            .and_then(|a| Authenticator::new(a, &config.policy, &config.server.path));
+        match (&self.auth, new) {
+            (None, None) => Ok(None),
+            (Some(_), None) => Err("[auth] would be turned off".into()),
+            (None, Some(_)) => Err("[auth] would be turned on".into()),
+            (Some(_), Some(_)) if !changed => Ok(None),
+            (Some(handle), Some(new)) => {
+                let paths = &handle.current().metadata.paths;
+                if *paths != new.metadata.paths {
+                    return Err(format!(
+                        "the protected resource metadata would move from {paths:?} to {:?}",
+                        new.metadata.paths
+                    ));
+                }
+                Ok(Some(new))
+            }
+        }
     }
 
     /// Records a new configuration that was refused (it did not load or
@@ -258,11 +330,12 @@ impl Gateway {
         token: &str,
         wait: Duration,
     ) -> Result<serde_json::Value, String> {
-        let Some(auth) = &self.auth else {
+        let Some(handle) = &self.auth else {
             return Err("--token needs [auth]: without it every host is unauthenticated".into());
         };
         let header = format!("Bearer {}", token.trim());
-        let principal = auth
+        let principal = handle
+            .current()
             .authenticate(Some(header.as_bytes()), None)
             .await
             .map_err(|e| format!("the token is refused: {e}"))?;
@@ -384,4 +457,20 @@ async fn serve_metrics(
         tracing::info!(%addr, "metrics listening");
     }
     local
+}
+
+/// The reloadable authorization settings in force, as `Debug` text (the config
+/// types have no `PartialEq`; their `Debug` shows every field).
+struct Applied {
+    auth: String,
+    policy: String,
+}
+
+impl Applied {
+    fn of(config: &Config) -> Applied {
+        Applied {
+            auth: format!("{:?}", config.auth),
+            policy: format!("{:?}", config.policy),
+        }
+    }
 }

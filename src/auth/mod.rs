@@ -6,6 +6,7 @@
 //! `http/auth.rs`.
 
 pub mod fetch;
+mod handle;
 pub mod introspect;
 pub mod jwks;
 pub mod jwt;
@@ -22,6 +23,7 @@ use serde_json::{Map, Value};
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{AuthConfig, PolicyConfig};
+pub use handle::AuthHandle;
 use jwks::Issuer;
 use metadata::ResourceMetadata;
 

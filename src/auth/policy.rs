@@ -27,14 +27,23 @@ pub enum ItemKind {
     Resource,
 }
 
-/// The rules that apply to a principal, by index; equal keys see equal views.
+/// The rules that apply to a principal, by index into the policy of one
+/// generation (a reload compiles a new generation); equal keys see equal views.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
-pub struct ViewKey(Arc<[u32]>);
+pub struct ViewKey {
+    generation: u64,
+    rules: Arc<[u32]>,
+}
 
 impl ViewKey {
     /// The rule indices.
     pub fn rules(&self) -> &[u32] {
-        &self.0
+        &self.rules
+    }
+
+    /// The policy generation the indices refer to.
+    pub fn generation(&self) -> u64 {
+        self.generation
     }
 }
 
@@ -50,6 +59,7 @@ struct Rule {
 
 /// The compiled policy.
 pub struct Policy {
+    generation: u64,
     default: Effect,
     rules: Vec<Rule>,
 }
@@ -123,12 +133,24 @@ fn claim_matches(have: &Value, want: &Value) -> bool {
 }
 
 impl Policy {
-    /// Compiles `[policy]`.
+    /// Compiles `[policy]` (generation 0).
     pub fn new(config: &PolicyConfig) -> Policy {
+        Self::with_generation(config, 0)
+    }
+
+    /// Compiles `[policy]` as generation `generation`: its keys never equal the
+    /// keys of another generation.
+    pub fn with_generation(config: &PolicyConfig, generation: u64) -> Policy {
         Policy {
+            generation,
             default: config.default,
             rules: config.rules.iter().map(Rule::new).collect(),
         }
+    }
+
+    /// This policy's generation.
+    pub fn generation(&self) -> u64 {
+        self.generation
     }
 
     /// Whether every caller sees everything (no rules, default allow): the
@@ -142,11 +164,18 @@ impl Policy {
         let applicable: Vec<u32> = (0..self.rules.len() as u32)
             .filter(|i| self.rules[*i as usize].applies(p))
             .collect();
-        ViewKey(applicable.into())
+        ViewKey {
+            generation: self.generation,
+            rules: applicable.into(),
+        }
     }
 
-    /// Whether an item is visible under `key`.
+    /// Whether an item is visible under `key`. A key of another generation
+    /// sees nothing (its rule indices mean other rules here).
     pub fn allows(&self, key: &ViewKey, backend: &str, kind: ItemKind, name: &str) -> bool {
+        if key.generation != self.generation {
+            return false;
+        }
         let mut allowed = None;
         for &i in key.rules() {
             let Some(rule) = self.rules.get(i as usize) else {

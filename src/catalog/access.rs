@@ -28,7 +28,7 @@ struct Snapshot {
 
 /// The policy and the views derived from it.
 pub struct Access {
-    policy: Arc<Policy>,
+    policy: RwLock<Arc<Policy>>,
     snapshot: RwLock<Arc<Snapshot>>,
     cache: Mutex<(u64, HashMap<ViewKey, Arc<View>>)>,
 }
@@ -37,10 +37,17 @@ impl Access {
     /// Compiles the policy.
     pub fn new(config: &PolicyConfig) -> Self {
         Access {
-            policy: Arc::new(Policy::new(config)),
+            policy: RwLock::new(Arc::new(Policy::new(config))),
             snapshot: RwLock::default(),
             cache: Mutex::default(),
         }
+    }
+
+    fn policy(&self) -> Arc<Policy> {
+        self.policy
+            .read()
+            .map(|p| p.clone())
+            .unwrap_or_else(|e| e.into_inner().clone())
     }
 
     /// Records the catalogues the aggregated view of rebuild `generation` was
@@ -75,13 +82,30 @@ fn item_kind(kind: ListKind) -> ItemKind {
 impl Catalog {
     /// The view key of a principal (`None`: unauthenticated).
     pub fn view_key(&self, principal: Option<&Principal>) -> ViewKey {
-        self.access.policy.key(principal)
+        self.access.policy().key(principal)
+    }
+
+    /// Replaces the policy (hot reload) with `config`, compiled as the next
+    /// generation: cached views are dropped, and keys derived from the old
+    /// policy see nothing until they are derived again ([`Catalog::view_key`]).
+    pub fn set_policy(&self, config: &PolicyConfig) {
+        let mut p = self
+            .access
+            .policy
+            .write()
+            .unwrap_or_else(|e| e.into_inner());
+        *p = Arc::new(Policy::with_generation(config, p.generation() + 1));
+        drop(p);
+        if let Ok(mut c) = self.access.cache.lock() {
+            c.1.clear();
+        }
     }
 
     /// The catalogue for a view key: the aggregated view when the policy is
     /// open, else the cached filtered view (built on first use).
     pub fn view_for_key(&self, key: &ViewKey) -> Arc<View> {
-        if self.access.policy.is_open() {
+        let policy = self.access.policy();
+        if policy.is_open() && key.generation() == policy.generation() {
             return self.view();
         }
         let snap = self.access.snapshot();
@@ -93,9 +117,10 @@ impl Catalog {
                 return v.clone();
             }
         }
-        let view = Arc::new(self.build_filtered(&snap, key));
+        let view = Arc::new(self.build_filtered(&snap, key, policy));
         if let Ok(mut c) = self.access.cache.lock()
             && c.0 == snap.generation
+            && key.generation() == self.access.policy().generation()
         {
             if c.1.len() >= MAX_VIEWS {
                 c.1.clear();
@@ -105,10 +130,9 @@ impl Catalog {
         view
     }
 
-    fn build_filtered(&self, snap: &Snapshot, key: &ViewKey) -> View {
+    fn build_filtered(&self, snap: &Snapshot, key: &ViewKey, policy: Arc<Policy>) -> View {
         let backends = self.backends.snapshot();
         let names: Arc<[Arc<str>]> = backends.iter().map(|b| b.spec.name.clone()).collect();
-        let policy = self.access.policy.clone();
         let key = key.clone();
         let filter: ItemFilter = Arc::new(move |idx, kind, name| {
             names

@@ -59,7 +59,8 @@ pub async fn accept(st: &AppState, req: Request) -> Result<Accepted, HttpError> 
     headers::check_origin(&parts.headers, &st.origins).map_err(closing)?;
     let principal = match &st.auth {
         None => None,
-        Some(auth) => {
+        Some(handle) => {
+            let auth = handle.current();
             let result = auth
                 .authenticate(
                     presented.as_ref().map(HeaderValue::as_bytes),
@@ -72,7 +73,7 @@ pub async fn accept(st: &AppState, req: Request) -> Result<Accepted, HttpError> 
                     tracing::debug!(cause = %e, method = %parts.method, "request not authenticated");
                     let limit = st.server.max_body_bytes;
                     let drained = axum::body::to_bytes(body, limit).await.is_ok();
-                    let mut refused = auth_error(auth, &e);
+                    let mut refused = auth_error(&auth, &e);
                     if !drained {
                         refused = closing(refused);
                     }

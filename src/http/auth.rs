@@ -6,29 +6,48 @@ use std::sync::Arc;
 
 use axum::Json;
 use axum::Router as AxumRouter;
+use axum::extract::State;
 use axum::routing::get;
+use serde_json::Value;
 
 use super::{AppState, HttpError};
 use crate::auth::metadata::WELL_KNOWN;
-use crate::auth::{Authenticator, Principal};
+use crate::auth::{AuthHandle, Authenticator, Principal};
 use crate::jsonrpc;
 use crate::mcp::Changed;
 use crate::session::Session;
 
 /// RFC 9728 metadata routes: the path-inserted URL(s) of the endpoint and the
-/// root one. Open (no token needed), GET only.
-pub fn metadata_routes(auth: Option<&Authenticator>) -> AxumRouter<AppState> {
+/// root one. Open (no token needed), GET only. The paths are those of the
+/// authenticator at start; the documents are read from the one in force (a
+/// reload of `[auth]` changes them).
+pub fn metadata_routes(auth: Option<&AuthHandle>) -> AxumRouter<AppState> {
     let mut r = AxumRouter::new();
-    let Some(auth) = auth else { return r };
-    let m = &auth.metadata;
+    let Some(handle) = auth else { return r };
+    let m = &handle.current().metadata;
     for path in &m.paths {
-        let doc = m.document.clone();
-        r = r.route(path, get(move || async move { Json(doc) }));
+        r = r.route(path, get(endpoint_document));
     }
-    if let Some(doc) = m.root_document.clone() {
-        r = r.route(WELL_KNOWN, get(move || async move { Json(doc) }));
+    if m.root_document.is_some() {
+        r = r.route(WELL_KNOWN, get(root_document));
     }
     r
+}
+
+async fn endpoint_document(State(st): State<AppState>) -> Json<Value> {
+    Json(current(&st).map_or(Value::Null, |a| a.metadata.document.clone()))
+}
+
+async fn root_document(State(st): State<AppState>) -> Json<Value> {
+    Json(
+        current(&st)
+            .and_then(|a| a.metadata.root_document.clone())
+            .unwrap_or(Value::Null),
+    )
+}
+
+fn current(st: &AppState) -> Option<Arc<Authenticator>> {
+    st.auth.as_ref().map(|h| h.current())
 }
 
 /// Checks that `principal` may use `session` (the one that created it: another

@@ -27,7 +27,7 @@ use tower_http::timeout::RequestBodyTimeoutLayer;
 
 pub use error::HttpError;
 
-use crate::auth::Authenticator;
+use crate::auth::AuthHandle;
 use crate::catalog::Catalog;
 use crate::cluster::Sealer;
 use crate::config::ServerConfig;
@@ -65,7 +65,7 @@ pub struct AppState {
     /// Whose `X-Forwarded-For` names the client (`server.trusted_proxies`).
     pub proxies: Arc<client::TrustedProxies>,
     /// Bearer validation (`None`: the endpoint is open, see `[auth]`).
-    pub auth: Option<Arc<Authenticator>>,
+    pub auth: Option<Arc<AuthHandle>>,
 }
 
 /// Which browser origins and Host headers are accepted (DNS-rebinding guard,

@@ -19,7 +19,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, watch};
 
-pub use reload::{ReloadReport, reload};
+pub use reload::{ReloadReport, reload, reload_policy};
 
 use crate::backend::{BackendError, Connection, Owner, backoff};
 use crate::catalog::{BackendState, Catalog, fetch};

@@ -3,8 +3,10 @@
 //!
 //! A changed backend is removed and added again under a new registry index, so no
 //! per-session connection, subscription or route can mix the old and the new one.
-//! `[server]`, `[auth]` and `[policy]` are read at start only; a reload that changes
-//! them logs that a restart is needed.
+//! A changed `[policy]` is compiled whole and swapped in ([`reload_policy`]);
+//! `[auth]` is swapped by the gateway (`Gateway::reload`). `[server]` and
+//! `[cluster]` are read at start only; a reload that changes them logs that a
+//! restart is needed.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -23,6 +25,12 @@ pub struct ReloadReport {
     pub removed: Vec<String>,
     /// Backends whose settings changed (restarted).
     pub changed: Vec<String>,
+    /// Whether `[policy]` was replaced.
+    pub policy: bool,
+    /// Whether `[auth]` was replaced.
+    pub auth: bool,
+    /// Why the reload changed nothing, if it was refused.
+    pub refused: Option<String>,
 }
 
 impl ReloadReport {
@@ -30,6 +38,29 @@ impl ReloadReport {
     pub fn is_empty(&self) -> bool {
         self.added.is_empty() && self.removed.is_empty() && self.changed.is_empty()
     }
+
+    /// A reload that changed nothing because of `why`.
+    pub fn refused(why: String) -> Self {
+        ReloadReport {
+            refused: Some(why),
+            ..Default::default()
+        }
+    }
+}
+
+/// Puts a new, validated `[policy]` in force for every session at once: the
+/// catalogue compiles it as a new generation (no view mixes old and new rules),
+/// unauthenticated sessions get their view from it now (an authenticated one
+/// gets it at its next request, which re-derives its view from its token), and
+/// every host is told its lists changed.
+pub fn reload_policy(sup: &Supervisor, policy: &crate::config::PolicyConfig) {
+    sup.catalog.set_policy(policy);
+    for s in sup.sessions.all() {
+        if s.principal().is_none() {
+            s.set_view_key(sup.catalog.view_key(None));
+        }
+    }
+    sup.announce_changes(&Changed::ALL);
 }
 
 /// Applies the backends of a new, already validated configuration: removed and
