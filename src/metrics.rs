@@ -147,8 +147,8 @@ impl Metrics {
             requests: counter_vec(
                 &r,
                 "mcpgate_requests_total",
-                "Host requests by method, backend and outcome.",
-                &["method", "backend", "outcome"],
+                "Host requests by method, backend, outcome and protocol era (legacy: session-based revisions; modern: 2026-07-28).",
+                &["method", "backend", "outcome", "era"],
             ),
             request_duration: histogram_vec(
                 &r,
@@ -224,8 +224,8 @@ impl Metrics {
             rejections: counter_vec(
                 &r,
                 "mcpgate_rejections_total",
-                "Host requests refused before routing, by reason.",
-                &["reason"],
+                "Host requests refused before routing, by reason and protocol era (unknown: refused before the body was read).",
+                &["reason", "era"],
             ),
             dropped_messages: counter_vec(
                 &r,

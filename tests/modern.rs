@@ -147,6 +147,22 @@ async fn lists_calls_reads_prompts_and_completions_work_without_a_session() {
     assert_eq!(v["error"]["code"], -32602, "{v}");
     assert_eq!(v["error"]["data"]["uri"], "nowhere://x", "{v}");
     assert_eq!(gw.gateway().session_count(), 0);
+    // Counted under their era; a legacy session's call under the other one.
+    let legacy = gw.session().await;
+    legacy.call_tool("demo__echo", json!({"text": "old"})).await;
+    let text = common::scrape(&gw).await;
+    let calls = |era| {
+        common::metric(
+            &text,
+            "mcpgate_requests_total",
+            &[("method", "tools/call"), ("era", era)],
+        )
+    };
+    assert_eq!(
+        (calls("modern"), calls("legacy")),
+        (Some(1.0), Some(1.0)),
+        "{text}"
+    );
 }
 
 #[tokio::test]
@@ -251,7 +267,11 @@ async fn the_validation_ladder_answers_in_order_with_the_request_id() {
         ("method_not_found", 6.0),
     ] {
         assert_eq!(
-            common::metric(&text, "mcpgate_rejections_total", &[("reason", reason)]),
+            common::metric(
+                &text,
+                "mcpgate_rejections_total",
+                &[("reason", reason), ("era", "modern")]
+            ),
             Some(n),
             "{reason}: {text}"
         );

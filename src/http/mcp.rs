@@ -115,6 +115,7 @@ async fn frame(
         {
             return Err(invalid("a 2026-07-28 message is never part of a batch"));
         }
+        ctx.set_legacy();
         let session = lookup(st, h, principal.as_ref())?;
         ctx.set_session(session.log_id());
         ctx.set_revision(session.version());
@@ -150,6 +151,8 @@ async fn frame(
                 &format!("revision {requested:?}"),
             ));
         }
+    } else {
+        ctx.set_legacy();
     }
     if let Message::Request(req) = &msg {
         if req.method == Method::Initialize {

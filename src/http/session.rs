@@ -166,8 +166,10 @@ async fn open_stream(
     ctx.set_principal(a.principal.as_ref());
     let h = &a.parts.headers;
     if let Some(e) = super::modern::refuse_get_or_delete(h) {
+        ctx.set_modern();
         return Err(e);
     }
+    ctx.set_legacy();
     headers::check_get_accept(h)?;
     let session = lookup(st, h, a.principal.as_ref())?;
     ctx.set_session(session.log_id());
@@ -209,8 +211,10 @@ pub async fn delete(State(st): State<AppState>, req: Request) -> Response {
         let a = accept(&st, req).await?;
         ctx.set_principal(a.principal.as_ref());
         if let Some(e) = super::modern::refuse_get_or_delete(&a.parts.headers) {
+            ctx.set_modern();
             return Err(e);
         }
+        ctx.set_legacy();
         let session = lookup(&st, &a.parts.headers, a.principal.as_ref())?;
         headers::protocol_version(&a.parts.headers)?;
         Ok::<_, HttpError>(session)

@@ -39,7 +39,7 @@ use access::Audit;
 pub use access::audited_arguments;
 
 /// Why a request was refused on the HTTP plane, before routing (metric label
-/// `mcpgate_rejections_total{reason}`).
+/// `mcpgate_rejections_total{reason,era}`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Rejection {
     /// 403: Origin not allowed (DNS-rebinding guard).
@@ -272,6 +272,13 @@ impl RequestContext {
         self.audit.modern = Some(true);
     }
 
+    /// The era classifier found a session-based (legacy) request: a POST
+    /// without the 2026-07-28 claim, or a GET/DELETE without a 2026-07-28
+    /// version header.
+    pub fn set_legacy(&mut self) {
+        self.audit.modern = Some(false);
+    }
+
     /// The HTTP status of the answer, where it is not 200.
     pub fn set_status(&mut self, status: u16) {
         self.audit.status = Some(status);
@@ -353,9 +360,14 @@ impl RequestContext {
         let secs = self.started.elapsed().as_secs_f64();
         let method = self.method.as_ref().map_or("none", Method::label);
         let backend = self.backend.as_deref().unwrap_or("none");
+        let era = match self.audit.modern {
+            Some(true) => "modern",
+            Some(false) => "legacy",
+            None => "unknown",
+        };
         match outcome {
             Outcome::Rejected(why) => {
-                m.rejections.with_label_values(&[why.label()]).inc();
+                m.rejections.with_label_values(&[why.label(), era]).inc();
                 if why.is_auth() {
                     m.auth_failures.with_label_values(&[why.label()]).inc();
                 }
@@ -363,7 +375,7 @@ impl RequestContext {
             _ if !self.is_request => {}
             _ => {
                 m.requests
-                    .with_label_values(&[method, backend, outcome.label()])
+                    .with_label_values(&[method, backend, outcome.label(), era])
                     .inc();
                 m.request_duration
                     .with_label_values(&[method])
@@ -382,7 +394,7 @@ impl RequestContext {
                     m.upstream_errors.with_label_values(&[b, class]).inc();
                 }
                 if outcome == Outcome::Busy {
-                    m.rejections.with_label_values(&["backend_busy"]).inc();
+                    m.rejections.with_label_values(&["backend_busy", era]).inc();
                 }
                 let listed = self
                     .method
@@ -426,6 +438,7 @@ mod tests {
         let m = Arc::new(Metrics::new());
         let mut ctx = RequestContext::new(&m);
         ctx.set_request(&Method::parse(method));
+        ctx.set_legacy();
         if let Some(b) = backend {
             ctx.backend = Some(b.into());
         }
@@ -438,7 +451,7 @@ mod tests {
         let text = record("tools/call", Some("time"), Outcome::Ok);
         assert!(
             text.contains(
-                r#"mcpgate_requests_total{backend="time",method="tools/call",outcome="ok"} 1"#
+                r#"mcpgate_requests_total{backend="time",era="legacy",method="tools/call",outcome="ok"} 1"#
             ),
             "{text}"
         );
@@ -458,7 +471,7 @@ mod tests {
         );
         let text = record("tools/call", Some("b"), Outcome::Busy);
         assert!(
-            text.contains(r#"mcpgate_rejections_total{reason="backend_busy"} 1"#),
+            text.contains(r#"mcpgate_rejections_total{era="legacy",reason="backend_busy"} 1"#),
             "{text}"
         );
         assert!(text.contains(r#"outcome="unavailable""#), "{text}");
@@ -466,7 +479,7 @@ mod tests {
         RequestContext::new(&m).reject_with(Rejection::Unauthorized, 401, -32000);
         let text = m.render();
         assert!(
-            text.contains(r#"mcpgate_rejections_total{reason="unauthorized"} 1"#),
+            text.contains(r#"mcpgate_rejections_total{era="unknown",reason="unauthorized"} 1"#),
             "{text}"
         );
         assert!(

@@ -162,6 +162,9 @@ def test_metrics_after_a_scripted_workload_and_bounded_cardinality(start_gateway
         assert m.value(req, method="tools/call", backend="crashy", outcome="unavailable") == 1
         assert m.value(req, method="tools/call", backend="none", outcome="error") == 2
         assert m.value(req, method="other", backend="none", outcome="error") == 1
+        # Every one of them came from session-based (legacy) hosts.
+        assert m.value(req, method="tools/call", era="legacy") == 7
+        assert m.value(req, era="modern") is None
         assert m.value("mcpgate_request_duration_seconds_count", method="tools/call") == 7
         assert m.value("mcpgate_upstream_duration_seconds_count", backend="fx") == 4
         assert m.value("mcpgate_sessions_active") == 1
