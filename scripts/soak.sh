@@ -5,7 +5,7 @@
 # (a separate `mcpgate demo-server --http`) is stalled with SIGSTOP/SIGCONT. Passes when
 # RSS and open fds stay flat after warm-up (fitted drift within 2 %), no error except
 # on calls to the faulted backends, no session sees another's messages, and no zombie
-# is left. Prints a JSON report (tests/soak/soak.py). Not part of scripts/test.sh.
+# is left. Prints a JSON report (tests/soak/soak.py). scripts/test.sh runs one minute.
 #
 # Environment: CARGO_TARGET_DIR (honoured), PYTHON (default tests/.venv/bin/python).
 set -euo pipefail
@@ -13,7 +13,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
 [[ "$CARGO_TARGET_DIR" = /* ]] || CARGO_TARGET_DIR="$ROOT/$CARGO_TARGET_DIR"
-cargo build --locked --bins
+cargo build --locked --bins --examples
 export MCPGATE_BIN="$CARGO_TARGET_DIR/debug/mcpgate"
-export FAKE_STDIO="$CARGO_TARGET_DIR/debug/mcpgate-fake-stdio"
+export FAKE_STDIO="$CARGO_TARGET_DIR/debug/examples/mcpgate-fake-stdio"
 exec "${PYTHON:-tests/.venv/bin/python}" tests/soak/soak.py "${1:-1}"
