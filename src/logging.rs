@@ -270,8 +270,25 @@ fn level_text(level: &Level) -> &'static str {
 
 /// Fields the stock formatters treat apart (log-crate metadata, raw identifiers).
 fn special(name: &str) -> bool {
-    name.starts_with("log.") || name.starts_with("r#")
+    matches!(name.as_bytes().first(), Some(b'l' | b'r'))
+        && (name.starts_with("log.") || name.starts_with("r#"))
 }
+
+/// Bytes a string may hold to be written as it is (`text`: between quotes, as
+/// `str`'s `Debug` writes it; `json`: as `serde_json` writes it).
+const fn plain_bytes(json: bool) -> [bool; 256] {
+    let mut table = [false; 256];
+    let mut b = 0;
+    while b < 256 {
+        let quoted = b == b'"' as usize || b == b'\\' as usize;
+        table[b] = !quoted && b >= 0x20 && (json || b < 0x7f);
+        b += 1;
+    }
+    table
+}
+
+const PLAIN_TEXT: [bool; 256] = plain_bytes(false);
+const PLAIN_JSON: [bool; 256] = plain_bytes(true);
 
 /// The event's fields as the text formatter writes them: the message first as
 /// it is, then `name=value` separated by spaces, strings in their `Debug` form.
@@ -284,7 +301,8 @@ struct TextFields<'a> {
 impl TextFields<'_> {
     /// Starts field `name` (`false`: not handled here).
     fn start(&mut self, field: &Field) -> bool {
-        if !self.ok || special(field.name()) {
+        let name = field.name();
+        if !self.ok || special(name) {
             self.ok = false;
             return false;
         }
@@ -292,8 +310,8 @@ impl TextFields<'_> {
             self.line.out.push(' ');
         }
         self.first = false;
-        if field.name() != "message" {
-            self.line.out.push_str(field.name());
+        if name != "message" {
+            self.line.out.push_str(name);
             self.line.out.push('=');
         }
         true
@@ -309,10 +327,7 @@ impl Visit for TextFields<'_> {
             return;
         }
         let out = &mut self.line.out;
-        if value
-            .bytes()
-            .all(|b| (0x20..0x7f).contains(&b) && b != b'"' && b != b'\\')
-        {
+        if value.bytes().all(|b| PLAIN_TEXT[usize::from(b)]) {
             out.push('"');
             out.push_str(value);
             out.push('"');
@@ -347,11 +362,12 @@ impl Visit for TextFields<'_> {
         if !self.start(field) {
             return;
         }
-        let line = &mut *self.line;
-        let text = line.debug(value);
+        let out = &mut self.line.out;
+        let from = out.len();
+        let _ = write!(out, "{value:?}");
         // The stock formatter escapes terminal control characters in the message.
         if field.name() == "message"
-            && text.chars().any(|c| {
+            && out[from..].chars().any(|c| {
                 matches!(
                     c,
                     '\x07' | '\x08' | '\x0c' | '\x1b' | '\x7f' | '\u{80}'..='\u{9f}'
@@ -359,9 +375,7 @@ impl Visit for TextFields<'_> {
             })
         {
             self.ok = false;
-            return;
         }
-        line.out.push_str(&line.scratch);
     }
 }
 
@@ -376,7 +390,8 @@ struct JsonFields<'a> {
 impl JsonFields<'_> {
     /// Starts the entry of `field` (`false`: not handled here).
     fn start(&mut self, field: &Field) -> bool {
-        if !self.ok || special(field.name()) {
+        let name = field.name();
+        if !self.ok || special(name) {
             self.ok = false;
             return false;
         }
@@ -384,7 +399,7 @@ impl JsonFields<'_> {
             self.line.out.push(',');
         }
         self.first = false;
-        json_str(&mut self.line.out, field.name());
+        json_str(&mut self.line.out, name);
         self.line.out.push(':');
         true
     }
@@ -431,7 +446,7 @@ impl Visit for JsonFields<'_> {
 
 /// Appends `s` as a JSON string (escaped as `serde_json` escapes it).
 fn json_str(out: &mut String, s: &str) {
-    if s.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\') {
+    if s.bytes().all(|b| PLAIN_JSON[usize::from(b)]) {
         out.push('"');
         out.push_str(s);
         out.push('"');
