@@ -55,8 +55,8 @@ pub enum Id {
 impl fmt::Display for Id {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Id::Num(n) => write!(f, "{n}"),
-            Id::Str(s) => write!(f, "{s:?}"),
+            Id::Num(n) => fmt::Display::fmt(n, f),
+            Id::Str(s) => fmt::Debug::fmt(&**s, f),
         }
     }
 }

@@ -20,6 +20,7 @@ mod error;
 pub mod fuzzing;
 mod http;
 pub mod jsonrpc;
+pub mod logging;
 pub mod mcp;
 mod metrics;
 mod relay;

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use mcpgate::config::{Config, ConfigError};
+use mcpgate::logging::AccessFormat;
 
 mod demo;
 
@@ -138,14 +139,20 @@ fn init_logging() {
     // Colours only on a terminal: escape codes in container logs are noise, and
     // formatting them costs CPU on every request span.
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    // The access line (one per request) is written by `AccessFormat`, the same
+    // bytes for a fraction of the stock formatter's cost.
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(ansi)
         .with_writer(std::io::stderr);
+    let format = tracing_subscriber::fmt::format();
     if std::env::var("MCPGATE_LOG_FORMAT").is_ok_and(|f| f == "json") {
-        builder.json().init();
+        builder
+            .json()
+            .event_format(AccessFormat::json(format.json()))
+            .init();
     } else {
-        builder.init();
+        builder.event_format(AccessFormat::text(format)).init();
     }
 }
 
