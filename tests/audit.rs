@@ -146,6 +146,34 @@ async fn every_request_gets_one_access_line_with_who_what_and_how_it_ended() {
         let n = lines.iter().filter(|f| f["rpc_id"] == id).count();
         assert_eq!(n, 1, "one line for {id}: {lines:?}");
     }
+    // A DELETE has no JSON-RPC method: its line names the HTTP one.
+    let mut req = reqwest::Client::new()
+        .delete(&served.url)
+        .header("authorization", &bearer);
+    for (k, v) in c.headers().iter() {
+        req = req.header(k, v);
+    }
+    assert_eq!(req.send().await.unwrap().status(), 200);
+    let mut ended = None;
+    common::wait_for(Duration::from_secs(5), || {
+        ended = access_lines(&served)
+            .into_iter()
+            .find(|f| f["http"] == "DELETE");
+        ended.is_some()
+    })
+    .await;
+    let ended = ended.unwrap_or_else(|| panic!("no DELETE line:\n{}", served.log()));
+    assert!(ended.get("method").is_none(), "{ended}");
+    assert_eq!(
+        (ended["subject"].as_str(), ended["status"].as_u64()),
+        (Some("alice"), Some(200)),
+        "{ended}"
+    );
+    assert!(
+        lines.iter().all(|f| f.get("http").is_none()),
+        "POSTs carry no http field: {lines:?}"
+    );
+
     let log = served.log();
     assert!(!log.contains(&token), "the token is never logged");
     assert!(!log.contains(SECRET_ARGUMENT), "arguments are never logged");

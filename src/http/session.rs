@@ -148,6 +148,7 @@ pub(super) fn reserve_stream(
 /// after that id, on that stream only).
 pub async fn get(State(st): State<AppState>, req: Request) -> Response {
     let mut ctx = super::accept::context(&st, &req);
+    ctx.set_http_method("GET");
     match open_stream(&st, &mut ctx, req).await {
         Ok(resp) => {
             ctx.finish(Outcome::Ok);
@@ -207,6 +208,7 @@ async fn open_stream(
 /// `DELETE` of their own session, per-session stdio children are stopped).
 pub async fn delete(State(st): State<AppState>, req: Request) -> Response {
     let mut ctx = super::accept::context(&st, &req);
+    ctx.set_http_method("DELETE");
     let found = async {
         let a = accept(&st, req).await?;
         ctx.set_principal(a.principal.as_ref());

@@ -25,6 +25,8 @@ pub(super) struct Audit {
     pub(super) bytes_in: Option<usize>,
     pub(super) bytes_out: Option<usize>,
     pub(super) arguments: Option<String>,
+    /// `GET` or `DELETE` (a POST carries a JSON-RPC method instead).
+    pub(super) http_method: Option<&'static str>,
 }
 
 /// The longest method name the access line repeats (a host may send any string).
@@ -87,6 +89,7 @@ impl RequestContext {
         let method = self.method.as_ref().map(|m| truncated(m.as_str()));
         tracing::info!(
             target: "mcpgate::access",
+            http = a.http_method,
             method,
             rpc_id = a.rpc_id.as_ref().map(tracing::field::display),
             session = self.session.as_deref(),

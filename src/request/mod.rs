@@ -274,6 +274,12 @@ impl RequestContext {
         self.audit.modern = Some(true);
     }
 
+    /// A `GET` (stream) or `DELETE` (session end) request: the access line names
+    /// the HTTP method, as there is no JSON-RPC one.
+    pub fn set_http_method(&mut self, method: &'static str) {
+        self.audit.http_method = Some(method);
+    }
+
     /// The era classifier found a session-based (legacy) request: a POST
     /// without the 2026-07-28 claim, or a GET/DELETE without a 2026-07-28
     /// version header.
