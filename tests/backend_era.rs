@@ -1,0 +1,237 @@
+//! The client face's era per backend (`era = "auto" | "legacy" | "modern"`):
+//! a 2026-07-28 HTTP backend (another mcpgate, whose host face is dual-era) is
+//! spoken to statelessly — no `initialize`, no session, `_meta` and the standard
+//! headers on every request — for legacy and modern hosts alike; the `auto`
+//! probe's verdicts over HTTP (legacy 400, garbage, -32022 with legacy versions,
+//! a hanging discover, 401) and over stdio (a legacy child that exits on the
+//! probe, one that ignores it).
+
+mod common;
+
+use std::time::Duration;
+
+use common::{Discover, FakeHttp, FakeHttpOptions, TestGateway, read_log, text_of};
+use serde_json::{Value, json};
+
+const MODERN: &str = "2026-07-28";
+
+/// A gateway over the fake stdio backend: a real 2026-07-28 HTTP server.
+async fn modern_backend() -> TestGateway {
+    TestGateway::start(
+        "[server]\nmetrics_listen = \"127.0.0.1:0\"\n[backends.fx]\ntype = \"stdio\"\ncommand = \"${FAKE_STDIO}\"\n",
+    )
+    .await
+}
+
+/// A gateway in front of `url`, spoken to in `era`.
+async fn front(url: &str, era: &str) -> TestGateway {
+    TestGateway::start(&format!(
+        "[backends.up]\ntype = \"http\"\nurl = \"{url}\"\nera = \"{era}\"\ntimeout = \"2s\"\n"
+    ))
+    .await
+}
+
+/// How many host requests of `method` the backend gateway counted.
+async fn served(backend: &TestGateway, method: &str) -> f64 {
+    let text = common::scrape(backend).await;
+    text.lines()
+        .filter(|l| l.starts_with("mcpgate_requests_total{"))
+        .filter(|l| l.contains(&format!("method=\"{method}\"")))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+#[tokio::test]
+async fn a_legacy_host_lists_calls_reads_and_gets_prompts_from_a_modern_backend() {
+    let up = modern_backend().await;
+    for era in ["auto", "modern"] {
+        let gw = front(&up.url, era).await;
+        let s = gw.session().await;
+        let tools = common::names(&s.list_all("tools/list", "tools").await);
+        assert!(
+            tools.contains(&"up__fx__echo".to_owned()),
+            "{era}: {tools:?}"
+        );
+        let r = s.call_tool("up__fx__echo", json!({"text": "hi"})).await;
+        assert_eq!(text_of(&r.response), "hi", "{era}: {r:?}");
+        let result = &r.response["result"];
+        for k in ["resultType", "ttlMs", "cacheScope"] {
+            assert!(
+                result.get(k).is_none(),
+                "{era}: {k} reached a legacy host: {result}"
+            );
+        }
+        let uris: Vec<Value> = s.list_all("resources/list", "resources").await;
+        assert!(
+            uris.iter().any(|u| u["uri"] == "up+fx+fx://static"),
+            "{era}: {uris:?}"
+        );
+        let read = s
+            .request("resources/read", json!({"uri": "up+fx+fx://static"}))
+            .await;
+        let contents = &read.result()["contents"];
+        assert!(contents[0]["text"].is_string(), "{era}: {read:?}");
+        assert!(read.result().get("resultType").is_none(), "{read:?}");
+        let prompt = s
+            .request(
+                "prompts/get",
+                json!({"name": "up__fx__greet", "arguments": {"name": "Ada"}}),
+            )
+            .await;
+        let messages = prompt.result()["messages"].as_array().cloned();
+        assert!(messages.is_some_and(|m| !m.is_empty()), "{era}: {prompt:?}");
+    }
+    // Everything reached the backend as stateless requests: no handshake, no
+    // session, only server/discover in its place.
+    assert_eq!(served(&up, "initialize").await, 0.0);
+    assert!(served(&up, "server/discover").await >= 2.0);
+    assert!(served(&up, "tools/call").await >= 2.0);
+    assert!(served(&up, "resources/read").await >= 2.0);
+    assert!(served(&up, "prompts/get").await >= 2.0);
+}
+
+#[tokio::test]
+async fn a_modern_host_is_relayed_to_a_modern_backend() {
+    let up = modern_backend().await;
+    let gw = front(&up.url, "auto").await;
+    let c = gw.client();
+    let meta = json!({
+        "io.modelcontextprotocol/protocolVersion": MODERN,
+        "io.modelcontextprotocol/clientCapabilities": {},
+        "io.modelcontextprotocol/clientInfo": {"name": "it", "version": "0"}
+    });
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+        "params": {"name": "up__fx__echo", "arguments": {"text": "m"}, "_meta": meta}});
+    let h = [
+        ("mcp-protocol-version", MODERN),
+        ("mcp-method", "tools/call"),
+        ("mcp-name", "up__fx__echo"),
+    ];
+    let r = c.post(&h, body.to_string()).await;
+    let v = r.json();
+    assert_eq!(v["result"]["content"][0]["text"], "m", "{v}");
+    assert_eq!(v["result"]["resultType"], "complete", "{v}");
+    assert_eq!(served(&up, "initialize").await, 0.0);
+    assert!(served(&up, "tools/call").await >= 1.0);
+}
+
+#[tokio::test]
+async fn auto_falls_back_to_initialize_on_every_legacy_answer() {
+    for discover in [
+        None,
+        Some(Discover::Garbage),
+        Some(Discover::LegacyVersions),
+    ] {
+        let fx = FakeHttp::start(FakeHttpOptions {
+            discover,
+            ..FakeHttpOptions::default()
+        })
+        .await;
+        let gw = front(&fx.url, "auto").await;
+        let s = gw.session().await;
+        let r = s.call_tool("up__echo", json!({"text": "l"})).await;
+        assert_eq!(text_of(&r.response), "l", "{discover:?}: {r:?}");
+        let probes = fx.calls("server/discover");
+        assert!(!probes.is_empty(), "{discover:?}: probed first");
+        let probe = &probes[0];
+        assert_eq!(probe.header("mcp-protocol-version"), Some(MODERN));
+        assert_eq!(probe.header("mcp-method"), Some("server/discover"));
+        assert!(probe.header("mcp-session-id").is_none());
+        let meta = &probe.body.as_ref().unwrap()["params"]["_meta"];
+        assert_eq!(meta["io.modelcontextprotocol/protocolVersion"], MODERN);
+        assert!(meta["io.modelcontextprotocol/clientCapabilities"].is_object());
+        assert_eq!(
+            meta["io.modelcontextprotocol/clientInfo"]["name"],
+            "mcpgate"
+        );
+        assert!(!fx.calls("initialize").is_empty(), "{discover:?}");
+        // The verdict is cached: a second session's connection does not probe.
+        let before = fx.calls("server/discover").len();
+        let s2 = gw.session().await;
+        let r = s2.call_tool("up__echo", json!({"text": "2"})).await;
+        assert_eq!(text_of(&r.response), "2");
+        assert_eq!(fx.calls("server/discover").len(), before, "{discover:?}");
+    }
+}
+
+#[tokio::test]
+async fn no_era_evidence_leaves_the_backend_unavailable_not_legacy() {
+    for discover in [Discover::Hang, Discover::Unauthorized] {
+        let fx = FakeHttp::start(FakeHttpOptions {
+            discover: Some(discover),
+            ..FakeHttpOptions::default()
+        })
+        .await;
+        let started = tokio::time::Instant::now();
+        let gw = front(&fx.url, "auto").await;
+        let s = gw.session().await;
+        let r = s.call_tool("up__echo", json!({"text": "x"})).await;
+        assert!(r.response.get("error").is_some(), "{discover:?}: {r:?}");
+        assert!(
+            started.elapsed() < Duration::from_secs(15),
+            "{discover:?}: the probe is bounded ({:?})",
+            started.elapsed()
+        );
+        assert!(!fx.calls("server/discover").is_empty(), "{discover:?}");
+        assert!(
+            fx.calls("initialize").is_empty(),
+            "{discover:?}: a timeout or 401 is no reason to speak legacy"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_stdio_child_that_exits_on_the_probe_is_replaced_and_initialized() {
+    let gw = TestGateway::start(
+        r#"
+        [backends.fx]
+        type = "stdio"
+        command = "${FAKE_STDIO}"
+        args = ["--exit-before-init", "--log", "${TEST_DIR}/fx.log"]
+        "#,
+    )
+    .await;
+    let s = gw.session().await;
+    let r = s.call_tool("fx__echo", json!({"text": "back"})).await;
+    assert_eq!(text_of(&r.response), "back", "{r:?}");
+    let log = read_log(&gw.dir.path("fx.log"));
+    let exits = log
+        .iter()
+        .filter(|e| e["event"] == "exit before initialize")
+        .count();
+    assert_eq!(exits, 1, "probed once, then cached as legacy: {log:?}");
+}
+
+#[tokio::test]
+async fn a_stdio_child_that_ignores_the_probe_is_initialized_in_place() {
+    let gw = TestGateway::start(
+        r#"
+        [backends.fx]
+        type = "stdio"
+        command = "${FAKE_STDIO}"
+        args = ["--strict-init", "--log", "${TEST_DIR}/fx.log"]
+        "#,
+    )
+    .await;
+    let s = gw.session().await;
+    // The probe waits out its timeout before `initialize` follows.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while !common::names(&s.list_all("tools/list", "tools").await).contains(&"fx__echo".to_owned())
+    {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the catalogue never loaded"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let r = s.call_tool("fx__echo", json!({"text": "late"})).await;
+    assert_eq!(text_of(&r.response), "late", "{r:?}");
+    let log = read_log(&gw.dir.path("fx.log"));
+    let started = log.iter().filter(|e| e["event"] == "started").count();
+    assert_eq!(started, 1, "the same child: {log:?}");
+    assert!(
+        log.iter()
+            .any(|e| e["event"] == "ignored before initialized" && e["method"] == "server/discover"),
+        "{log:?}"
+    );
+}
