@@ -235,3 +235,147 @@ async fn a_stdio_child_that_ignores_the_probe_is_initialized_in_place() {
         "{log:?}"
     );
 }
+
+/// A gateway over the fake stdio backend with `args`, as a 2026-07-28 HTTP server.
+async fn modern_backend_with(args: &str) -> TestGateway {
+    TestGateway::start(&format!(
+        "[backends.fx]\ntype = \"stdio\"\ncommand = \"${{FAKE_STDIO}}\"\nargs = [{args}]\n"
+    ))
+    .await
+}
+
+/// Messages on `stream` up to and including the response (at most 10 s).
+async fn until_response(stream: &mut common::SseStream) -> Vec<Value> {
+    let mut got = Vec::new();
+    while let Some(m) = stream.next(Duration::from_secs(10)).await {
+        let done = m.get("id").is_some() && m.get("method").is_none();
+        got.push(m);
+        if done {
+            break;
+        }
+    }
+    got
+}
+
+#[tokio::test]
+async fn progress_and_logs_of_a_modern_backend_reach_the_legacy_host() {
+    let up = modern_backend().await;
+    let gw = front(&up.url, "auto").await;
+    let s = gw.session().await;
+    let call = json!({"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": {
+        "name": "up__fx__slow_progress", "arguments": {"n": 3, "interval_ms": 50},
+        "_meta": {"progressToken": "p"}}});
+    let mut stream = s.open(&call).await;
+    let got = until_response(&mut stream).await;
+    let progress: Vec<&Value> = got
+        .iter()
+        .filter(|m| m["method"] == "notifications/progress")
+        .collect();
+    assert!(!progress.is_empty(), "{got:?}");
+    assert!(
+        progress.iter().all(|p| p["params"]["progressToken"] == "p"),
+        "{got:?}"
+    );
+    assert_eq!(got.last().unwrap()["id"], 5, "{got:?}");
+    // The session's level travels as the request's logLevel: no level, no logs.
+    let log = |id: i64, text: &str| {
+        json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
+        "name": "up__fx__log", "arguments": {"level": "warning", "text": text}}})
+    };
+    let mut quiet = s.open(&log(6, "unasked")).await;
+    let got = until_response(&mut quiet).await;
+    assert!(
+        got.iter().all(|m| m["method"] != "notifications/message"),
+        "{got:?}"
+    );
+    let set = s
+        .request("logging/setLevel", json!({"level": "info"}))
+        .await;
+    assert!(set.response.get("result").is_some(), "{set:?}");
+    let mut loud = s.open(&log(7, "asked")).await;
+    let got = until_response(&mut loud).await;
+    assert!(
+        got.iter()
+            .any(|m| m["method"] == "notifications/message" && m["params"]["data"] == "asked"),
+        "{got:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_legacy_host_cancel_closes_the_stateless_request_and_reaches_the_backend() {
+    let up = modern_backend_with("\"--log\", \"${TEST_DIR}/fx.log\", \"--never-answer\", \"echo\"")
+        .await;
+    let gw = front(&up.url, "auto").await;
+    let s = gw.session().await;
+    let call = json!({"jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": {
+        "name": "up__fx__echo", "arguments": {"text": "never"}}});
+    let stream = s.open(&call).await;
+    let log = up.dir.path("fx.log");
+    assert!(
+        common::wait_for(Duration::from_secs(5), || !common::logged_calls(
+            &log, "echo"
+        )
+        .is_empty())
+        .await
+    );
+    let upstream = common::logged_calls(&log, "echo")[0]["msg"]["id"].clone();
+    s.notify(
+        "notifications/cancelled",
+        Some(json!({"requestId": 9, "reason": "user"})),
+    )
+    .await;
+    let cancelled = || {
+        common::logged(&log, "notifications/cancelled")
+            .iter()
+            .any(|e| e["msg"]["params"]["requestId"] == upstream)
+    };
+    assert!(
+        common::wait_for(Duration::from_secs(5), cancelled).await,
+        "the dropped stream cancels upstream of the modern backend: {}",
+        std::fs::read_to_string(&log).unwrap_or_default()
+    );
+    drop(stream);
+}
+
+#[tokio::test]
+async fn a_cached_modern_era_is_probed_again_when_the_backend_answers_as_legacy() {
+    let up = TestGateway::start(
+        "[backends.fx]\ntype = \"stdio\"\ncommand = \"${FAKE_STDIO}\"\nprefix = \"\"\n",
+    )
+    .await;
+    let addr = up.addr.to_string();
+    let gw = front(&up.url, "auto").await;
+    let s = gw.session().await;
+    let r = s.call_tool("up__echo", json!({"text": "modern"})).await;
+    assert_eq!(text_of(&r.response), "modern", "{r:?}");
+    // The same origin now serves a legacy-only server.
+    up.shutdown().await;
+    let fx = FakeHttp::start_at(FakeHttpOptions::default(), &addr).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    loop {
+        let r = s.call_tool("up__echo", json!({"text": "legacy"})).await;
+        if r.response["result"]["content"][0]["text"] == "legacy" {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "never re-probed: {r:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let methods: Vec<Option<String>> = fx
+        .log()
+        .iter()
+        .map(|r| r.rpc_method().map(str::to_owned))
+        .collect();
+    let discover = methods
+        .iter()
+        .position(|m| m.as_deref() == Some("server/discover"));
+    let init = methods
+        .iter()
+        .position(|m| m.as_deref() == Some("initialize"));
+    assert!(
+        matches!((discover, init), (Some(d), Some(i)) if d < i),
+        "probed again, then initialized: {methods:?}"
+    );
+}

@@ -126,6 +126,11 @@ impl Drop for FakeHttp {
 impl FakeHttp {
     /// Starts a fake on 127.0.0.1 with an ephemeral port.
     pub async fn start(opts: FakeHttpOptions) -> FakeHttp {
+        FakeHttp::start_at(opts, "127.0.0.1:0").await
+    }
+
+    /// Starts a fake listening on `addr` (e.g. where another server was).
+    pub async fn start_at(opts: FakeHttpOptions, addr: &str) -> FakeHttp {
         let inner = Arc::new(Inner {
             catalog: Catalog::new(&opts.label, Vec::new()),
             opts,
@@ -138,7 +143,7 @@ impl FakeHttp {
         let app = axum::Router::new()
             .route("/mcp", axum::routing::post(post).get(get).delete(delete))
             .with_state(inner.clone());
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let listener = tokio::net::TcpListener::bind(addr).await.unwrap();
         let url = format!("http://{}/mcp", listener.local_addr().unwrap());
         let task = tokio::spawn(async move {
             let _ = axum::serve(listener, app).await;
