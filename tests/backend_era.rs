@@ -379,3 +379,24 @@ async fn a_cached_modern_era_is_probed_again_when_the_backend_answers_as_legacy(
         "probed again, then initialized: {methods:?}"
     );
 }
+
+#[tokio::test]
+async fn completion_works_through_a_modern_backend() {
+    let up = TestGateway::start(&format!(
+        "[backends.demo]\ntype = \"stdio\"\ncommand = \"{}\"\nargs = [\"demo-server\"]\nprefix = \"\"\n",
+        env!("CARGO_BIN_EXE_mcpgate")
+    ))
+    .await;
+    let gw = front(&up.url, "auto").await;
+    let s = gw.session().await;
+    let r = s
+        .request(
+            "completion/complete",
+            json!({"ref": {"type": "ref/prompt", "name": "up__test_prompt_with_arguments"},
+                   "argument": {"name": "arg1", "value": "pa"}}),
+        )
+        .await;
+    let values = &r.result()["completion"]["values"];
+    assert_eq!(values, &json!(["paris", "park", "party"]), "{r:?}");
+    assert!(r.result().get("resultType").is_none(), "{r:?}");
+}

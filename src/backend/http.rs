@@ -226,11 +226,12 @@ impl HttpLink {
         }
     }
 
-    /// A stateless request answered with an error status. Modern servers put a
-    /// JSON-RPC error in the body (400 -32022/-32020/-32021, 404 -32601): it is
-    /// dispatched as the answer. A body that is no such error on a 400/404/405
-    /// means the backend is legacy after all (it wants a session), so the cached
-    /// era is forgotten and the connection closed.
+    /// A stateless request answered with an error status. Modern servers answer
+    /// with the JSON-RPC error for our id in the body (400 -32022/-32020/-32021,
+    /// 404 -32601): it is dispatched as the answer. A 400/404/405 without one
+    /// (legacy servers refuse a request without a session so, with `id: null`)
+    /// or a -32022 that does not list our revision means the backend is legacy
+    /// after all: the cached era is forgotten and the connection closed.
     async fn refused_modern(
         &self,
         conn: &Arc<Connection>,
@@ -246,23 +247,20 @@ impl HttpLink {
             .ok()
             .filter(|v| v.get("id").and_then(serde_json::Value::as_u64) == Some(id))
             .and_then(|v| v.get("error").cloned());
-        let code = error.as_ref().and_then(|e| e.get("code")?.as_i64());
-        let modern_error =
-            code.is_some_and(|c| (-32022..=-32020).contains(&c) || c == -32601 || c == -32602);
-        if modern_error {
+        let established = conn.info().is_some();
+        if let Some(e) = &error {
+            let code = e.get("code").and_then(serde_json::Value::as_i64);
             let version = conn
                 .protocol_version()
                 .unwrap_or(crate::mcp::ProtocolVersion::MODERN);
-            let data = error.as_ref().and_then(|e| e.get("data"));
-            if conn.info().is_some()
-                && super::modern::says_not_modern(code.unwrap_or_default(), data, version)
-            {
-                conn.era_was_wrong("the backend no longer serves 2026-07-28");
-            } else {
+            let wrong =
+                super::modern::says_not_modern(code.unwrap_or_default(), e.get("data"), version);
+            if !(established && wrong) {
                 dispatch_text(conn, &body, Some(id));
                 return Ok(());
             }
-        } else if matches!(status.as_u16(), 400 | 404 | 405) && conn.info().is_some() {
+            conn.era_was_wrong("the backend no longer serves 2026-07-28");
+        } else if matches!(status.as_u16(), 400 | 404 | 405) && established {
             conn.era_was_wrong("the backend refused a stateless request (it wants a session)");
         }
         Err(BackendError::HttpStatus {
