@@ -22,8 +22,9 @@ use tokio::sync::oneshot;
 
 use super::BackendError;
 use super::conn::{Connection, dispatch_text};
+use super::modern;
 use crate::auth::upstream::UpstreamCredentials;
-use crate::mcp::Method;
+use crate::mcp::{Method, ProtocolVersion};
 use crate::streamable_http::{PROTOCOL_VERSION as VERSION_HEADER, SESSION_ID as SESSION_HEADER};
 
 /// `Mcp-Method` and `Mcp-Name` (MCP 2026-07-28 basic/transports/streamable-http,
@@ -167,7 +168,7 @@ impl HttpLink {
             if let Ok(v) = HeaderValue::from_str(method.as_str()) {
                 h.insert(METHOD_HEADER, v);
             }
-            if let Some(v) = name.and_then(super::modern::header_value) {
+            if let Some(v) = name.and_then(modern::header_value) {
                 h.insert(NAME_HEADER, v);
             }
         }
@@ -226,12 +227,10 @@ impl HttpLink {
         }
     }
 
-    /// A stateless request answered with an error status. Modern servers answer
-    /// with the JSON-RPC error for our id in the body (400 -32022/-32020/-32021,
-    /// 404 -32601): it is dispatched as the answer. A 400/404/405 without one
-    /// (legacy servers refuse a request without a session so, with `id: null`)
-    /// or a -32022 that does not list our revision means the backend is legacy
-    /// after all: the cached era is forgotten and the connection closed.
+    /// A stateless request answered with an error status
+    /// ([`modern::refusal`]): the JSON-RPC error for our id is the answer; an
+    /// established connection answered as by a legacy server forgets the cached
+    /// era and closes.
     async fn refused_modern(
         &self,
         conn: &Arc<Connection>,
@@ -243,25 +242,21 @@ impl HttpLink {
             self.refused(conn);
         }
         let body = resp.bytes().await.unwrap_or_default();
-        let error = serde_json::from_slice::<serde_json::Value>(&body)
-            .ok()
-            .filter(|v| v.get("id").and_then(serde_json::Value::as_u64) == Some(id))
-            .and_then(|v| v.get("error").cloned());
+        let version = conn.protocol_version().unwrap_or(ProtocolVersion::MODERN);
         let established = conn.info().is_some();
-        if let Some(e) = &error {
-            let code = e.get("code").and_then(serde_json::Value::as_i64);
-            let version = conn
-                .protocol_version()
-                .unwrap_or(crate::mcp::ProtocolVersion::MODERN);
-            let wrong =
-                super::modern::says_not_modern(code.unwrap_or_default(), e.get("data"), version);
-            if !(established && wrong) {
-                dispatch_text(conn, &body, Some(id));
-                return Ok(());
-            }
-            conn.era_was_wrong("the backend no longer serves 2026-07-28");
-        } else if matches!(status.as_u16(), 400 | 404 | 405) && established {
-            conn.era_was_wrong("the backend refused a stateless request (it wants a session)");
+        let refusal = modern::refusal(status.as_u16(), &body, id, version);
+        let answer = match refusal {
+            modern::Refusal::Answer => true,
+            // To a probe, -32022 is its verdict to draw (it may name another revision).
+            modern::Refusal::Unsupported => !established,
+            modern::Refusal::WrongEra | modern::Refusal::Status => false,
+        };
+        if answer {
+            dispatch_text(conn, &body, Some(id));
+            return Ok(());
+        }
+        if established && refusal != modern::Refusal::Status {
+            conn.era_was_wrong("the backend answered a stateless request as a legacy server");
         }
         Err(BackendError::HttpStatus {
             backend: self.backend.to_string(),

@@ -118,6 +118,44 @@ pub(crate) fn says_not_modern(code: i64, data: Option<&Value>, ours: ProtocolVer
             .is_some_and(|s| s.iter().any(|v| v.as_str() == Some(ours.as_str())))
 }
 
+/// What a non-2xx answer to a stateless HTTP request means.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Refusal {
+    /// The body is the JSON-RPC error for our request: the answer.
+    Answer,
+    /// The body is a -32022 for our request that does not list our revision: on
+    /// an established connection the cached era is wrong; to a probe, the answer
+    /// (it may name another modern revision).
+    Unsupported,
+    /// The backend answered as a legacy server would (a 400/404/405 without an
+    /// error for our id, as when a session is missing): the cached era is wrong.
+    WrongEra,
+    /// Only the status (401, 5xx, ...).
+    Status,
+}
+
+/// Classifies a non-2xx answer to stateless request `id` sent at `ours` (MCP
+/// 2026-07-28 basic/transports/streamable-http: modern servers answer 400/404
+/// with the JSON-RPC error in the body).
+pub(crate) fn refusal(status: u16, body: &[u8], id: u64, ours: ProtocolVersion) -> Refusal {
+    let error = serde_json::from_slice::<Value>(body)
+        .ok()
+        .filter(|v| v.get("id").and_then(Value::as_u64) == Some(id))
+        .and_then(|mut v| v.get_mut("error").map(Value::take));
+    match error {
+        Some(e) => {
+            let code = e.get("code").and_then(Value::as_i64).unwrap_or_default();
+            if says_not_modern(code, e.get("data"), ours) {
+                Refusal::Unsupported
+            } else {
+                Refusal::Answer
+            }
+        }
+        None if matches!(status, 400 | 404 | 405) => Refusal::WrongEra,
+        None => Refusal::Status,
+    }
+}
+
 /// The client capabilities declared to a modern backend: what the gateway can carry
 /// back to any host. Elicitation, sampling and roots reach a modern backend's caller
 /// only as `input_required` rounds, which the gateway does not yet run for legacy
@@ -287,6 +325,32 @@ mod tests {
         assert_eq!(classify_probe_failure(&reset, m), Verdict::NoEvidence);
         let garbage = BackendError::protocol("b", "not json");
         assert_eq!(classify_probe_failure(&garbage, m), Verdict::Legacy);
+    }
+
+    #[test]
+    fn refusals_by_body() {
+        let m = ProtocolVersion::MODERN;
+        let err = |id: Value, code: i64, data: Value| {
+            json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": "x", "data": data}})
+                .to_string()
+        };
+        for code in [-32600, -32601, -32602, -32603, -32020, -32021] {
+            let body = err(json!(4), code, json!(null));
+            assert_eq!(
+                refusal(400, body.as_bytes(), 4, m),
+                Refusal::Answer,
+                "{code}"
+            );
+        }
+        let ours = err(json!(4), -32022, json!({"supported": ["2026-07-28"]}));
+        assert_eq!(refusal(400, ours.as_bytes(), 4, m), Refusal::Answer);
+        let gone = err(json!(4), -32022, json!({"supported": ["2025-11-25"]}));
+        assert_eq!(refusal(400, gone.as_bytes(), 4, m), Refusal::Unsupported);
+        let no_session = err(Value::Null, -32000, json!(null));
+        assert_eq!(refusal(400, no_session.as_bytes(), 4, m), Refusal::WrongEra);
+        assert_eq!(refusal(405, b"", 4, m), Refusal::WrongEra);
+        assert_eq!(refusal(401, b"", 4, m), Refusal::Status);
+        assert_eq!(refusal(503, no_session.as_bytes(), 4, m), Refusal::Status);
     }
 
     #[test]
