@@ -118,20 +118,32 @@ async fn an_http_backend_answering_405_falls_back_to_the_legacy_transport() {
     let gw = TestGateway::start(&config("http", &fx.url)).await;
     works(&gw.session().await).await;
     let log = fx.log();
-    assert_eq!(
+    let first = |i: usize| {
         (
-            log[0].http_method.as_str(),
-            log[0].status,
-            log[0].rpc_method.as_deref()
-        ),
-        ("POST", 405, Some("initialize")),
+            log[i].http_method.clone(),
+            log[i].status,
+            log[i].rpc_method.clone(),
+        )
+    };
+    // The era probe (`era = "auto"`), refused: legacy; then Streamable HTTP.
+    assert_eq!(
+        first(0),
+        ("POST".into(), 405, Some("server/discover".into())),
+        "{log:?}"
+    );
+    assert_eq!(
+        first(1),
+        ("POST".into(), 405, Some("initialize".into())),
         "Streamable HTTP first: {log:?}"
     );
     assert_eq!(
-        (log[1].http_method.as_str(), log[1].status),
+        (log[2].http_method.as_str(), log[2].status),
         ("GET", 200),
         "{log:?}"
     );
     let refused = log.iter().filter(|r| r.status == 405).count();
-    assert_eq!(refused, 1, "detected once, then legacy only: {log:?}");
+    assert_eq!(
+        refused, 2,
+        "probed and detected once, then legacy only: {log:?}"
+    );
 }

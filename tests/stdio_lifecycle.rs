@@ -157,6 +157,9 @@ async fn non_json_stdout_is_skipped_and_strict_init_is_respected() {
         type = "stdio"
         command = "${FAKE_STDIO}"
         args = ["--strict-init", "--log", "${TEST_DIR}/strict.log"]
+        # The legacy lifecycle: nothing before initialize (era "auto" sends its
+        # server/discover probe first; tests/backend_era.rs).
+        era = "legacy"
         "#,
     )
     .await;

@@ -11,6 +11,7 @@ use serde_json::{Value, json};
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
+use super::modern::{self, EraCache};
 use super::{BackendError, Caller, Link, UpstreamHandler};
 use crate::jsonrpc::{self, ErrorObject, Id, Message, Notification};
 use crate::mcp::{Method, ProtocolVersion};
@@ -79,6 +80,12 @@ pub struct Connection {
     last_used: Mutex<tokio::time::Instant>,
     /// Why the connection closed (for the errors of requests it leaves unanswered).
     close_reason: OnceLock<String>,
+    /// `Some`: the backend is spoken to statelessly at this revision (no
+    /// `initialize`; `_meta` on every request). Changes only during the handshake
+    /// of a probing stdio connection that falls back to `initialize`.
+    modern: Mutex<Option<ProtocolVersion>>,
+    /// The backend's cached era, forgotten when this connection finds it wrong.
+    era_cache: Option<Arc<EraCache>>,
 }
 
 impl Connection {
@@ -89,8 +96,11 @@ impl Connection {
         handler: Arc<dyn UpstreamHandler>,
         capabilities: Value,
         timeout: Duration,
+        modern: Option<ProtocolVersion>,
     ) -> Self {
         Connection {
+            modern: Mutex::new(modern),
+            era_cache: None,
             capabilities,
             timeout,
             backend,
@@ -105,6 +115,39 @@ impl Connection {
             last_used: Mutex::new(tokio::time::Instant::now()),
             close_reason: OnceLock::new(),
         }
+    }
+
+    /// Lets this connection forget the backend's cached era when it finds it wrong.
+    pub(super) fn with_era_cache(mut self, cache: Arc<EraCache>) -> Self {
+        self.era_cache = Some(cache);
+        self
+    }
+
+    /// The revision of a stateless (2026-07-28) connection; `None`: legacy.
+    pub fn modern(&self) -> Option<ProtocolVersion> {
+        self.modern.lock().ok().and_then(|m| *m)
+    }
+
+    /// Whether this is a stateless connection over HTTP (no notifications exist
+    /// there; closing a response stream cancels its request).
+    fn modern_http(&self) -> bool {
+        self.modern().is_some() && matches!(self.link.get(), Some(Link::Http(_)))
+    }
+
+    /// The revision spoken on this connection: the negotiated one, or the modern
+    /// one before `server/discover` answered.
+    pub(super) fn protocol_version(&self) -> Option<ProtocolVersion> {
+        self.info().map(|i| i.version).or(self.modern())
+    }
+
+    /// The cached era was wrong: forget it and close (the next connection probes).
+    pub(super) fn era_was_wrong(self: &Arc<Self>, why: &str) {
+        let Some(cache) = &self.era_cache else {
+            return;
+        };
+        tracing::info!(backend = %self.backend, cause = why, "backend answered in another protocol era; probing again");
+        cache.forget();
+        self.fail_all(why);
     }
 
     /// The backend's `initialize` answer. Set once the handshake completed.
@@ -184,13 +227,26 @@ impl Connection {
         if self.closed.is_cancelled() {
             return Err(BackendError::closed(&self.backend, "connection closed"));
         }
+        let method = match self.modern().map(|_| modern::stateless(method)) {
+            Some(modern::Stateless::Send(m)) => m,
+            Some(modern::Stateless::Answer(v)) => return Ok(v),
+            Some(modern::Stateless::Refuse(e)) => return Err(BackendError::Rpc(e)),
+            None => method,
+        };
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         if let Ok(mut t) = self.last_used.lock() {
             *t = tokio::time::Instant::now();
         }
         if call.as_ref().is_some_and(|c| c.wants_progress()) {
-            set_progress_token(&mut params, id);
+            modern::set_progress_token(&mut params, id);
         }
+        if let Some(version) = self.modern() {
+            let level = call.as_ref().and_then(|c| c.log_level());
+            modern::stamp_envelope(&mut params, version, level);
+        }
+        let name = self
+            .modern()
+            .and_then(|_| modern::mcp_name(method, params.as_ref()));
         let (tx, rx) = oneshot::channel();
         let caller = call.clone();
         if let Ok(mut p) = self.pending.lock() {
@@ -206,8 +262,19 @@ impl Connection {
         }
         let bytes = jsonrpc::request_bytes(&Id::Num(id as i64), method.as_str(), params.as_ref());
         let exchange = async {
-            link.send_request(self, id, method, bytes).await?;
-            match rx.await {
+            let mut rx = rx;
+            // The answer may come while the response stream is still open; a
+            // cancel (the pending entry removed) ends the wait and drops the
+            // stream, which is how a stateless HTTP request is cancelled.
+            let answer = tokio::select! {
+                biased;
+                got = &mut rx => got,
+                sent = link.send_request(self, id, method, name.as_deref(), bytes) => {
+                    sent?;
+                    rx.await
+                }
+            };
+            match answer {
                 Ok(Ok(result)) => Ok(result),
                 Ok(Err(e)) => Err(BackendError::Rpc(e)),
                 Err(_) if self.closed.is_cancelled() => Err(BackendError::closed(
@@ -249,7 +316,7 @@ impl Connection {
     /// overtake it.
     pub async fn cancel_awaited(self: &Arc<Self>, id: u64, reason: &str, limit: Duration) {
         let removed = self.pending.lock().ok().and_then(|mut p| p.remove(&id));
-        if removed.is_none() {
+        if removed.is_none() || self.modern_http() {
             return;
         }
         let params = json!({"requestId": id, "reason": reason});
@@ -262,12 +329,23 @@ impl Connection {
     }
 
     fn send_cancel(self: &Arc<Self>, id: u64, reason: &str) {
+        if self.modern_http() {
+            // Stateless HTTP: closing the request's response stream is the
+            // cancellation (MCP 2026-07-28 basic/patterns/cancellation).
+            return;
+        }
         let params = json!({"requestId": id, "reason": reason});
         self.notify(&Method::Cancelled, Some(&params));
     }
 
-    /// Sends a notification (fire and forget; failures are logged).
+    /// Sends a notification (fire and forget; failures are logged). A stateless
+    /// backend gets only `notifications/cancelled`, and over HTTP none at all
+    /// (2026-07-28 removed the others and defines none over HTTP).
     pub fn notify(self: &Arc<Self>, method: &Method, params: Option<&Value>) {
+        if self.modern_http() || (self.modern().is_some() && *method != Method::Cancelled) {
+            tracing::debug!(backend = %self.backend, %method, "notification not sent to a stateless HTTP backend");
+            return;
+        }
         let bytes = jsonrpc::notification_bytes(method.as_str(), params);
         self.send_detached(bytes);
     }
@@ -299,12 +377,41 @@ impl Connection {
 
     /// Repeats the handshake on the same transport (the backend ended our session).
     pub(super) async fn rehandshake(self: &Arc<Self>) -> Result<(), BackendError> {
-        Box::pin(self.handshake()).await
+        Box::pin(self.handshake(self.timeout, false)).await
     }
 
     /// Performs `initialize` + `notifications/initialized` (MCP basic/lifecycle),
-    /// declaring the connection's client capabilities.
-    pub(super) async fn handshake(self: &Arc<Self>) -> Result<(), BackendError> {
+    /// declaring the connection's client capabilities; on a stateless connection
+    /// `server/discover` instead (MCP 2026-07-28 server/discover), within
+    /// `probe` at most. With `fallback`, a discover that fails while the
+    /// transport lives (an error answer, garbage, no answer in time) turns the
+    /// connection legacy and `initialize` follows on the same transport (MCP
+    /// 2026-07-28 basic/transports/stdio, backward compatibility).
+    pub(super) async fn handshake(
+        self: &Arc<Self>,
+        probe: Duration,
+        fallback: bool,
+    ) -> Result<(), BackendError> {
+        if let Some(version) = self.modern() {
+            let limit = probe.min(self.timeout);
+            let found = self
+                .request(&Method::ServerDiscover, None, None, limit)
+                .await
+                .and_then(|raw| modern::discover_info(&self.backend, &raw, version));
+            match found {
+                Ok(info) => {
+                    let _ = self.info.set(info);
+                    return Ok(());
+                }
+                Err(e) if !fallback || !self.is_alive() => return Err(e),
+                Err(e) => {
+                    tracing::info!(backend = %self.backend, cause = %e, "no 2026-07-28 answer to server/discover; initializing");
+                    if let Ok(mut m) = self.modern.lock() {
+                        *m = None;
+                    }
+                }
+            }
+        }
         let timeout = self.timeout;
         let params = json!({
             "protocolVersion": ProtocolVersion::LATEST.as_str(),
@@ -456,18 +563,6 @@ impl Drop for PendingGuard<'_> {
         if let Ok(mut p) = self.conn.pending.lock() {
             p.remove(&self.id);
         }
-    }
-}
-
-/// Sets `params._meta.progressToken` to the upstream id.
-fn set_progress_token(params: &mut Option<Value>, id: u64) {
-    let p = params.get_or_insert_with(|| json!({}));
-    let Some(obj) = p.as_object_mut() else {
-        return;
-    };
-    let meta = obj.entry("_meta").or_insert_with(|| json!({}));
-    if let Some(meta) = meta.as_object_mut() {
-        meta.insert("progressToken".into(), Value::from(id));
     }
 }
 

@@ -22,20 +22,28 @@ use tokio::sync::oneshot;
 
 use super::BackendError;
 use super::conn::{Connection, dispatch_text};
+use super::modern;
 use crate::auth::upstream::UpstreamCredentials;
-use crate::mcp::Method;
+use crate::mcp::{Method, ProtocolVersion};
 use crate::streamable_http::{PROTOCOL_VERSION as VERSION_HEADER, SESSION_ID as SESSION_HEADER};
+
+/// `Mcp-Method` and `Mcp-Name` (MCP 2026-07-28 basic/transports/streamable-http,
+/// request metadata): sent to stateless backends only.
+const METHOD_HEADER: &str = "mcp-method";
+const NAME_HEADER: &str = "mcp-name";
 
 const BOTH: &str = "application/json, text/event-stream";
 /// Headers only the gateway sets: a configured value must never stand in
 /// for one, e.g. a fixed `Mcp-Session-Id` on `initialize`, before the gateway has
 /// a session id of its own to put there.
-const PROTOCOL_HEADERS: [&str; 5] = [
+const PROTOCOL_HEADERS: [&str; 7] = [
     "accept",
     "content-type",
     SESSION_HEADER,
     VERSION_HEADER,
     "last-event-id",
+    METHOD_HEADER,
+    NAME_HEADER,
 ];
 /// How often a POST response stream is resumed with `Last-Event-ID` (SEP-1699).
 const MAX_RESUMES: usize = 5;
@@ -143,17 +151,27 @@ impl HttpLink {
         if let Some(s) = self.session() {
             h.insert(SESSION_HEADER, s);
         }
-        if let Some(info) = conn.info() {
-            h.insert(
-                VERSION_HEADER,
-                HeaderValue::from_static(info.version.as_str()),
-            );
+        if let Some(version) = conn.protocol_version() {
+            h.insert(VERSION_HEADER, HeaderValue::from_static(version.as_str()));
         }
         h
     }
 
-    async fn post(&self, conn: &Connection, body: Bytes) -> Result<Response, BackendError> {
+    async fn post(
+        &self,
+        conn: &Connection,
+        body: Bytes,
+        rpc: Option<(&Method, Option<&str>)>,
+    ) -> Result<Response, BackendError> {
         let mut h = self.headers(conn, BOTH);
+        if let (Some((method, name)), Some(_)) = (rpc, conn.modern()) {
+            if let Ok(v) = HeaderValue::from_str(method.as_str()) {
+                h.insert(METHOD_HEADER, v);
+            }
+            if let Some(v) = name.and_then(modern::header_value) {
+                h.insert(NAME_HEADER, v);
+            }
+        }
         self.authorize(conn, &mut h).await?;
         self.client
             .post(self.url.clone())
@@ -171,13 +189,17 @@ impl HttpLink {
         conn: &Arc<Connection>,
         id: u64,
         method: &Method,
+        name: Option<&str>,
         bytes: Vec<u8>,
     ) -> Result<(), BackendError> {
         let body = Bytes::from(bytes);
         let mut retried = false;
         loop {
             let sent_session = self.session();
-            let resp = self.post(conn, body.clone()).await?;
+            let resp = self.post(conn, body.clone(), Some((method, name))).await?;
+            if conn.modern().is_some() && !resp.status().is_success() {
+                return self.refused_modern(conn, id, resp).await;
+            }
             let status = resp.status();
             if status == StatusCode::NOT_FOUND
                 && sent_session.is_some()
@@ -205,6 +227,43 @@ impl HttpLink {
         }
     }
 
+    /// A stateless request answered with an error status
+    /// ([`modern::refusal`]): the JSON-RPC error for our id is the answer; an
+    /// established connection answered as by a legacy server forgets the cached
+    /// era and closes.
+    async fn refused_modern(
+        &self,
+        conn: &Arc<Connection>,
+        id: u64,
+        resp: Response,
+    ) -> Result<(), BackendError> {
+        let status = resp.status();
+        if status == StatusCode::UNAUTHORIZED {
+            self.refused(conn);
+        }
+        let body = resp.bytes().await.unwrap_or_default();
+        let version = conn.protocol_version().unwrap_or(ProtocolVersion::MODERN);
+        let established = conn.info().is_some();
+        let refusal = modern::refusal(status.as_u16(), &body, id, version);
+        let answer = match refusal {
+            modern::Refusal::Answer => true,
+            // To a probe, -32022 is its verdict to draw (it may name another revision).
+            modern::Refusal::Unsupported => !established,
+            modern::Refusal::WrongEra | modern::Refusal::Status => false,
+        };
+        if answer {
+            dispatch_text(conn, &body, Some(id));
+            return Ok(());
+        }
+        if established && refusal != modern::Refusal::Status {
+            conn.era_was_wrong("the backend answered a stateless request as a legacy server");
+        }
+        Err(BackendError::HttpStatus {
+            backend: self.backend.to_string(),
+            status: status.as_u16(),
+        })
+    }
+
     async fn read_answer(
         &self,
         conn: &Arc<Connection>,
@@ -221,6 +280,13 @@ impl HttpLink {
                 .await
                 .map_err(|e| BackendError::closed(&self.backend, describe(e)))?;
             dispatch_text(conn, &body, Some(id));
+            if conn.is_pending(id) {
+                // Garbage, or JSON that answers something else.
+                return Err(BackendError::protocol(
+                    &self.backend,
+                    "the response body holds no answer to the request",
+                ));
+            }
             return Ok(());
         }
         let mut last_id = read_events(conn, resp, Some(id)).await;
@@ -307,7 +373,7 @@ impl HttpLink {
         conn: &Connection,
         bytes: Vec<u8>,
     ) -> Result<(), BackendError> {
-        let resp = self.post(conn, Bytes::from(bytes)).await?;
+        let resp = self.post(conn, Bytes::from(bytes), None).await?;
         if resp.status().is_success() {
             Ok(())
         } else {

@@ -3,22 +3,25 @@
 mod conn;
 pub(crate) mod events;
 mod http;
+mod modern;
+mod slot;
 mod sse;
 mod stdio;
 
 use std::any::Any;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use tokio::time::Instant;
 
 pub use conn::{Connection, InitInfo, Owner};
+pub use slot::{Slot, backoff};
 
+use self::modern::{Era, EraCache, Verdict};
 use crate::auth::upstream::UpstreamCredentials;
-use crate::config::{BackendConfig, Transport};
+use crate::config::{BackendConfig, BackendEra, Transport};
 use crate::jsonrpc::{self, ErrorObject, Notification, Request};
-use crate::mcp::Method;
+use crate::mcp::{LogLevel, Method, ProtocolVersion};
 
 /// How long a new HTTP connection waits for its standalone GET stream to open.
 const GET_STREAM_WAIT: Duration = Duration::from_secs(1);
@@ -118,6 +121,12 @@ pub trait Caller: Send + Sync + 'static {
     /// Whether the request asks for progress: the upstream request then carries
     /// its upstream id as progress token (MCP basic/utilities/progress).
     fn wants_progress(&self) -> bool;
+    /// The lowest log level the caller wants (`None`: no logs). Sent as
+    /// `_meta` `logLevel` to stateless backends (MCP 2026-07-28
+    /// server/utilities/logging); `None` by default.
+    fn log_level(&self) -> Option<LogLevel> {
+        None
+    }
     /// The request became upstream request `id` on `conn` (it is pending from now
     /// on, so a cancel finds it). `false`: the caller gave up meanwhile, and the
     /// request is not sent.
@@ -169,11 +178,12 @@ impl Link {
         conn: &Arc<Connection>,
         id: u64,
         method: &Method,
+        name: Option<&str>,
         bytes: Vec<u8>,
     ) -> Result<(), BackendError> {
         match self {
             Link::Stdio(l) => l.send(&conn.backend, bytes).await,
-            Link::Http(l) => l.send_request(conn, id, method, bytes).await,
+            Link::Http(l) => l.send_request(conn, id, method, name, bytes).await,
             Link::Sse(l) => l.send(bytes).await,
         }
     }
@@ -231,6 +241,9 @@ pub struct BackendSpec {
     legacy_detected: std::sync::atomic::AtomicBool,
     /// The gateway's own credentials toward an HTTP backend (`auth` table).
     creds: Option<Arc<UpstreamCredentials>>,
+    /// `era = "auto"`: what the last probe found (per backend: one origin, one
+    /// command).
+    era: Arc<EraCache>,
 }
 
 /// Whether the environment names an HTTP proxy (the variables reqwest reads).
@@ -269,15 +282,101 @@ impl BackendSpec {
             config,
             http,
             legacy_detected: std::sync::atomic::AtomicBool::new(false),
+            era: Arc::default(),
         }
     }
 
-    /// Opens a connection and performs the initialize handshake, declaring
-    /// `capabilities` as the client's.
+    /// The era spoken to the backend: configured, or cached from the last probe;
+    /// `None`: probe (MCP 2026-07-28 basic/versioning, backward compatibility).
+    fn known_era(&self) -> Option<Era> {
+        match self.config.era {
+            BackendEra::Legacy => Some(Era::Legacy),
+            BackendEra::Modern => Some(Era::Modern(ProtocolVersion::MODERN)),
+            BackendEra::Auto => self.era.get(),
+        }
+    }
+
+    /// Opens a connection in the backend's era (probing it first for `auto`),
+    /// declaring `capabilities` as the client's: `initialize` for a legacy
+    /// backend, `server/discover` for a modern one. A connection that fails in
+    /// a cached era forgets it, so the next attempt probes again.
     ///
     /// Errors: spawn or connect failures and handshake failures, as
-    /// [`BackendError::Unavailable`] / [`BackendError::Protocol`].
+    /// [`BackendError::Unavailable`] / [`BackendError::Protocol`]; an HTTP probe
+    /// answered 401/403, 5xx or not at all fails as such (no era evidence).
     pub async fn connect(
+        &self,
+        owner: Owner,
+        handler: Arc<dyn UpstreamHandler>,
+        capabilities: Value,
+    ) -> Result<Arc<Connection>, BackendError> {
+        let outcome = match self.known_era() {
+            None => return self.probe(owner, handler, capabilities).await,
+            Some(Era::Legacy) => self.connect_legacy(owner, handler, capabilities).await,
+            Some(Era::Modern(v)) => {
+                let t = self.config.transport.clone();
+                let start = Start::Modern(v);
+                self.connect_as(t, owner, handler, capabilities, start)
+                    .await
+            }
+        };
+        if outcome.is_err() && self.config.era == BackendEra::Auto {
+            self.era.forget();
+        }
+        outcome
+    }
+
+    /// `era = "auto"` with nothing cached. HTTP: `server/discover` on the
+    /// endpoint; a `DiscoverResult` naming our revision → modern; -32022 naming
+    /// another modern one → once more at it; other errors, 4xx and garbage →
+    /// legacy; 401/403, 5xx, resets and timeouts → the error (unavailable, with
+    /// the slot's backoff). stdio: `server/discover` as the child's first
+    /// request, then `initialize` on the same child when it is not modern, or on
+    /// a fresh one when the probe made it exit.
+    async fn probe(
+        &self,
+        owner: Owner,
+        handler: Arc<dyn UpstreamHandler>,
+        capabilities: Value,
+    ) -> Result<Arc<Connection>, BackendError> {
+        let transport = self.config.transport.clone();
+        let stdio = matches!(transport, Transport::Stdio { .. });
+        let mut version = ProtocolVersion::MODERN;
+        let mut retried = false;
+        let failure = loop {
+            let start = if stdio {
+                Start::Probe(version)
+            } else {
+                Start::Modern(version)
+            };
+            let (o, h, c) = (owner.clone(), handler.clone(), capabilities.clone());
+            let e = match self.connect_as(transport.clone(), o, h, c, start).await {
+                Ok(conn) => {
+                    let era = conn.modern().map_or(Era::Legacy, Era::Modern);
+                    self.era.set(era);
+                    return Ok(conn);
+                }
+                Err(e) => e,
+            };
+            match modern::classify_probe_failure(&e, version) {
+                Verdict::NoEvidence if !stdio => return Err(e),
+                Verdict::Retry(v) if !retried => {
+                    (version, retried) = (v, true);
+                }
+                _ => break e,
+            }
+        };
+        tracing::info!(backend = %self.name, cause = %failure, "backend is not 2026-07-28; initializing");
+        let legacy = self.connect_legacy(owner, handler, capabilities).await;
+        if legacy.is_ok() {
+            self.era.set(Era::Legacy);
+        }
+        legacy
+    }
+
+    /// Opens a legacy connection (`initialize`), falling back from Streamable
+    /// HTTP to HTTP+SSE when `initialize` is refused.
+    async fn connect_legacy(
         &self,
         owner: Owner,
         handler: Arc<dyn UpstreamHandler>,
@@ -299,6 +398,7 @@ impl BackendSpec {
                 owner.clone(),
                 handler.clone(),
                 capabilities.clone(),
+                Start::Legacy,
             )
             .await;
         match (&transport, first) {
@@ -316,7 +416,9 @@ impl BackendSpec {
                     url: url.clone(),
                     headers: headers.clone(),
                 };
-                let outcome = self.connect_as(legacy, owner, handler, capabilities).await;
+                let outcome = self
+                    .connect_as(legacy, owner, handler, capabilities, Start::Legacy)
+                    .await;
                 if outcome.is_ok() {
                     self.legacy_detected.store(true, Ordering::Relaxed);
                 }
@@ -332,14 +434,25 @@ impl BackendSpec {
         owner: Owner,
         handler: Arc<dyn UpstreamHandler>,
         capabilities: Value,
+        start: Start,
     ) -> Result<Arc<Connection>, BackendError> {
-        let conn = Arc::new(Connection::new(
+        let modern = match start {
+            Start::Legacy => None,
+            Start::Modern(v) | Start::Probe(v) => Some(v),
+        };
+        let conn = Connection::new(
             self.name.clone(),
             owner,
             handler,
             capabilities,
             self.timeout,
-        ));
+            modern,
+        );
+        let conn = Arc::new(if self.config.era == BackendEra::Auto {
+            conn.with_era_cache(self.era.clone())
+        } else {
+            conn
+        });
         let client = || self.http.clone().unwrap_or_default();
         let link = match &transport {
             Transport::Stdio {
@@ -376,9 +489,12 @@ impl BackendSpec {
             }
         };
         let _ = conn.link.set(link);
-        match conn.handshake().await {
+        let fallback = matches!(start, Start::Probe(_));
+        match conn.handshake(modern::PROBE_TIMEOUT, fallback).await {
             Ok(()) => {
-                if let Some(Link::Http(l)) = conn.link.get() {
+                if let Some(Link::Http(l)) = conn.link.get()
+                    && conn.modern().is_none()
+                {
                     // Servers may send requests and notifications on the GET stream
                     // right after `initialize` (and drop them while none is open):
                     // open it before the connection is used (bounded wait).
@@ -395,89 +511,14 @@ impl BackendSpec {
     }
 }
 
-/// Reconnect delay after `failures` consecutive failures: 0.5 s doubling to 30 s,
-/// with ±20 % jitter so replicas do not retry in lockstep.
-pub fn backoff(failures: u32) -> Duration {
-    let base = Duration::from_millis(500).saturating_mul(1 << failures.min(6).saturating_sub(1));
-    let base = base.min(Duration::from_secs(30));
-    let mut b = [0u8; 1];
-    let _ = getrandom::fill(&mut b);
-    let factor = 0.8 + 0.4 * f64::from(b[0]) / 255.0;
-    base.mul_f64(factor)
-}
-
-/// Holds at most one live connection and (re)connects on demand, with exponential
-/// backoff after failures so a broken backend is not hammered.
-pub struct Slot {
-    current: Mutex<Option<Arc<Connection>>>,
-    connecting: tokio::sync::Mutex<Backoff>,
-}
-
-#[derive(Default)]
-struct Backoff {
-    failures: u32,
-    retry_at: Option<Instant>,
-    last_error: Option<BackendError>,
-}
-
-impl Default for Slot {
-    fn default() -> Self {
-        Slot {
-            current: Mutex::new(None),
-            connecting: tokio::sync::Mutex::new(Backoff::default()),
-        }
-    }
-}
-
-impl Slot {
-    /// The live connection, if any, without connecting.
-    pub fn current(&self) -> Option<Arc<Connection>> {
-        let c = self.current.lock().ok()?.clone()?;
-        c.is_alive().then_some(c)
-    }
-
-    /// The live connection, connecting first if needed. While in backoff after a
-    /// failure, fails at once with the last error.
-    pub async fn get(
-        &self,
-        spec: &BackendSpec,
-        owner: Owner,
-        handler: Arc<dyn UpstreamHandler>,
-        capabilities: Value,
-    ) -> Result<Arc<Connection>, BackendError> {
-        if let Some(c) = self.current() {
-            return Ok(c);
-        }
-        let mut backoff = self.connecting.lock().await;
-        if let Some(c) = self.current() {
-            return Ok(c);
-        }
-        if let (Some(at), Some(e)) = (backoff.retry_at, &backoff.last_error)
-            && Instant::now() < at
-        {
-            return Err(e.clone());
-        }
-        match spec.connect(owner, handler, capabilities).await {
-            Ok(c) => {
-                *backoff = Backoff::default();
-                if let Ok(mut cur) = self.current.lock() {
-                    *cur = Some(c.clone());
-                }
-                Ok(c)
-            }
-            Err(e) => {
-                backoff.failures = backoff.failures.saturating_add(1);
-                let secs = 1u64 << backoff.failures.min(5);
-                backoff.retry_at = Some(Instant::now() + Duration::from_millis(secs * 250));
-                backoff.last_error = Some(e.clone());
-                tracing::warn!(backend = %spec.name, cause = %e, failures = backoff.failures, "cannot connect to backend");
-                Err(e)
-            }
-        }
-    }
-
-    /// Takes the connection out of the slot (for closing).
-    pub fn take(&self) -> Option<Arc<Connection>> {
-        self.current.lock().ok()?.take()
-    }
+/// How a new connection starts.
+#[derive(Clone, Copy)]
+enum Start {
+    /// `initialize`.
+    Legacy,
+    /// `server/discover` at this revision; its failure is the connection's.
+    Modern(ProtocolVersion),
+    /// `server/discover`, then `initialize` on the same transport if it fails
+    /// while the transport lives (stdio `auto`).
+    Probe(ProtocolVersion),
 }

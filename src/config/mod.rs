@@ -3,6 +3,7 @@
 
 mod audit;
 mod auth;
+mod connection;
 mod interpolate;
 mod keys;
 mod mcp_servers;
@@ -21,6 +22,7 @@ pub use auth::{
     AuthConfig, Effect, IssuerConfig, IssuerEntry, PolicyConfig, RuleConfig, TokenEndpointConfig,
     UpstreamAuthConfig, is_fetchable_url, is_loopback_host,
 };
+pub use connection::{BackendEra, ConnectionMode};
 pub use keys::{ClusterConfig, KEYS_ENV, MAX_KID_LEN, SessionKey, parse_keys};
 pub use schema::json_schema;
 pub use validate::{ConfigProblem, is_valid_prefix, parse_trusted_proxy, uri_prefix};
@@ -278,22 +280,6 @@ impl Default for ServerConfig {
     }
 }
 
-/// How backend connections relate to host sessions (DESIGN decision 3).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum ConnectionMode {
-    /// One connection serves every host session (cheap; stateless tool servers).
-    Shared,
-    /// Each host session gets its own connection, created lazily and closed with the
-    /// session (needed for sampling, elicitation, roots and per-session state).
-    PerSession,
-    /// `shared` until the backend shows it keeps state per client (on its shared
-    /// connection it sends a server→client request, or a log while not exactly one
-    /// call is in flight); sessions created from then on get their own connection,
-    /// as with `per_session`. The default for stdio.
-    Auto,
-}
-
 /// `[backends.NAME]`, as validated.
 #[derive(Debug, Clone)]
 pub struct BackendConfig {
@@ -305,6 +291,8 @@ pub struct BackendConfig {
     pub timeout: Option<Duration>,
     /// Connection mode; default `auto` for stdio, `per_session` for http.
     pub mode: Option<ConnectionMode>,
+    /// Protocol era spoken to the backend; default `auto` (probed).
+    pub era: BackendEra,
     /// Tool filters.
     pub tools: ToolFilter,
     /// Whether `/readyz` waits for this backend. Default false.
@@ -416,6 +404,10 @@ pub struct RawBackend {
     /// session; default for http and sse) or `auto` (shared until the backend shows
     /// it keeps state per client, then per_session for new sessions; default for stdio).
     pub mode: Option<ConnectionMode>,
+    /// `auto` (probe with `server/discover`, default), `legacy` (always
+    /// `initialize`) or `modern` (2026-07-28, stateless: no `initialize`).
+    #[serde(default)]
+    pub era: BackendEra,
     /// Tool filters and curation.
     #[serde(default)]
     pub tools: ToolFilter,

@@ -68,6 +68,31 @@ fn defaults_and_modes() {
     assert_eq!(c.backends["b"].mode(), ConnectionMode::PerSession);
     assert_eq!(c.backends["a"].prefix("a"), "a");
     assert_eq!(c.backends["b"].prefix("b"), "");
+    assert_eq!(c.backends["a"].era, BackendEra::Auto);
+}
+
+#[test]
+fn era_per_backend() {
+    let c = Config::parse(
+        r#"
+        [backends.a]
+        type = "stdio"
+        command = "x"
+        era = "modern"
+        [backends.b]
+        type = "http"
+        url = "http://127.0.0.1:1/mcp"
+        era = "legacy"
+        "#,
+        Path::new("c.toml"),
+        &env,
+    )
+    .unwrap();
+    assert_eq!(c.backends["a"].era, BackendEra::Modern);
+    assert_eq!(c.backends["b"].era, BackendEra::Legacy);
+    let bad = "[backends.s]\ntype = \"sse\"\nurl = \"http://127.0.0.1:1/sse\"\nera = \"modern\"\n";
+    let err = Config::parse(bad, Path::new("c.toml"), &env).unwrap_err();
+    assert!(format!("{err:?}").contains("backends.s.era"), "{err:?}");
 }
 
 #[test]

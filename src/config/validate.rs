@@ -117,6 +117,12 @@ pub(super) fn build(raw: RawConfig, p: &mut Vec<ConfigProblem>) -> Config {
                         format!("required for type {kind:?}"),
                     ));
                 }
+                if b.kind == BackendKind::Sse && b.era == super::BackendEra::Modern {
+                    p.push(ConfigProblem::new(
+                        at("era"),
+                        "\"modern\" is not allowed for type \"sse\" (HTTP+SSE is a 2024-11-05 transport)",
+                    ));
+                }
                 let (url, headers) = (b.url.unwrap_or_default(), b.headers);
                 if b.kind == BackendKind::Http {
                     Transport::Http { url, headers }
@@ -130,6 +136,7 @@ pub(super) fn build(raw: RawConfig, p: &mut Vec<ConfigProblem>) -> Config {
             prefix: b.prefix,
             timeout: b.timeout,
             mode: b.mode,
+            era: b.era,
             tools: b.tools,
             required: b.required,
             max_concurrency: b.max_concurrency,

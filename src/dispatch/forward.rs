@@ -16,7 +16,7 @@ use super::{Dispatch, Reply, Upstream};
 use crate::backend::{BackendError, Caller};
 use crate::error::RpcError;
 use crate::jsonrpc::{self, Id};
-use crate::mcp::version::{complete_raw_for_modern, shape_error};
+use crate::mcp::version::{complete_raw_for_modern, result_for_legacy, shape_error};
 use crate::mcp::{Method, names};
 use crate::request::{Outcome, RequestContext};
 use crate::session::{Ask, Host, HostCall, Session, TaskRoute};
@@ -92,6 +92,12 @@ impl Dispatch {
         outcome: Result<Box<RawValue>, BackendError>,
         ours: bool,
     ) {
+        let outcome = match (&call.host, outcome) {
+            (Host::Legacy(_), Ok(raw)) => {
+                result_for_legacy(raw, up.method == Method::ToolsCall).map_err(BackendError::Rpc)
+            }
+            (_, outcome) => outcome,
+        };
         let bytes = match outcome {
             Err(BackendError::Cancelled) => return ctx.finish(Outcome::Cancelled),
             Ok(raw) => {

@@ -229,6 +229,48 @@ pub fn complete_raw_for_modern(
     serde_json::value::to_raw_value(&v).unwrap_or(raw)
 }
 
+/// Result fields only the 2026-07-28 wire has (MCP 2026-07-28 basic/index
+/// §ResultType, server/utilities/caching): never shown to a legacy host.
+const MODERN_ONLY: [&str; 3] = ["resultType", "ttlMs", "cacheScope"];
+
+/// A 2026-07-28 backend's result made fit for a legacy host: the modern-only
+/// fields and `_meta` serverInfo removed. An `input_required` result cannot
+/// reach a legacy host (no MRTR there): a `tools/call` (`tool_call`) gets an
+/// `isError` result saying so, other methods a -32603 error. A result without
+/// modern fields is returned untouched (legacy backends).
+pub fn result_for_legacy(
+    raw: Box<serde_json::value::RawValue>,
+    tool_call: bool,
+) -> Result<Box<serde_json::value::RawValue>, crate::jsonrpc::ErrorObject> {
+    if !MODERN_ONLY.iter().any(|k| raw.get().contains(k)) {
+        return Ok(raw);
+    }
+    let Ok(mut v) = serde_json::from_str::<serde_json::Map<String, Value>>(raw.get()) else {
+        return Ok(raw);
+    };
+    if v.get("resultType").and_then(Value::as_str) == Some("input_required") {
+        let why = "the backend asked for client input (input_required), which the gateway does not relay to 2025-era sessions yet";
+        if !tool_call {
+            return Err(crate::jsonrpc::ErrorObject::new(
+                crate::jsonrpc::INTERNAL_ERROR,
+                why,
+            ));
+        }
+        let shown = json!({"content": [{"type": "text", "text": why}], "isError": true});
+        return Ok(serde_json::value::to_raw_value(&shown).unwrap_or(raw));
+    }
+    for k in MODERN_ONLY {
+        v.remove(k);
+    }
+    if let Some(meta) = v.get_mut("_meta").and_then(Value::as_object_mut) {
+        meta.remove(crate::mcp::META_SERVER_INFO);
+        if meta.is_empty() {
+            v.remove("_meta");
+        }
+    }
+    Ok(serde_json::value::to_raw_value(&v).unwrap_or(raw))
+}
+
 /// A JSON-RPC error shaped for a host of revision `host`: 2026-07-28 has no
 /// `-32002` (resource not found is `-32602`, with `data.uri` kept; MCP 2026-07-28
 /// server/resources, error handling).
@@ -241,6 +283,27 @@ pub fn shape_error(error: &mut crate::jsonrpc::ErrorObject, host: ProtocolVersio
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn modern_fields_never_reach_legacy_hosts() {
+        let raw = |v: Value| serde_json::value::to_raw_value(&v).unwrap();
+        let done = raw(json!({"contents": [], "resultType": "complete", "ttlMs": 5,
+            "cacheScope": "public", "_meta": {"io.modelcontextprotocol/serverInfo": {}}}));
+        let shown: Value =
+            serde_json::from_str(result_for_legacy(done, false).unwrap().get()).unwrap();
+        assert_eq!(shown, json!({"contents": []}));
+        let ask = json!({"resultType": "input_required", "inputRequests": {}});
+        let tool: Value =
+            serde_json::from_str(result_for_legacy(raw(ask.clone()), true).unwrap().get()).unwrap();
+        assert_eq!(tool["isError"], true);
+        assert!(tool.get("resultType").is_none());
+        assert_eq!(result_for_legacy(raw(ask), false).unwrap_err().code, -32603);
+        let legacy = raw(json!({"content": [{"type": "text", "text": "ttlMs"}]}));
+        assert_eq!(
+            result_for_legacy(legacy.clone(), true).unwrap().get(),
+            legacy.get()
+        );
+    }
 
     #[test]
     fn round_trips_and_orders() {

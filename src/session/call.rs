@@ -219,6 +219,10 @@ impl Caller for HostCall {
         self.progress_token.is_some()
     }
 
+    fn log_level(&self) -> Option<crate::mcp::LogLevel> {
+        self.host.log_level()
+    }
+
     fn started(&self, conn: &Arc<Connection>, id: u64) -> bool {
         if let Ok(mut u) = self.upstream.lock() {
             *u = Some((Arc::downgrade(conn), id));

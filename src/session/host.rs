@@ -77,6 +77,15 @@ impl Host {
         }
     }
 
+    /// The level logs were asked for: `logging/setLevel` of a legacy session, the
+    /// request's `logLevel` for a modern one; `None`: none asked.
+    pub fn log_level(&self) -> Option<LogLevel> {
+        match self {
+            Host::Legacy(s) => s.log_level(),
+            Host::Modern(m) => m.log_level,
+        }
+    }
+
     /// The session, for a legacy host.
     pub fn session(&self) -> Option<&Arc<Session>> {
         match self {

@@ -222,6 +222,11 @@ impl Session {
         self.change(|c| c.log_level = Some(level));
     }
 
+    /// The level set with `logging/setLevel`, if any.
+    pub fn log_level(&self) -> Option<LogLevel> {
+        self.change(|c| c.log_level).flatten()
+    }
+
     /// Whether a `notifications/message` at `level` (wire name) should reach the
     /// host: at or above the level it set; everything when it set none, or when
     /// the level is not one MCP defines.

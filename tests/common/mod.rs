@@ -28,7 +28,7 @@ use tokio::time::Instant;
 #[allow(unused_imports)]
 pub use client::{McpClient, Raw, Rpc, SseStream};
 #[allow(unused_imports)]
-pub use fake_http::{FakeHttp, FakeHttpOptions};
+pub use fake_http::{Discover, FakeHttp, FakeHttpOptions};
 #[allow(unused_imports)]
 pub use fake_sse::FakeSse;
 

@@ -33,6 +33,22 @@ pub struct FakeHttpOptions {
     pub get_sse: bool,
     /// What `whoami` answers.
     pub label: String,
+    /// How `server/discover` (the 2026-07-28 era probe) is answered; `None`: like
+    /// any request without a session (400), as a legacy-only server does.
+    pub discover: Option<Discover>,
+}
+
+/// Answers to the era probe, for the client face's `auto` cases.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Discover {
+    /// 200 with a body that is not JSON.
+    Garbage,
+    /// Never answered.
+    Hang,
+    /// 401 (an authentication refusal is no era evidence).
+    Unauthorized,
+    /// 400 + -32022 listing only legacy revisions.
+    LegacyVersions,
 }
 
 impl Default for FakeHttpOptions {
@@ -47,6 +63,7 @@ impl Default for FakeHttpOptions {
             strict_version_header: false,
             get_sse: true,
             label: "fx-http".into(),
+            discover: None,
         }
     }
 }
@@ -109,6 +126,11 @@ impl Drop for FakeHttp {
 impl FakeHttp {
     /// Starts a fake on 127.0.0.1 with an ephemeral port.
     pub async fn start(opts: FakeHttpOptions) -> FakeHttp {
+        FakeHttp::start_at(opts, "127.0.0.1:0").await
+    }
+
+    /// Starts a fake listening on `addr` (e.g. where another server was).
+    pub async fn start_at(opts: FakeHttpOptions, addr: &str) -> FakeHttp {
         let inner = Arc::new(Inner {
             catalog: Catalog::new(&opts.label, Vec::new()),
             opts,
@@ -121,7 +143,7 @@ impl FakeHttp {
         let app = axum::Router::new()
             .route("/mcp", axum::routing::post(post).get(get).delete(delete))
             .with_state(inner.clone());
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let listener = tokio::net::TcpListener::bind(addr).await.unwrap();
         let url = format!("http://{}/mcp", listener.local_addr().unwrap());
         let task = tokio::spawn(async move {
             let _ = axum::serve(listener, app).await;
@@ -284,6 +306,40 @@ async fn post_inner(inner: &Arc<Inner>, h: &HeaderMap, msg: Option<Value>) -> Re
         .and_then(Value::as_str)
         .unwrap_or_default();
     let id = msg.get("id").cloned();
+    if method == "server/discover"
+        && let Some(d) = inner.opts.discover
+    {
+        return match d {
+            Discover::Garbage => (
+                StatusCode::OK,
+                [(header::CONTENT_TYPE, "application/json")],
+                "<html>hi</html>",
+            )
+                .into_response(),
+            Discover::Hang => {
+                record(
+                    inner,
+                    "POST",
+                    h,
+                    Some(msg.clone()),
+                    StatusCode::GATEWAY_TIMEOUT,
+                );
+                tokio::time::sleep(Duration::from_secs(3600)).await;
+                StatusCode::GATEWAY_TIMEOUT.into_response()
+            }
+            Discover::Unauthorized => status(StatusCode::UNAUTHORIZED, "unauthorized"),
+            Discover::LegacyVersions => {
+                let e = json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32022, "message": "Unsupported protocol version",
+                    "data": {"supported": inner.opts.versions, "requested": "2026-07-28"}}});
+                (
+                    StatusCode::BAD_REQUEST,
+                    [(header::CONTENT_TYPE, "application/json")],
+                    e.to_string(),
+                )
+                    .into_response()
+            }
+        };
+    }
     if method == "initialize" {
         let asked = msg
             .pointer("/params/protocolVersion")

@@ -46,6 +46,9 @@ struct Knobs {
     crash_on_start: bool,
     ignore_sigterm: bool,
     strict_init: bool,
+    /// Exit on any request but `initialize` before `notifications/initialized`
+    /// (as some legacy servers do on an era probe).
+    exit_before_init: bool,
     page_size: usize,
     noise: bool,
     never_answer: Vec<String>,
@@ -72,6 +75,7 @@ fn parse_args() -> Knobs {
             "--crash-on-start" => k.crash_on_start = true,
             "--ignore-sigterm" => k.ignore_sigterm = true,
             "--strict-init" => k.strict_init = true,
+            "--exit-before-init" => k.exit_before_init = true,
             "--page-size" => k.page_size = val().parse().unwrap_or(0),
             "--noise" => k.noise = true,
             "--never-answer" => k.never_answer.push(val()),
@@ -229,6 +233,14 @@ impl Server {
 
     fn request(self: &Arc<Self>, method: &str, id: Value, params: Option<Value>) {
         let params = params.unwrap_or_else(|| json!({}));
+        if self.knobs.exit_before_init
+            && !self.initialized.load(Ordering::Relaxed)
+            && method != "initialize"
+        {
+            self.log
+                .write(json!({"event": "exit before initialize", "method": method}));
+            std::process::exit(3);
+        }
         if self.knobs.strict_init
             && !self.initialized.load(Ordering::Relaxed)
             && !matches!(method, "initialize" | "ping")

@@ -1,0 +1,97 @@
+//! One live connection per backend (or per owner), reconnected on demand with
+//! exponential backoff.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::Value;
+use tokio::time::Instant;
+
+use super::{BackendError, BackendSpec, Connection, Owner, UpstreamHandler};
+
+/// Reconnect delay after `failures` consecutive failures: 0.5 s doubling to 30 s,
+/// with ±20 % jitter so replicas do not retry in lockstep.
+pub fn backoff(failures: u32) -> Duration {
+    let base = Duration::from_millis(500).saturating_mul(1 << failures.min(6).saturating_sub(1));
+    let base = base.min(Duration::from_secs(30));
+    let mut b = [0u8; 1];
+    let _ = getrandom::fill(&mut b);
+    let factor = 0.8 + 0.4 * f64::from(b[0]) / 255.0;
+    base.mul_f64(factor)
+}
+
+/// Holds at most one live connection and (re)connects on demand, with exponential
+/// backoff after failures so a broken backend is not hammered.
+pub struct Slot {
+    current: Mutex<Option<Arc<Connection>>>,
+    connecting: tokio::sync::Mutex<Backoff>,
+}
+
+#[derive(Default)]
+struct Backoff {
+    failures: u32,
+    retry_at: Option<Instant>,
+    last_error: Option<BackendError>,
+}
+
+impl Default for Slot {
+    fn default() -> Self {
+        Slot {
+            current: Mutex::new(None),
+            connecting: tokio::sync::Mutex::new(Backoff::default()),
+        }
+    }
+}
+
+impl Slot {
+    /// The live connection, if any, without connecting.
+    pub fn current(&self) -> Option<Arc<Connection>> {
+        let c = self.current.lock().ok()?.clone()?;
+        c.is_alive().then_some(c)
+    }
+
+    /// The live connection, connecting first if needed. While in backoff after a
+    /// failure, fails at once with the last error.
+    pub async fn get(
+        &self,
+        spec: &BackendSpec,
+        owner: Owner,
+        handler: Arc<dyn UpstreamHandler>,
+        capabilities: Value,
+    ) -> Result<Arc<Connection>, BackendError> {
+        if let Some(c) = self.current() {
+            return Ok(c);
+        }
+        let mut backoff = self.connecting.lock().await;
+        if let Some(c) = self.current() {
+            return Ok(c);
+        }
+        if let (Some(at), Some(e)) = (backoff.retry_at, &backoff.last_error)
+            && Instant::now() < at
+        {
+            return Err(e.clone());
+        }
+        match spec.connect(owner, handler, capabilities).await {
+            Ok(c) => {
+                *backoff = Backoff::default();
+                if let Ok(mut cur) = self.current.lock() {
+                    *cur = Some(c.clone());
+                }
+                Ok(c)
+            }
+            Err(e) => {
+                backoff.failures = backoff.failures.saturating_add(1);
+                let secs = 1u64 << backoff.failures.min(5);
+                backoff.retry_at = Some(Instant::now() + Duration::from_millis(secs * 250));
+                backoff.last_error = Some(e.clone());
+                tracing::warn!(backend = %spec.name, cause = %e, failures = backoff.failures, "cannot connect to backend");
+                Err(e)
+            }
+        }
+    }
+
+    /// Takes the connection out of the slot (for closing).
+    pub fn take(&self) -> Option<Arc<Connection>> {
+        self.current.lock().ok()?.take()
+    }
+}
