@@ -27,6 +27,7 @@ mod request;
 mod session;
 pub mod streamable_http;
 mod supervisor;
+pub mod telemetry;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

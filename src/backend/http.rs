@@ -155,6 +155,7 @@ impl HttpLink {
     async fn post(&self, conn: &Connection, body: Bytes) -> Result<Response, BackendError> {
         let mut h = self.headers(conn, BOTH);
         self.authorize(conn, &mut h).await?;
+        crate::telemetry::inject_current(&mut h);
         self.client
             .post(self.url.clone())
             .headers(h)

@@ -38,7 +38,9 @@ impl Dispatch {
     ) -> Reply {
         let (tx, rx) = mpsc::channel(CALL_QUEUE);
         let token = jsonrpc::progress_token(Some(&up.params)).cloned();
-        let call = Arc::new(HostCall::new(host.clone(), id.clone(), token, tx));
+        let call =
+            HostCall::new(host.clone(), id.clone(), token, tx).with_trace(ctx.trace_context());
+        let call = Arc::new(call);
         match host {
             // A legacy host cancels by id: the call must be findable, and its id
             // unique among the session's calls in flight.

@@ -15,7 +15,8 @@
 //! address of the peer, or behind `server.trusted_proxies` the forwarded one), `backend`, `name` (the exposed tool/prompt name or URI),
 //! `outcome` (the `mcpgate_requests_total` label), `code` (the JSON-RPC error code),
 //! `status` (HTTP), `reason` (why refused), `ms` (duration), `bytes_in`,
-//! `bytes_out` (the request body and the JSON-RPC answer, in bytes). Absent fields
+//! `bytes_out` (the request body and the JSON-RPC answer, in bytes), `trace_id`
+//! (the OpenTelemetry trace, only while `[telemetry]` is on). Absent fields
 //! are left out. Results are never logged; arguments only where the backend opts
 //! in (`[backends.NAME.audit]`, field `arguments`).
 //! A context dropped without an outcome (the host went away, a task was
@@ -29,9 +30,10 @@ use tokio::time::Instant;
 use crate::auth::Principal;
 use crate::backend::BackendError;
 use crate::error::RpcError;
-use crate::jsonrpc::Id;
+use crate::jsonrpc::{Id, Request};
 use crate::mcp::{Method, ProtocolVersion};
 use crate::metrics::Metrics;
+use crate::telemetry::ServerSpan;
 
 mod access;
 
@@ -221,6 +223,8 @@ pub struct RequestContext {
     /// The routed backend counts its `tools/call`s per tool.
     tool_metrics: bool,
     audit: Audit,
+    /// The request's SERVER span, while tracing is on; it ends with the context.
+    trace: Option<ServerSpan>,
 }
 
 impl RequestContext {
@@ -237,7 +241,27 @@ impl RequestContext {
             is_request: false,
             tool_metrics: false,
             audit: Audit::default(),
+            trace: None,
         }
+    }
+
+    /// The frame phase read JSON-RPC request `req` with these HTTP `headers`:
+    /// while tracing is on, its SERVER span starts, continuing the host's trace.
+    pub fn start_trace(&mut self, headers: &http::HeaderMap, req: &Request) {
+        self.trace = ServerSpan::start(headers, &req.method, &req.id, req.params.as_ref());
+        if let Some(t) = &self.trace {
+            if let Some(ip) = self.audit.client {
+                t.set_client(ip);
+            }
+            if let Some(s) = &self.session {
+                t.set_session(s);
+            }
+        }
+    }
+
+    /// The trace context upstream calls continue (`None`: tracing is off).
+    pub fn trace_context(&self) -> Option<opentelemetry::Context> {
+        self.trace.as_ref().map(ServerSpan::context)
     }
 
     /// The accept phase: the client's address (the peer, or what trusted proxies
@@ -265,6 +289,9 @@ impl RequestContext {
     pub fn set_revision(&mut self, revision: ProtocolVersion) {
         self.audit.revision = Some(revision);
         self.audit.modern = Some(revision.is_modern());
+        if let Some(t) = &self.trace {
+            t.set_revision(revision.as_str());
+        }
     }
 
     /// The frame phase found a 2026-07-28 message (its revision not checked yet).
@@ -307,6 +334,9 @@ impl RequestContext {
     /// The session phase found the session (`log_id`: its short, non-secret form).
     pub fn set_session(&mut self, log_id: &str) {
         self.session = Some(log_id.to_owned());
+        if let Some(t) = &self.trace {
+            t.set_session(log_id);
+        }
     }
 
     /// The route phase chose `backend` for the exposed name or URI `target`.
@@ -314,6 +344,9 @@ impl RequestContext {
         self.backend = Some(backend.clone());
         self.target = target.map(str::to_owned);
         tracing::Span::current().record("backend", &**backend);
+        if let (Some(t), Some(m)) = (&self.trace, &self.method) {
+            t.set_route(m, backend, target);
+        }
     }
 
     /// The forward phase calls the backend chosen by [`RequestContext::set_route`]:
@@ -394,6 +427,27 @@ impl RequestContext {
             }
         }
         self.log(outcome, secs);
+        if let Some(t) = &self.trace {
+            let error = error_type(outcome, self.audit.code);
+            t.finish(error.as_deref(), self.audit.code);
+        }
+    }
+}
+
+/// The span's `error.type` for `outcome` (OpenTelemetry MCP conventions: the
+/// JSON-RPC error code as a string, else a low-cardinality class); `None` for
+/// a result.
+fn error_type(outcome: Outcome, code: Option<i64>) -> Option<String> {
+    match outcome {
+        Outcome::Ok | Outcome::InputRequired => None,
+        Outcome::Error | Outcome::RpcError => {
+            Some(code.map_or_else(|| "_OTHER".to_owned(), |c| c.to_string()))
+        }
+        Outcome::Timeout => Some("timeout".into()),
+        Outcome::Unavailable(class) => Some(class.into()),
+        Outcome::Busy => Some("backend_busy".into()),
+        Outcome::Cancelled => Some("cancelled".into()),
+        Outcome::Rejected(why) => Some(why.label().into()),
     }
 }
 
