@@ -1,0 +1,205 @@
+"""OpenTelemetry traces (`[telemetry]`) with real components: the gateway exports over
+OTLP/HTTP to tests/e2e/otlp_receiver.py (the official `opentelemetry-proto` decoder),
+the backend is the fake stdio server logging every message it receives.
+
+- a legacy `tools/call` with a host `traceparent` header: the SERVER span continues the
+  host's trace (its parent is the host's span), a CLIENT span is its child, and the
+  backend got `_meta.traceparent` naming that CLIENT span in the same trace; the access
+  line carries `trace_id`; spans are flushed on SIGTERM;
+- a 2026-07-28 `tools/call` whose `params._meta.traceparent` is the parent (a different
+  HTTP `traceparent` becomes a link);
+- with `[telemetry]` off nothing is exported, no `traceparent` is invented toward the
+  backend, and a host's `_meta.traceparent` passes through unchanged (the chosen rule:
+  when off, the gateway neither reads nor writes trace context).
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+import support
+from support import ServerProcess, StartGateway
+
+pytestmark = [pytest.mark.timeout(60)]
+
+RECEIVER = Path(__file__).resolve().parent / "otlp_receiver.py"
+BASE = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
+LEGACY = "2025-11-25"
+MODERN = "2026-07-28"
+LOOPBACK = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+def fake_stdio() -> str:
+    path = support.mcpgate_bin().parent / "examples" / "mcpgate-fake-stdio"
+    if not path.exists():
+        pytest.fail(f"{path} not found: `cargo build --example mcpgate-fake-stdio`")
+    return str(path)
+
+
+@pytest.fixture
+def receiver(tmp_path: Path) -> Iterator[tuple[str, Path]]:
+    """The OTLP receiver on a free port: (endpoint URL, spans file)."""
+    port = support.free_port()
+    out = tmp_path / "spans.jsonl"
+    proc = ServerProcess("otlp receiver", [sys.executable, str(RECEIVER), str(port), str(out)], port,
+                         tmp_path / "receiver.log")
+    try:
+        proc.wait_for_port()
+        yield f"http://127.0.0.1:{port}", out
+    finally:
+        proc.stop()
+
+
+def config(backend_log: Path, endpoint: str | None) -> str:
+    fx = json.dumps(fake_stdio())
+    text = f'[server]\nlisten = "127.0.0.1:8080"\n\n[backends.fx]\ntype = "stdio"\ncommand = {fx}\nargs = ["--log", {json.dumps(str(backend_log))}]\n'
+    if endpoint:
+        text += f'\n[telemetry]\notlp_endpoint = "{endpoint}"\nservice_name = "mcpgate-test"\n'
+    return text
+
+
+def post(url: str, headers: dict[str, str], body: Any) -> tuple[int, dict[str, str], list[dict[str, Any]]]:
+    req = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST", headers=headers)
+    with LOOPBACK.open(req, timeout=15) as resp:
+        raw = resp.read().decode()
+        if resp.headers.get("content-type", "").startswith("text/event-stream"):
+            msgs = [json.loads(l[5:]) for l in raw.splitlines() if l.startswith("data:") and l[5:].strip()]
+        else:
+            msgs = [json.loads(raw)] if raw.strip() else []
+        return resp.status, dict(resp.headers), msgs
+
+
+def session(url: str) -> dict[str, str]:
+    status, headers, msgs = post(url, BASE, {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": LEGACY, "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}})
+    assert status == 200, msgs
+    sid = {k.lower(): v for k, v in headers.items()}["mcp-session-id"]
+    h = {**BASE, "Mcp-Session-Id": sid, "MCP-Protocol-Version": LEGACY}
+    assert post(url, h, {"jsonrpc": "2.0", "method": "notifications/initialized"})[0] == 202
+    return h
+
+
+def call_echo(url: str, headers: dict[str, str], meta: dict[str, Any] | None = None) -> dict[str, Any]:
+    params: dict[str, Any] = {"name": "fx__echo", "arguments": {"text": "hi"}}
+    if meta:
+        params["_meta"] = meta
+    _, _, msgs = post(url, headers, {"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": params})
+    answer = [m for m in msgs if m.get("id") == 7]
+    assert answer and "result" in answer[0], msgs
+    return answer[0]["result"]
+
+
+def modern_headers() -> dict[str, str]:
+    return {**BASE, "MCP-Protocol-Version": MODERN, "Mcp-Method": "tools/call", "Mcp-Name": "fx__echo"}
+
+
+MODERN_META = {"io.modelcontextprotocol/protocolVersion": MODERN,
+               "io.modelcontextprotocol/clientInfo": {"name": "t", "version": "1"},
+               "io.modelcontextprotocol/clientCapabilities": {}}
+
+
+def new_parent() -> tuple[str, str, str]:
+    trace, span = secrets.token_hex(16), secrets.token_hex(8)
+    return trace, span, f"00-{trace}-{span}-01"
+
+
+def backend_calls(log: Path) -> list[dict[str, Any]]:
+    lines = [json.loads(l) for l in log.read_text().splitlines() if l.strip()]
+    return [e["msg"] for e in lines if isinstance(e.get("msg"), dict) and e["msg"].get("method") == "tools/call"]
+
+
+def spans(out: Path) -> list[dict[str, Any]]:
+    return [json.loads(l) for l in out.read_text().splitlines() if l.strip()]
+
+
+def test_a_host_traceparent_is_continued_to_the_backend(start_gateway: StartGateway, receiver, tmp_path: Path) -> None:
+    endpoint, out = receiver
+    backend_log = tmp_path / "fx.log"
+    gw = start_gateway(config(backend_log, endpoint))
+    trace, host_span, traceparent = new_parent()
+    h = session(gw.url)
+    result = call_echo(gw.url, {**h, "traceparent": traceparent, "tracestate": "vendor=x1"})
+    assert not result.get("isError"), result
+    # SIGTERM: the gateway drains, then flushes what its batch processor holds.
+    assert gw.process.stop() == 0, gw.process.log_text()
+
+    got = [s for s in spans(out) if s["trace_id"] == trace]
+    server = [s for s in got if s["kind"] == "SPAN_KIND_SERVER"]
+    assert len(server) == 1, got
+    server = server[0]
+    assert server["name"] == "tools/call fx__echo", server
+    assert server["parent_span_id"] == host_span, server
+    a = server["attributes"]
+    assert a["mcp.method.name"] == "tools/call" and a["gen_ai.tool.name"] == "fx__echo", a
+    assert a["jsonrpc.request.id"] == "7" and a["mcp.protocol.version"] == LEGACY, a
+    assert a["mcpgate.backend"] == "fx" and a["mcp.session.id"], a
+    assert "error.type" not in a and server["status"] != "STATUS_CODE_ERROR", server
+    assert server["service"] == "mcpgate-test", server
+
+    client = [s for s in got if s["kind"] == "SPAN_KIND_CLIENT"]
+    assert len(client) == 1, got
+    client = client[0]
+    assert client["parent_span_id"] == server["span_id"], (client, server)
+    assert client["name"] == "tools/call echo", client
+    assert client["attributes"]["network.transport"] == "pipe", client
+
+    calls = backend_calls(backend_log)
+    assert len(calls) == 1, calls
+    meta = calls[0]["params"]["_meta"]
+    assert meta["traceparent"] == f"00-{trace}-{client['span_id']}-01", meta
+    assert meta["tracestate"] == "vendor=x1", meta
+
+    access = [l for l in gw.process.log_text().splitlines() if "mcpgate::access" in l and "tools/call" in l]
+    assert len(access) == 1 and f'trace_id="{trace}"' in access[0], access
+
+
+def test_a_modern_request_meta_traceparent_is_the_parent(start_gateway: StartGateway, receiver, tmp_path: Path) -> None:
+    endpoint, out = receiver
+    backend_log = tmp_path / "fx.log"
+    gw = start_gateway(config(backend_log, endpoint))
+    trace, meta_span, traceparent = new_parent()
+    http_trace, http_span, http_parent = new_parent()
+    result = call_echo(gw.url, {**modern_headers(), "traceparent": http_parent},
+                       {**MODERN_META, "traceparent": traceparent, "progressToken": "p1"})
+    assert result.get("resultType") == "complete", result
+    assert gw.process.stop() == 0, gw.process.log_text()
+
+    server = [s for s in spans(out) if s["kind"] == "SPAN_KIND_SERVER" and s["trace_id"] == trace]
+    assert len(server) == 1, spans(out)
+    assert server[0]["parent_span_id"] == meta_span, server
+    assert server[0]["attributes"]["mcp.protocol.version"] == MODERN, server
+    assert {"trace_id": http_trace, "span_id": http_span} in server[0]["links"], server
+    client = [s for s in spans(out) if s["kind"] == "SPAN_KIND_CLIENT" and s["parent_span_id"] == server[0]["span_id"]]
+    assert len(client) == 1, spans(out)
+    meta = backend_calls(backend_log)[0]["params"]["_meta"]
+    assert meta["traceparent"] == f"00-{trace}-{client[0]['span_id']}-01", meta
+    assert meta.get("progressToken") is not None, meta  # the host's other keys stay
+
+
+def test_off_exports_nothing_and_invents_no_traceparent(start_gateway: StartGateway, receiver, tmp_path: Path) -> None:
+    endpoint, out = receiver
+    backend_log = tmp_path / "fx.log"
+    gw = start_gateway(config(backend_log, None))
+    _, _, header_parent = new_parent()
+    h = session(gw.url)
+    call_echo(gw.url, {**h, "traceparent": header_parent})
+    _, _, meta_parent = new_parent()
+    call_echo(gw.url, {**modern_headers(), "traceparent": header_parent}, {**MODERN_META, "traceparent": meta_parent})
+    time.sleep(0.5)
+    assert gw.process.stop() == 0, gw.process.log_text()
+
+    calls = backend_calls(backend_log)
+    assert len(calls) == 2, calls
+    assert "traceparent" not in (calls[0]["params"].get("_meta") or {}), calls[0]
+    assert calls[1]["params"]["_meta"]["traceparent"] == meta_parent, calls[1]
+    assert spans(out) == []
+    log = gw.process.log_text()
+    assert "trace_id" not in log and "exporting traces" not in log, log
