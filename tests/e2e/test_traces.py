@@ -8,6 +8,8 @@ the backend is the fake stdio server logging every message it receives.
   line carries `trace_id`; spans are flushed on SIGTERM;
 - a 2026-07-28 `tools/call` whose `params._meta.traceparent` is the parent (a different
   HTTP `traceparent` becomes a link);
+- an HTTP backend gets the CLIENT span's `traceparent` both as an HTTP header and in
+  `params._meta`;
 - with `[telemetry]` off nothing is exported, no `traceparent` is invented toward the
   backend, and a host's `_meta.traceparent` passes through unchanged (the chosen rule:
   when off, the gateway neither reads nor writes trace context).
@@ -18,7 +20,9 @@ from __future__ import annotations
 import json
 import secrets
 import sys
+import threading
 import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import urllib.request
 from pathlib import Path
 from typing import Any, Iterator
@@ -203,3 +207,84 @@ def test_off_exports_nothing_and_invents_no_traceparent(start_gateway: StartGate
     assert spans(out) == []
     log = gw.process.log_text()
     assert "trace_id" not in log and "exporting traces" not in log, log
+
+
+class _Backend(BaseHTTPRequestHandler):
+    """A minimal Streamable HTTP MCP server (JSON answers) that records every POST."""
+
+    seen: list[tuple[dict[str, str], dict[str, Any]]] = []
+
+    def do_POST(self) -> None:  # noqa: N802 - http.server's name
+        msg = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
+        type(self).seen.append(({k.lower(): v for k, v in self.headers.items()}, msg))
+        if "id" not in msg:
+            self.send_response(202)
+            self.end_headers()
+            return
+        method = msg.get("method")
+        if method == "initialize":
+            result: Any = {"protocolVersion": LEGACY, "capabilities": {"tools": {}},
+                           "serverInfo": {"name": "rec", "version": "1"}}
+        elif method == "tools/list":
+            result = {"tools": [{"name": "echo", "inputSchema": {"type": "object"}}]}
+        elif method == "tools/call":
+            result = {"content": [{"type": "text", "text": "ok"}]}
+        else:
+            result = {}
+        body = json.dumps({"jsonrpc": "2.0", "id": msg["id"], "result": result}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self) -> None:  # noqa: N802
+        self.send_error(405)
+
+    def do_DELETE(self) -> None:  # noqa: N802
+        self.send_error(405)
+
+    def log_message(self, fmt: str, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def http_backend() -> Iterator[tuple[str, list[tuple[dict[str, str], dict[str, Any]]]]]:
+    seen: list[tuple[dict[str, str], dict[str, Any]]] = []
+    handler = type("Backend", (_Backend,), {"seen": seen})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/mcp", seen
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_an_http_backend_gets_the_trace_in_header_and_meta(start_gateway: StartGateway, receiver, http_backend) -> None:
+    endpoint, out = receiver
+    url, seen = http_backend
+    text = (f'[server]\nlisten = "127.0.0.1:8080"\n\n[backends.rec]\ntype = "http"\nurl = "{url}"\n'
+            f'\n[telemetry]\notlp_endpoint = "{endpoint}"\n')
+    gw = start_gateway(text)
+    trace, host_span, traceparent = new_parent()
+    h = session(gw.url)
+    params = {"name": "rec__echo", "arguments": {}}
+    _, _, msgs = post(gw.url, {**h, "traceparent": traceparent},
+                      {"jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": params})
+    assert any(m.get("id") == 9 and "result" in m for m in msgs), msgs
+    assert gw.process.stop() == 0, gw.process.log_text()
+
+    client = [s for s in spans(out) if s["kind"] == "SPAN_KIND_CLIENT" and s["trace_id"] == trace]
+    assert len(client) == 1, spans(out)
+    assert client[0]["attributes"]["network.transport"] == "tcp", client
+    want = f"00-{trace}-{client[0]['span_id']}-01"
+    calls = [(hd, m) for hd, m in seen if m.get("method") == "tools/call"]
+    assert len(calls) == 1, seen
+    headers, msg = calls[0]
+    assert headers.get("traceparent") == want, headers
+    assert msg["params"]["_meta"]["traceparent"] == want, msg
+    # Catalogue traffic is not part of any host request: no trace context on it.
+    listed = [hd for hd, m in seen if m.get("method") == "tools/list"]
+    assert listed and all("traceparent" not in hd for hd in listed), listed
