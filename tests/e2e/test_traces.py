@@ -165,6 +165,24 @@ def test_a_host_traceparent_is_continued_to_the_backend(start_gateway: StartGate
     assert len(access) == 1 and f'trace_id="{trace}"' in access[0], access
 
 
+def test_a_failed_call_records_its_error(start_gateway: StartGateway, receiver, tmp_path: Path) -> None:
+    """An unknown tool: the SERVER span has `error.type` and `rpc.response.status_code`
+    -32602 and status ERROR; no upstream call, so no CLIENT span."""
+    endpoint, out = receiver
+    gw = start_gateway(config(tmp_path / "fx.log", endpoint))
+    trace, _, traceparent = new_parent()
+    h = session(gw.url)
+    _, _, msgs = post(gw.url, {**h, "traceparent": traceparent},
+                      {"jsonrpc": "2.0", "id": 8, "method": "tools/call", "params": {"name": "fx__nope"}})
+    assert [m["error"]["code"] for m in msgs if m.get("id") == 8] == [-32602], msgs
+    assert gw.process.stop() == 0, gw.process.log_text()
+    got = [s for s in spans(out) if s["trace_id"] == trace]
+    assert [s["kind"] for s in got] == ["SPAN_KIND_SERVER"], got
+    a = got[0]["attributes"]
+    assert a["error.type"] == "-32602" and a["rpc.response.status_code"] == "-32602", a
+    assert got[0]["status"] == "STATUS_CODE_ERROR", got
+
+
 def test_a_modern_request_meta_traceparent_is_the_parent(start_gateway: StartGateway, receiver, tmp_path: Path) -> None:
     endpoint, out = receiver
     backend_log = tmp_path / "fx.log"
