@@ -61,6 +61,8 @@ pub struct Gateway {
     metrics: Arc<Metrics>,
     /// The `[cluster]` in force (keys are read once, at start).
     cluster: config::ClusterConfig,
+    /// The `[telemetry]` the process started with (the trace pipeline is main's).
+    telemetry: config::TelemetryConfig,
     shutdown_grace: Duration,
     drain_delay: Duration,
     stop: CancellationToken,
@@ -198,6 +200,7 @@ impl Gateway {
             catalog,
             metrics,
             cluster: config.cluster.clone(),
+            telemetry: config.telemetry.clone(),
             shutdown_grace: server.shutdown_grace,
             drain_delay: server.drain_delay,
             stop,
@@ -213,6 +216,9 @@ impl Gateway {
             tracing::warn!(
                 "[cluster] changed (session keys or lifetime); it takes effect at the next restart"
             );
+        }
+        if config.telemetry != self.telemetry {
+            tracing::warn!("[telemetry] changed; it takes effect at the next restart");
         }
         let report = supervisor::reload(&self.supervisor, config).await;
         self.metrics.reload_succeeded();
