@@ -62,11 +62,11 @@ def receiver(tmp_path: Path) -> Iterator[tuple[str, Path]]:
         proc.stop()
 
 
-def config(backend_log: Path, endpoint: str | None) -> str:
+def config(backend_log: Path, endpoint: str | None, extra: str = "") -> str:
     fx = json.dumps(fake_stdio())
     text = f'[server]\nlisten = "127.0.0.1:8080"\n\n[backends.fx]\ntype = "stdio"\ncommand = {fx}\nargs = ["--log", {json.dumps(str(backend_log))}]\n'
     if endpoint:
-        text += f'\n[telemetry]\notlp_endpoint = "{endpoint}"\nservice_name = "mcpgate-test"\n'
+        text += f'\n[telemetry]\notlp_endpoint = "{endpoint}"\nservice_name = "mcpgate-test"\n{extra}'
     return text
 
 
@@ -181,6 +181,25 @@ def test_a_failed_call_records_its_error(start_gateway: StartGateway, receiver, 
     a = got[0]["attributes"]
     assert a["error.type"] == "-32602" and a["rpc.response.status_code"] == "-32602", a
     assert got[0]["status"] == "STATUS_CODE_ERROR", got
+
+
+def test_sampling_ratio_zero_keeps_only_traces_the_host_sampled(start_gateway: StartGateway, receiver,
+                                                                 tmp_path: Path) -> None:
+    """Parent-based ratio 0: a trace the gateway starts is not exported (its context still
+    goes to the backend, flagged not sampled); one the host sampled is."""
+    endpoint, out = receiver
+    backend_log = tmp_path / "fx.log"
+    gw = start_gateway(config(backend_log, endpoint, "sampling_ratio = 0.0\n"))
+    h = session(gw.url)
+    call_echo(gw.url, h)
+    trace, host_span, traceparent = new_parent()
+    call_echo(gw.url, {**h, "traceparent": traceparent})
+    assert gw.process.stop() == 0, gw.process.log_text()
+    got = spans(out)
+    assert got and {s["trace_id"] for s in got} == {trace}, got
+    first, second = (c["params"]["_meta"]["traceparent"] for c in backend_calls(backend_log))
+    assert first.endswith("-00") and first.split("-")[1] != trace, first
+    assert second.split("-")[1] == trace and second.endswith("-01"), second
 
 
 def test_a_modern_request_meta_traceparent_is_the_parent(start_gateway: StartGateway, receiver, tmp_path: Path) -> None:
