@@ -225,6 +225,8 @@ pub struct RequestContext {
     audit: Audit,
     /// The request's SERVER span, while tracing is on; it ends with the context.
     trace: Option<ServerSpan>,
+    /// A `tools/call` answered with `isError: true` (a result, for the metrics).
+    tool_error: bool,
 }
 
 impl RequestContext {
@@ -242,7 +244,19 @@ impl RequestContext {
             tool_metrics: false,
             audit: Audit::default(),
             trace: None,
+            tool_error: false,
         }
+    }
+
+    /// Whether the request has a SERVER span.
+    pub fn is_traced(&self) -> bool {
+        self.trace.is_some()
+    }
+
+    /// The result reports a tool error: the span's `error.type` is `tool_error`
+    /// (OpenTelemetry MCP conventions); metrics still count a result.
+    pub fn set_tool_error(&mut self) {
+        self.tool_error = true;
     }
 
     /// The frame phase read JSON-RPC request `req` with these HTTP `headers`:
@@ -428,7 +442,10 @@ impl RequestContext {
         }
         self.log(outcome, secs);
         if let Some(t) = &self.trace {
-            let error = error_type(outcome, self.audit.code);
+            let error = match outcome {
+                Outcome::Ok if self.tool_error => Some("tool_error".to_owned()),
+                _ => error_type(outcome, self.audit.code),
+            };
             t.finish(error.as_deref(), self.audit.code);
         }
     }

@@ -183,6 +183,21 @@ def test_a_failed_call_records_its_error(start_gateway: StartGateway, receiver, 
     assert got[0]["status"] == "STATUS_CODE_ERROR", got
 
 
+def test_a_tool_error_result_is_a_tool_error(start_gateway: StartGateway, receiver, tmp_path: Path) -> None:
+    """A result with `isError: true` (the fake asks for roots, which the host did not declare): `error.type` is `tool_error`."""
+    endpoint, out = receiver
+    gw = start_gateway(config(tmp_path / "fx.log", endpoint))
+    trace, _, traceparent = new_parent()
+    h = session(gw.url)
+    _, _, msgs = post(gw.url, {**h, "traceparent": traceparent},
+                      {"jsonrpc": "2.0", "id": 8, "method": "tools/call", "params": {"name": "fx__ask_roots", "arguments": {}}})
+    assert [m["result"].get("isError") for m in msgs if m.get("id") == 8] == [True], msgs
+    assert gw.process.stop() == 0, gw.process.log_text()
+    server = [s for s in spans(out) if s["trace_id"] == trace and s["kind"] == "SPAN_KIND_SERVER"]
+    assert len(server) == 1 and server[0]["attributes"]["error.type"] == "tool_error", server
+    assert server[0]["status"] == "STATUS_CODE_ERROR", server
+
+
 def test_sampling_ratio_zero_keeps_only_traces_the_host_sampled(start_gateway: StartGateway, receiver,
                                                                  tmp_path: Path) -> None:
     """Parent-based ratio 0: a trace the gateway starts is not exported (its context still
