@@ -28,6 +28,7 @@ mod request;
 mod session;
 pub mod streamable_http;
 mod supervisor;
+pub mod telemetry;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -65,6 +66,8 @@ pub struct Gateway {
     applied: std::sync::Mutex<Applied>,
     /// The `[cluster]` in force (keys are read once, at start).
     cluster: config::ClusterConfig,
+    /// The `[telemetry]` the process started with (the trace pipeline is main's).
+    telemetry: config::TelemetryConfig,
     shutdown_grace: Duration,
     drain_delay: Duration,
     stop: CancellationToken,
@@ -206,6 +209,7 @@ impl Gateway {
             catalog,
             metrics,
             cluster: config.cluster.clone(),
+            telemetry: config.telemetry.clone(),
             shutdown_grace: server.shutdown_grace,
             drain_delay: server.drain_delay,
             stop,
@@ -228,6 +232,9 @@ impl Gateway {
             tracing::warn!(
                 "[cluster] changed (session keys or lifetime); it takes effect at the next restart"
             );
+        }
+        if config.telemetry != self.telemetry {
+            tracing::warn!("[telemetry] changed; it takes effect at the next restart");
         }
         let next = Applied::of(config);
         let (auth_changed, policy_changed) = {

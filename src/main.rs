@@ -101,10 +101,7 @@ fn main() -> ExitCode {
                 .block_on(demo::run(http))
                 .map_err(anyhow::Error::from)
         }
-        Command::Serve { config, listen } => {
-            init_logging();
-            runtime.block_on(serve(config, listen))
-        }
+        Command::Serve { config, listen } => runtime.block_on(serve(config, listen)),
         Command::CheckConfig { config } => return check_config(config),
         Command::Catalog {
             config,
@@ -134,19 +131,14 @@ fn main() -> ExitCode {
 /// Logs go to stderr (stdout may be a protocol channel for `demo-server`).
 /// `RUST_LOG` filters, default `info`; `MCPGATE_LOG_FORMAT=json` for JSON lines.
 fn init_logging() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    // Colours only on a terminal: escape codes in container logs are noise, and
-    // formatting them costs CPU on every request span.
-    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     // The access line (one per request) is written by `AccessFormat`, the same
     // bytes for a fraction of the stock formatter's cost.
     let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(ansi)
+        .with_env_filter(log_filter())
+        .with_ansi(ansi())
         .with_writer(std::io::stderr);
     let format = tracing_subscriber::fmt::format();
-    if std::env::var("MCPGATE_LOG_FORMAT").is_ok_and(|f| f == "json") {
+    if json_logs() {
         builder
             .json()
             .event_format(AccessFormat::json(format.json()))
@@ -154,6 +146,72 @@ fn init_logging() {
     } else {
         builder.event_format(AccessFormat::text(format)).init();
     }
+}
+
+fn log_filter() -> tracing_subscriber::EnvFilter {
+    tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"))
+}
+
+fn json_logs() -> bool {
+    std::env::var("MCPGATE_LOG_FORMAT").is_ok_and(|f| f == "json")
+}
+
+/// Colours only on a terminal: escape codes in container logs are noise, and
+/// formatting them costs CPU on every request span.
+fn ansi() -> bool {
+    std::io::IsTerminal::is_terminal(&std::io::stderr())
+}
+
+/// The log output alone (no tracing).
+fn log_subscriber() -> Box<dyn tracing::Subscriber + Send + Sync> {
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(log_filter())
+        .with_ansi(ansi())
+        .with_writer(std::io::stderr);
+    let format = tracing_subscriber::fmt::format();
+    if json_logs() {
+        Box::new(
+            builder
+                .json()
+                .event_format(AccessFormat::json(format.json()))
+                .finish(),
+        )
+    } else {
+        Box::new(builder.event_format(AccessFormat::text(format)).finish())
+    }
+}
+
+/// The log output plus the OpenTelemetry layer of `pipeline`. The log filter
+/// is the fmt layer's own and never shows the spans meant for tracing; the
+/// tracing layer sees only those.
+fn init_traced_logging(pipeline: &mcpgate::telemetry::Pipeline) {
+    use tracing_subscriber::Layer;
+    use tracing_subscriber::layer::SubscriberExt;
+    let off = format!("{}=off", mcpgate::telemetry::TARGET);
+    let filter = match off.parse() {
+        Ok(d) => log_filter().add_directive(d),
+        Err(_) => log_filter(),
+    };
+    let fmt = tracing_subscriber::fmt::layer()
+        .with_ansi(ansi())
+        .with_writer(std::io::stderr);
+    let format = tracing_subscriber::fmt::format();
+    let fmt = if json_logs() {
+        fmt.json()
+            .event_format(AccessFormat::json(format.json()))
+            .with_filter(filter)
+            .boxed()
+    } else {
+        fmt.event_format(AccessFormat::text(format))
+            .with_filter(filter)
+            .boxed()
+    };
+    use tracing_subscriber::util::SubscriberInitExt;
+    tracing_subscriber::registry()
+        .with(fmt)
+        .with(pipeline.layer())
+        .init();
 }
 
 /// The config file `serve` and `check-config` use: `--config`/`MCPGATE_CONFIG`,
@@ -166,17 +224,28 @@ fn config_path(given: Option<PathBuf>) -> Option<PathBuf> {
 
 async fn serve(path: Option<PathBuf>, listen: Option<SocketAddr>) -> anyhow::Result<()> {
     let path = config_path(path);
-    let mut config = match &path {
-        Some(p) => Config::load(p)?,
+    // The config says whether traces are on, so it is read before the global
+    // subscriber is installed, under a log-only one.
+    let loaded = tracing::subscriber::with_default(log_subscriber(), || match &path {
+        Some(p) => Config::load(p),
         None => {
             tracing::info!(
                 "no config/mcpgate.toml here; serving the embedded default configuration"
             );
-            Config::embedded_default()?
+            Config::embedded_default()
         }
-    };
+    });
+    let mut config = loaded?;
     if let Some(addr) = listen {
         config.server.listen = addr;
+    }
+    let traces = mcpgate::telemetry::Pipeline::start(&config.telemetry)?;
+    match &traces {
+        Some(p) => {
+            init_traced_logging(p);
+            tracing::info!(endpoint = ?config.telemetry.traces_url(), ratio = config.telemetry.sampling_ratio, "exporting traces (OTLP/HTTP)");
+        }
+        None => init_logging(),
     }
     let gateway = Arc::new(
         mcpgate::Gateway::start(config)
@@ -195,6 +264,9 @@ async fn serve(path: Option<PathBuf>, listen: Option<SocketAddr>) -> anyhow::Res
     };
     tracing::info!("shutting down");
     gateway.shutdown().await;
+    if let Some(traces) = traces {
+        traces.shutdown().await;
+    }
     Ok(())
 }
 

@@ -10,11 +10,13 @@ use serde_json::value::RawValue;
 use serde_json::{Value, json};
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use super::modern::{self, EraCache};
 use super::{BackendError, Caller, Link, UpstreamHandler};
 use crate::jsonrpc::{self, ErrorObject, Id, Message, Notification};
 use crate::mcp::{Method, ProtocolVersion};
+use crate::telemetry::ClientSpan;
 
 /// What the backend said about itself in its `initialize` result.
 #[derive(Debug, Clone)]
@@ -253,6 +255,7 @@ impl Connection {
             p.insert(id, Pending { tx, call });
         }
         let guard = PendingGuard { conn: self, id };
+        let parent = caller.as_ref().and_then(|c| c.trace_parent());
         // Told after the pending entry exists, so a cancel that comes later finds
         // it; a cancel that came earlier makes `started` answer false.
         if let Some(c) = caller
@@ -260,6 +263,10 @@ impl Connection {
         {
             return Err(BackendError::Cancelled);
         }
+        let span = parent.map(|parent| {
+            let transport = link.network_transport();
+            ClientSpan::start(parent, &self.backend, method, id, transport, &mut params)
+        });
         let bytes = jsonrpc::request_bytes(&Id::Num(id as i64), method.as_str(), params.as_ref());
         let exchange = async {
             let mut rx = rx;
@@ -286,9 +293,12 @@ impl Connection {
                 Err(_) => Err(BackendError::Cancelled),
             }
         };
-        let outcome = tokio::time::timeout(timeout, exchange).await;
+        let outcome = match &span {
+            Some(s) => tokio::time::timeout(timeout, exchange.instrument(s.span().clone())).await,
+            None => tokio::time::timeout(timeout, exchange).await,
+        };
         drop(guard);
-        match outcome {
+        let result = match outcome {
             Ok(r) => r,
             Err(_) => {
                 self.send_cancel(id, "mcpgate: request timed out");
@@ -297,7 +307,12 @@ impl Connection {
                     after: timeout,
                 })
             }
+        };
+        if let Some(s) = span {
+            let (error, code) = span_outcome(&result);
+            s.finish(error.as_deref(), code);
         }
+        result
     }
 
     /// Host-side cancellation of upstream request `id`: forgets it (a late answer is
@@ -597,4 +612,18 @@ pub(super) fn dispatch_text(conn: &Arc<Connection>, text: &[u8], related: Option
 fn log_bad(conn: &Connection, text: &[u8], why: &str) {
     let shown = String::from_utf8_lossy(&text[..text.len().min(200)]);
     tracing::warn!(backend = %conn.backend, cause = why, text = %shown, "backend sent something that is not JSON-RPC; skipped");
+}
+
+/// A CLIENT span's `error.type` and JSON-RPC code for the upstream `result`.
+fn span_outcome(result: &Result<Box<RawValue>, BackendError>) -> (Option<String>, Option<i64>) {
+    match result {
+        Ok(_) => (None, None),
+        Err(BackendError::Rpc(e)) => (Some(e.code.to_string()), Some(e.code)),
+        Err(BackendError::Timeout { .. }) => (Some("timeout".into()), None),
+        Err(BackendError::Cancelled) => (Some("cancelled".into()), None),
+        Err(BackendError::Busy { .. }) => (Some("backend_busy".into()), None),
+        Err(BackendError::HttpStatus { status, .. }) => (Some(status.to_string()), None),
+        Err(BackendError::Unavailable { .. }) => (Some("unavailable".into()), None),
+        Err(BackendError::Protocol { .. }) => (Some("protocol".into()), None),
+    }
 }

@@ -173,6 +173,7 @@ impl HttpLink {
             }
         }
         self.authorize(conn, &mut h).await?;
+        crate::telemetry::inject_current(&mut h);
         self.client
             .post(self.url.clone())
             .headers(h)

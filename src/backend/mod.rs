@@ -133,6 +133,11 @@ pub trait Caller: Send + Sync + 'static {
     fn started(&self, conn: &Arc<Connection>, id: u64) -> bool;
     /// The caller as `Any`, so the handler that created it can downcast it.
     fn into_any(self: Arc<Self>) -> Arc<dyn Any + Send + Sync>;
+    /// The trace the upstream request continues (its CLIENT span is a child of
+    /// it); `None` (the default): not traced.
+    fn trace_parent(&self) -> Option<opentelemetry::Context> {
+        None
+    }
 }
 
 /// Receives what backends send on their own initiative, and answers what the
@@ -207,6 +212,14 @@ impl Link {
             Link::Stdio(l) => l.send(&conn.backend, bytes).await,
             Link::Http(l) => l.send_awaited(conn, bytes).await,
             Link::Sse(l) => l.send(bytes).await,
+        }
+    }
+
+    /// The OpenTelemetry `network.transport` of this link.
+    fn network_transport(&self) -> &'static str {
+        match self {
+            Link::Stdio(_) => "pipe",
+            Link::Http(_) | Link::Sse(_) => "tcp",
         }
     }
 

@@ -8,6 +8,7 @@ mod interpolate;
 mod keys;
 mod mcp_servers;
 mod schema;
+mod telemetry;
 mod validate;
 
 use std::collections::BTreeMap;
@@ -25,6 +26,7 @@ pub use auth::{
 pub use connection::{BackendEra, ConnectionMode};
 pub use keys::{ClusterConfig, KEYS_ENV, MAX_KID_LEN, SessionKey, parse_keys};
 pub use schema::json_schema;
+pub use telemetry::TelemetryConfig;
 pub use validate::{ConfigProblem, is_valid_prefix, parse_trusted_proxy, uri_prefix};
 
 /// The shipped default configuration, compiled in.
@@ -72,6 +74,8 @@ pub struct Config {
     pub policy: PolicyConfig,
     /// `[cluster]`: the keys that seal session ids and cursors, the session lifetime.
     pub cluster: ClusterConfig,
+    /// `[telemetry]`: OpenTelemetry traces (off unless `otlp_endpoint` is set).
+    pub telemetry: TelemetryConfig,
 }
 
 /// An mcpgate config file (TOML). Every string value may use `${VAR}` (read from the
@@ -95,6 +99,10 @@ struct RawConfig {
     /// (and a restarted process) share sessions; the absolute session lifetime.
     #[serde(default)]
     cluster: ClusterConfig,
+    /// `[telemetry]`: OpenTelemetry traces over OTLP/HTTP; off unless
+    /// `otlp_endpoint` is set.
+    #[serde(default)]
+    telemetry: TelemetryConfig,
 }
 
 /// `[server]`: the Streamable HTTP endpoint offered to hosts.

@@ -156,12 +156,14 @@ pub(super) fn build(raw: RawConfig, p: &mut Vec<ConfigProblem>) -> Config {
         auth: raw.auth,
         policy: raw.policy,
         cluster: raw.cluster,
+        telemetry: raw.telemetry,
     }
 }
 
 /// Checks a parsed config; an empty result means valid.
 pub fn validate(c: &Config) -> Vec<ConfigProblem> {
     let mut p = Vec::new();
+    super::telemetry::validate(&c.telemetry, &mut p);
     let s = &c.server;
     if !s.path.starts_with('/') || s.path.contains(['?', '#', ' ']) {
         p.push(ConfigProblem::new(

@@ -38,7 +38,9 @@ impl Dispatch {
     ) -> Reply {
         let (tx, rx) = mpsc::channel(CALL_QUEUE);
         let token = jsonrpc::progress_token(Some(&up.params)).cloned();
-        let call = Arc::new(HostCall::new(host.clone(), id.clone(), token, tx));
+        let call =
+            HostCall::new(host.clone(), id.clone(), token, tx).with_trace(ctx.trace_context());
+        let call = Arc::new(call);
         match host {
             // A legacy host cancels by id: the call must be findable, and its id
             // unique among the session's calls in flight.
@@ -101,6 +103,9 @@ impl Dispatch {
         let bytes = match outcome {
             Err(BackendError::Cancelled) => return ctx.finish(Outcome::Cancelled),
             Ok(raw) => {
+                if up.method == Method::ToolsCall && ctx.is_traced() && is_tool_error(&raw) {
+                    ctx.set_tool_error();
+                }
                 let raw = self.shape_result(&call.host, up, raw);
                 let bytes = jsonrpc::result_bytes(id, &raw);
                 ctx.set_bytes_out(bytes.len());
@@ -358,4 +363,15 @@ impl Upstream {
             && self.task.is_none()
             && self.params.get("task").is_some()
     }
+}
+
+/// Whether a `tools/call` result reports a tool error (`"isError": true`,
+/// MCP 2025-11-25 server/tools, error handling).
+fn is_tool_error(raw: &RawValue) -> bool {
+    #[derive(serde::Deserialize)]
+    struct Flag {
+        #[serde(rename = "isError", default)]
+        is_error: bool,
+    }
+    serde_json::from_str::<Flag>(raw.get()).is_ok_and(|f| f.is_error)
 }

@@ -133,6 +133,7 @@ async fn frame(
         Message::Request(r) => {
             ctx.set_request(&r.method);
             ctx.set_rpc_id(&r.id);
+            ctx.start_trace(h, r);
         }
         Message::Notification(n) => ctx.set_notification(Some(&n.method)),
         Message::Response(_) => ctx.set_notification(None),

@@ -111,6 +111,7 @@ impl RequestContext {
             bytes_in = a.bytes_in,
             bytes_out = a.bytes_out,
             arguments = a.arguments.as_deref(),
+            trace_id = self.trace.as_ref().map(crate::telemetry::ServerSpan::trace_id),
             "request"
         );
     }

@@ -15,7 +15,8 @@
 //! address of the peer, or behind `server.trusted_proxies` the forwarded one), `backend`, `name` (the exposed tool/prompt name or URI),
 //! `outcome` (the `mcpgate_requests_total` label), `code` (the JSON-RPC error code),
 //! `status` (HTTP), `reason` (why refused), `ms` (duration), `bytes_in`,
-//! `bytes_out` (the request body and the JSON-RPC answer, in bytes). Absent fields
+//! `bytes_out` (the request body and the JSON-RPC answer, in bytes), `trace_id`
+//! (the OpenTelemetry trace, only while `[telemetry]` is on). Absent fields
 //! are left out. Results are never logged; arguments only where the backend opts
 //! in (`[backends.NAME.audit]`, field `arguments`).
 //! The line is formatted by `logging::AccessFormat` (the same bytes as the stock
@@ -31,9 +32,10 @@ use tokio::time::Instant;
 use crate::auth::Principal;
 use crate::backend::BackendError;
 use crate::error::RpcError;
-use crate::jsonrpc::Id;
+use crate::jsonrpc::{Id, Request};
 use crate::mcp::{Method, ProtocolVersion};
 use crate::metrics::Metrics;
+use crate::telemetry::ServerSpan;
 
 mod access;
 
@@ -223,6 +225,10 @@ pub struct RequestContext {
     /// The routed backend counts its `tools/call`s per tool.
     tool_metrics: bool,
     audit: Audit,
+    /// The request's SERVER span, while tracing is on; it ends with the context.
+    trace: Option<ServerSpan>,
+    /// A `tools/call` answered with `isError: true` (a result, for the metrics).
+    tool_error: bool,
 }
 
 impl RequestContext {
@@ -239,7 +245,39 @@ impl RequestContext {
             is_request: false,
             tool_metrics: false,
             audit: Audit::default(),
+            trace: None,
+            tool_error: false,
         }
+    }
+
+    /// Whether the request has a SERVER span.
+    pub fn is_traced(&self) -> bool {
+        self.trace.is_some()
+    }
+
+    /// The result reports a tool error: the span's `error.type` is `tool_error`
+    /// (OpenTelemetry MCP conventions); metrics still count a result.
+    pub fn set_tool_error(&mut self) {
+        self.tool_error = true;
+    }
+
+    /// The frame phase read JSON-RPC request `req` with these HTTP `headers`:
+    /// while tracing is on, its SERVER span starts, continuing the host's trace.
+    pub fn start_trace(&mut self, headers: &http::HeaderMap, req: &Request) {
+        self.trace = ServerSpan::start(headers, &req.method, &req.id, req.params.as_ref());
+        if let Some(t) = &self.trace {
+            if let Some(ip) = self.audit.client {
+                t.set_client(ip);
+            }
+            if let Some(s) = &self.session {
+                t.set_session(s);
+            }
+        }
+    }
+
+    /// The trace context upstream calls continue (`None`: tracing is off).
+    pub fn trace_context(&self) -> Option<opentelemetry::Context> {
+        self.trace.as_ref().map(ServerSpan::context)
     }
 
     /// The accept phase: the client's address (the peer, or what trusted proxies
@@ -267,6 +305,9 @@ impl RequestContext {
     pub fn set_revision(&mut self, revision: ProtocolVersion) {
         self.audit.revision = Some(revision);
         self.audit.modern = Some(revision.is_modern());
+        if let Some(t) = &self.trace {
+            t.set_revision(revision.as_str());
+        }
     }
 
     /// The frame phase found a 2026-07-28 message (its revision not checked yet).
@@ -322,6 +363,9 @@ impl RequestContext {
     /// The session phase found the session (`log_id`: its short, non-secret form).
     pub fn set_session(&mut self, log_id: &str) {
         self.session = Some(log_id.to_owned());
+        if let Some(t) = &self.trace {
+            t.set_session(log_id);
+        }
     }
 
     /// The route phase chose `backend` for the exposed name or URI `target`.
@@ -329,6 +373,9 @@ impl RequestContext {
         self.backend = Some(backend.clone());
         self.target = target.map(str::to_owned);
         tracing::Span::current().record("backend", &**backend);
+        if let (Some(t), Some(m)) = (&self.trace, &self.method) {
+            t.set_route(m, backend, target);
+        }
     }
 
     /// The forward phase calls the backend chosen by [`RequestContext::set_route`]:
@@ -414,6 +461,30 @@ impl RequestContext {
             }
         }
         self.log(outcome, secs);
+        if let Some(t) = &self.trace {
+            let error = match outcome {
+                Outcome::Ok if self.tool_error => Some("tool_error".to_owned()),
+                _ => error_type(outcome, self.audit.code),
+            };
+            t.finish(error.as_deref(), self.audit.code);
+        }
+    }
+}
+
+/// The span's `error.type` for `outcome` (OpenTelemetry MCP conventions: the
+/// JSON-RPC error code as a string, else a low-cardinality class); `None` for
+/// a result.
+fn error_type(outcome: Outcome, code: Option<i64>) -> Option<String> {
+    match outcome {
+        Outcome::Ok | Outcome::InputRequired => None,
+        Outcome::Error | Outcome::RpcError => {
+            Some(code.map_or_else(|| "_OTHER".to_owned(), |c| c.to_string()))
+        }
+        Outcome::Timeout => Some("timeout".into()),
+        Outcome::Unavailable(class) => Some(class.into()),
+        Outcome::Busy => Some("backend_busy".into()),
+        Outcome::Cancelled => Some("cancelled".into()),
+        Outcome::Rejected(why) => Some(why.label().into()),
     }
 }
 

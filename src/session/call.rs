@@ -60,6 +60,8 @@ pub struct HostCall {
     /// Set for the calls that may answer `input_required`.
     may_ask: AtomicBool,
     cancelled: AtomicBool,
+    /// The host request's trace, continued by the upstream request.
+    trace: Option<opentelemetry::Context>,
 }
 
 impl HostCall {
@@ -81,7 +83,14 @@ impl HostCall {
             may_ask: AtomicBool::new(false),
             last_progress: Mutex::new(None),
             cancelled: AtomicBool::new(false),
+            trace: None,
         }
+    }
+
+    /// The call continues trace `trace` upstream ([`Caller::trace_parent`]).
+    pub fn with_trace(mut self, trace: Option<opentelemetry::Context>) -> Self {
+        self.trace = trace;
+        self
     }
 
     /// Marks the call cancelled by the host. Returns the upstream request it
@@ -234,5 +243,9 @@ impl Caller for HostCall {
 
     fn into_any(self: Arc<Self>) -> Arc<dyn Any + Send + Sync> {
         self
+    }
+
+    fn trace_parent(&self) -> Option<opentelemetry::Context> {
+        self.trace.clone()
     }
 }
