@@ -19,7 +19,7 @@ use serde_json::{Value, json};
 use super::accept::{accept, read_body};
 use super::headers;
 use super::modern::{self, Era};
-use super::session::{count_drops, lookup, reject, reserve_stream};
+use super::session::{count_drops, lookup, record_new, reject, reserve_stream};
 use super::sse::{json_response, stream_reply};
 use super::{AppState, HttpError};
 use crate::auth::Principal;
@@ -115,7 +115,7 @@ async fn frame(
         {
             return Err(invalid("a 2026-07-28 message is never part of a batch"));
         }
-        let session = lookup(st, h, principal.as_ref())?;
+        let session = lookup(st, h, principal.as_ref()).await?;
         ctx.set_session(session.log_id());
         ctx.set_revision(session.version());
         headers::protocol_version(h)?;
@@ -165,7 +165,7 @@ async fn frame(
             return Err(modern_probe_refused(&req.id, "server/discover"));
         }
     }
-    let session = lookup(st, h, principal.as_ref())?;
+    let session = lookup(st, h, principal.as_ref()).await?;
     ctx.set_session(session.log_id());
     ctx.set_revision(session.version());
     headers::protocol_version(h)?;
@@ -328,7 +328,11 @@ async fn initialize(
     let session = Session::new(id, identity, version, capabilities, client_info);
     let session = Arc::new(session.with_principal(p, key.clone()));
     count_drops(st, &session);
+    record_new(st, &session).await?;
     if let Err(full) = st.sessions.insert(session.clone()) {
+        if let Some(store) = st.supervisor.shared() {
+            store.discard(&session.store_key()).await;
+        }
         tracing::warn!(
             limit = full.limit,
             "session limit reached; initialize refused"

@@ -1,0 +1,174 @@
+//! The shared store's commands over Redis (the `redis` crate: one
+//! `ConnectionManager`, multiplexed, reconnecting by itself, RESP3 so that the
+//! `ctl` channel's messages arrive as pushes on the same connection and are
+//! resubscribed after a reconnect). Every key of one session carries the hash
+//! tag `{h}`, so under Redis Cluster they share a slot.
+//!
+//! Keys: `mcpg:{h}:rec` (hash: the session record, TTL = the session idle
+//! timeout, sliding), `mcpg:replica:{tag}` (string, TTL = 3 heartbeats). Channel:
+//! `ctl`.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::{ProtocolVersion, PushInfo, PushKind, RedisResult, Value};
+
+/// The broadcast channel every replica subscribes to.
+pub(super) const CTL: &str = "ctl";
+
+/// Sets `lvl` only while the record exists: a `logging/setLevel` racing a
+/// `DELETE` on another replica must not leave a record behind.
+const SET_IF_EXISTS: &str = "if redis.call('EXISTS', KEYS[1]) == 1 then \
+     redis.call('HSET', KEYS[1], ARGV[1], ARGV[2]) return 1 end return 0";
+
+fn record_key(h: &str) -> String {
+    format!("mcpg:{{{h}}}:rec")
+}
+
+/// What arrives on the connection besides answers.
+pub(super) enum Push {
+    /// A message published on `ctl`.
+    Ctl(String),
+    /// The connection dropped (pub/sub messages may have been lost meanwhile).
+    Disconnected,
+}
+
+/// One replica's connection to Redis.
+#[derive(Clone)]
+pub(super) struct Redis {
+    conn: ConnectionManager,
+}
+
+impl Redis {
+    /// A lazily connecting manager for `url` (nothing is sent until the first
+    /// command), RESP3, with `deadline` as its response and connect timeout;
+    /// pushes go to `on_push`.
+    pub(super) fn new(
+        url: &str,
+        deadline: Duration,
+        on_push: impl Fn(Push) + Send + Sync + 'static,
+    ) -> RedisResult<Redis> {
+        let client = redis::Client::open(url)?;
+        let info = client.get_connection_info().clone();
+        let settings = info
+            .redis_settings()
+            .clone()
+            .set_protocol(ProtocolVersion::RESP3);
+        let client = redis::Client::open(info.set_redis_settings(settings))?;
+        let config = ConnectionManagerConfig::new()
+            .set_response_timeout(Some(deadline))
+            .set_connection_timeout(Some(deadline))
+            .set_number_of_retries(1)
+            .set_max_delay(Duration::from_millis(500))
+            .set_push_sender(move |info: PushInfo| {
+                match info.kind {
+                    PushKind::Disconnection => on_push(Push::Disconnected),
+                    PushKind::Message => {
+                        if let Some(Value::BulkString(b)) = info.data.get(1) {
+                            on_push(Push::Ctl(String::from_utf8_lossy(b).into_owned()));
+                        }
+                    }
+                    _ => {}
+                }
+                Ok::<(), ()>(())
+            })
+            .set_automatic_resubscription();
+        let conn = ConnectionManager::new_lazy_with_config(client, config)?;
+        Ok(Redis { conn })
+    }
+
+    /// `SUBSCRIBE ctl` (kept across reconnects by the manager).
+    pub(super) async fn subscribe(&self) -> RedisResult<()> {
+        self.conn.clone().subscribe(CTL).await
+    }
+
+    /// `SET mcpg:replica:{tag} value PX ttl_ms`.
+    pub(super) async fn heartbeat(&self, tag: &str, value: &str, ttl_ms: u64) -> RedisResult<()> {
+        redis::cmd("SET")
+            .arg(format!("mcpg:replica:{tag}"))
+            .arg(value)
+            .arg("PX")
+            .arg(ttl_ms.max(1))
+            .exec_async(&mut self.conn.clone())
+            .await
+    }
+
+    /// `HSET rec fields… ; EXPIRE rec ttl` in one transaction.
+    pub(super) async fn put_record(
+        &self,
+        h: &str,
+        fields: &[(&str, String)],
+        ttl: u64,
+    ) -> RedisResult<()> {
+        let key = record_key(h);
+        redis::pipe()
+            .atomic()
+            .hset_multiple(&key, fields)
+            .ignore()
+            .expire(&key, ttl.max(1) as i64)
+            .ignore()
+            .exec_async(&mut self.conn.clone())
+            .await
+    }
+
+    /// `HGETALL rec` (empty: no record).
+    pub(super) async fn get_record(&self, h: &str) -> RedisResult<HashMap<String, String>> {
+        redis::cmd("HGETALL")
+            .arg(record_key(h))
+            .query_async(&mut self.conn.clone())
+            .await
+    }
+
+    /// Sets one field of an existing record; whether it existed.
+    pub(super) async fn set_field(&self, h: &str, field: &str, value: &str) -> RedisResult<bool> {
+        redis::cmd("EVAL")
+            .arg(SET_IF_EXISTS)
+            .arg(1)
+            .arg(record_key(h))
+            .arg(field)
+            .arg(value)
+            .query_async(&mut self.conn.clone())
+            .await
+    }
+
+    /// `EXPIRE rec ttl` (a no-op when the record is gone).
+    pub(super) async fn refresh(&self, h: &str, ttl: u64) -> RedisResult<()> {
+        redis::cmd("EXPIRE")
+            .arg(record_key(h))
+            .arg(ttl.max(1))
+            .exec_async(&mut self.conn.clone())
+            .await
+    }
+
+    /// `DEL rec` (together with the announcement, when one is given).
+    pub(super) async fn delete(&self, h: &str, announce: Option<&str>) -> RedisResult<()> {
+        let mut p = redis::pipe();
+        p.del(record_key(h)).ignore();
+        if let Some(msg) = announce {
+            p.publish(CTL, msg).ignore();
+        }
+        p.exec_async(&mut self.conn.clone()).await
+    }
+
+    /// `PUBLISH ctl message`.
+    pub(super) async fn publish(&self, message: &str) -> RedisResult<()> {
+        redis::cmd("PUBLISH")
+            .arg(CTL)
+            .arg(message)
+            .exec_async(&mut self.conn.clone())
+            .await
+    }
+
+    /// One pipelined `EXISTS rec` per session: which records still exist.
+    pub(super) async fn exist(&self, hs: &[String]) -> RedisResult<Vec<bool>> {
+        if hs.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut p = redis::pipe();
+        for h in hs {
+            p.exists(record_key(h));
+        }
+        p.query_async(&mut self.conn.clone()).await
+    }
+}
