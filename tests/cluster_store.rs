@@ -112,6 +112,26 @@ async fn logs_at(c: &McpClient, level: &str) -> usize {
         .count()
 }
 
+/// Commands about session records Redis has executed so far (heartbeats and
+/// pub/sub left out): HGETALL, HSET, EXPIRE, DEL, EXISTS, EVAL, EXEC.
+fn session_commands(redis: &TestRedis) -> u64 {
+    let stats = redis.cli(&["INFO", "commandstats"]);
+    let wanted = ["hgetall", "hset", "expire", "del", "exists", "eval", "exec"];
+    stats
+        .lines()
+        .filter_map(|l| l.strip_prefix("cmdstat_"))
+        .filter_map(|l| l.split_once(':'))
+        .filter(|(name, _)| wanted.contains(name))
+        .filter_map(|(_, v)| {
+            v.strip_prefix("calls=")?
+                .split(',')
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
+        .sum()
+}
+
 /// Waits (at most 2 s) until `check` holds.
 async fn eventually<F: Future<Output = bool>>(mut check: impl FnMut() -> F) -> bool {
     let end = Instant::now() + Duration::from_secs(2);
@@ -151,6 +171,14 @@ async fn a_session_initialized_on_a_is_served_on_b_with_its_log_level() {
         .await;
     assert!(set.response.get("result").is_some(), "{}", set.response);
     assert_eq!(redis.cli(&["HGET", rec, "lvl"]), "error");
+
+    // A session held here costs no Redis round trip (one EXPIRE a minute at most).
+    let before = session_commands(&redis);
+    for i in 0..20 {
+        assert_eq!(echo(&s, &format!("n{i}")).await, format!("n{i}"));
+    }
+    let after = session_commands(&redis);
+    assert!(after - before <= 1, "{before} -> {after} session commands");
 
     // B never saw the session: restored from the record, level included.
     let on_b = at(&s, &b);
@@ -291,6 +319,50 @@ async fn with_redis_down_cached_sessions_go_on_uncached_fail_open_and_initialize
         "{}",
         a.log()
     );
+}
+
+#[tokio::test]
+async fn a_redis_that_stops_answering_costs_at_most_its_deadline() {
+    let redis = TestRedis::start().await;
+    let a = replica(Some(&redis), FX).await;
+    let cached = session(&a).await;
+    redis.signal(Signal::SIGSTOP);
+    let started = Instant::now();
+    assert_eq!(echo(&cached, "no store needed").await, "no store needed");
+    assert!(started.elapsed() < Duration::from_millis(500), "hot path");
+    let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {},
+        "clientInfo": {"name": "it", "version": "0"}}})
+    .to_string();
+    let started = Instant::now();
+    let refused = McpClient::new(&a.url).post(&[], init).await;
+    assert_eq!(refused.status, 503, "{refused:?}");
+    assert_eq!(refused.header("retry-after"), Some("1"));
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "within the 500 ms deadline: {:?}",
+        started.elapsed()
+    );
+    assert!(
+        metric_becomes(&a, "mcpgate_cluster_redis_up", 0.0, Duration::from_secs(2)).await,
+        "down"
+    );
+
+    redis.signal(Signal::SIGCONT);
+    let back = Instant::now();
+    assert!(
+        metric_becomes(&a, "mcpgate_cluster_redis_up", 1.0, Duration::from_secs(3)).await,
+        "{}",
+        a.log()
+    );
+    let fresh = session(&a).await;
+    assert!(
+        back.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        back.elapsed()
+    );
+    assert_eq!(echo(&cached, "kept").await, "kept", "its record survived");
+    assert_eq!(echo(&fresh, "new").await, "new");
 }
 
 #[tokio::test]

@@ -75,6 +75,14 @@ impl TestRedis {
         }
     }
 
+    /// Sends `signal` to the server (SIGSTOP: it stops answering, connections
+    /// stay open; SIGCONT: it goes on).
+    pub fn signal(&self, signal: Signal) {
+        if let Some(c) = &self.child {
+            kill(Pid::from_raw(c.id() as i32), signal).unwrap();
+        }
+    }
+
     /// Runs `redis-cli` against the server; its output, trimmed.
     pub fn cli(&self, args: &[&str]) -> String {
         let out = Command::new("redis-cli")
