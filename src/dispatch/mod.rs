@@ -377,7 +377,7 @@ impl Dispatch {
         self.supervisor.apply_level(session, level);
         if let Some(store) = self.supervisor.shared()
             && store
-                .set_level(&session.store_key(), level.as_str())
+                .set_level(session.store_key(), level.as_str())
                 .await
                 .is_err()
         {

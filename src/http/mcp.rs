@@ -331,7 +331,7 @@ async fn initialize(
     record_new(st, &session).await?;
     if let Err(full) = st.sessions.insert(session.clone()) {
         if let Some(store) = st.supervisor.shared() {
-            store.discard(&session.store_key()).await;
+            store.discard(session.store_key()).await;
         }
         tracing::warn!(
             limit = full.limit,

@@ -60,7 +60,7 @@ pub(super) async fn lookup(
     if let Some(store) = st.supervisor.shared()
         && session.claim_refresh(unix_now(), store.refresh_every())
     {
-        store.refresh(session.store_key());
+        store.refresh(session.store_key().to_owned());
     }
     Ok(session)
 }
@@ -180,7 +180,7 @@ pub(super) async fn record_new(st: &AppState, session: &Session) -> Result<(), H
     };
     let fields = session.record().to_fields();
     store
-        .put_record(&session.store_key(), &fields)
+        .put_record(session.store_key(), &fields)
         .await
         .map_err(|_| HttpError::store_unavailable())
 }
@@ -297,7 +297,7 @@ pub async fn delete(State(st): State<AppState>, req: Request) -> Response {
             st.sessions.remove(session.id());
             if let Some(store) = st.supervisor.shared() {
                 // Ended for every replica before the host hears so.
-                store.end(&session.store_key()).await;
+                store.end(session.store_key()).await;
             }
             let supervisor = st.supervisor.clone();
             tokio::spawn(async move { supervisor.end_session(&session).await });

@@ -94,6 +94,9 @@ pub struct Session {
     id: Arc<str>,
     identity: Identity,
     log_id: String,
+    /// The key of the session's record in the shared store, computed once:
+    /// broadcasts name sessions by it.
+    store_key: String,
     principal: Option<PrincipalId>,
     version: ProtocolVersion,
     client_capabilities: Value,
@@ -126,6 +129,7 @@ impl Session {
     ) -> Self {
         Session {
             log_id: log_id(&id),
+            store_key: crate::cluster::record_key(&identity.rand),
             id,
             identity,
             principal: None,
@@ -197,8 +201,8 @@ impl Session {
 
     /// The session's key in the shared store (`cluster::record_key` of its
     /// identity: no secret, stable across key rotations).
-    pub fn store_key(&self) -> String {
-        crate::cluster::record_key(&self.identity.rand)
+    pub fn store_key(&self) -> &str {
+        &self.store_key
     }
 
     /// Whether this process should slide the session's expiry in the shared

@@ -74,7 +74,7 @@ impl Supervisor {
             return;
         };
         let sessions = self.sessions.all();
-        let keys: Vec<String> = sessions.iter().map(|s| s.store_key()).collect();
+        let keys: Vec<String> = sessions.iter().map(|s| s.store_key().to_owned()).collect();
         let Some(exist) = store.exist(&keys).await else {
             return;
         };
