@@ -135,6 +135,7 @@ impl Gateway {
             sessions.clone(),
             refresh_tx,
             metrics.clone(),
+            shared.as_ref().map(|(store, _)| store.clone()),
         );
         let supervisor = Supervisor::new(
             server.clone(),

@@ -84,6 +84,10 @@ pub struct Metrics {
     /// unavailable (fail open: an ended session may be used by its own
     /// principal until the store is back).
     pub cluster_degraded: IntCounter,
+    /// Work handed to another replica through the shared store, by kind:
+    /// `answer` (a host's answer to a request another replica relayed),
+    /// `cancel` (a host's cancel of a request this replica does not run).
+    pub cluster_forwarded: IntCounterVec,
 }
 
 /// The source revision baked in at build time (`MCPGATE_REVISION=$(git rev-parse
@@ -308,6 +312,12 @@ impl Metrics {
                 &r,
                 "mcpgate_cluster_degraded_total",
                 "Sessions served from their sealed id alone because the shared store was unavailable.",
+            ),
+            cluster_forwarded: counter_vec(
+                &r,
+                "mcpgate_cluster_forwarded_total",
+                "Work handed to another replica through the shared store, by kind (answer, cancel).",
+                &["kind"],
             ),
             registry: r,
         };

@@ -7,6 +7,7 @@
 //! shared store (`store.rs` over `redis.rs`, `[cluster] redis`), read only when a
 //! replica does not hold the session.
 
+mod inbox;
 mod redis;
 mod seal;
 mod store;

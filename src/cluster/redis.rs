@@ -5,8 +5,9 @@
 //! tag `{h}`, so under Redis Cluster they share a slot.
 //!
 //! Keys: `mcpg:{h}:rec` (hash: the session record, TTL = the session idle
-//! timeout, sliding), `mcpg:replica:{tag}` (string, TTL = 3 heartbeats). Channel:
-//! `ctl`.
+//! timeout, sliding), `mcpg:replica:{TAG}` (string, TTL = 3 heartbeats),
+//! `mcpg:inbox:{TAG}` (stream: what other replicas send this one, read by
+//! `inbox.rs`). Channel: `ctl`.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -21,6 +22,12 @@ pub(super) const CTL: &str = "ctl";
 /// `DELETE` on another replica must not leave a record behind.
 const SET_IF_EXISTS: &str = "if redis.call('EXISTS', KEYS[1]) == 1 then \
      redis.call('HSET', KEYS[1], ARGV[1], ARGV[2]) return 1 end return 0";
+
+/// Appends to a replica's inbox only while the replica is alive (its heartbeat
+/// key exists); whether it did.
+const SEND_IF_ALIVE: &str = "if redis.call('EXISTS', KEYS[2]) == 0 then return 0 end \
+     redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[1], '*', 'k', ARGV[3], 'h', ARGV[4], 'm', ARGV[5]) \
+     redis.call('EXPIRE', KEYS[1], ARGV[2]) return 1";
 
 fn record_key(h: &str) -> String {
     format!("mcpg:{{{h}}}:rec")
@@ -38,6 +45,8 @@ pub(super) enum Push {
 #[derive(Clone)]
 pub(super) struct Redis {
     conn: ConnectionManager,
+    /// For connections of their own (the inbox's blocking read), RESP2.
+    client: redis::Client,
 }
 
 impl Redis {
@@ -49,8 +58,8 @@ impl Redis {
         deadline: Duration,
         on_push: impl Fn(Push) + Send + Sync + 'static,
     ) -> RedisResult<Redis> {
-        let client = redis::Client::open(url)?;
-        let info = client.get_connection_info().clone();
+        let plain = redis::Client::open(url)?;
+        let info = plain.get_connection_info().clone();
         let settings = info
             .redis_settings()
             .clone()
@@ -75,7 +84,15 @@ impl Redis {
             })
             .set_automatic_resubscription();
         let conn = ConnectionManager::new_lazy_with_config(client, config)?;
-        Ok(Redis { conn })
+        Ok(Redis {
+            conn,
+            client: plain,
+        })
+    }
+
+    /// A client for a connection of its own.
+    pub(super) fn client(&self) -> redis::Client {
+        self.client.clone()
     }
 
     /// `SUBSCRIBE ctl` (kept across reconnects by the manager).
@@ -83,10 +100,10 @@ impl Redis {
         self.conn.clone().subscribe(CTL).await
     }
 
-    /// `SET mcpg:replica:{tag} value PX ttl_ms`.
+    /// `SET mcpg:replica:{TAG} value PX ttl_ms`.
     pub(super) async fn heartbeat(&self, tag: &str, value: &str, ttl_ms: u64) -> RedisResult<()> {
         redis::cmd("SET")
-            .arg(format!("mcpg:replica:{tag}"))
+            .arg(super::inbox::replica_key(tag))
             .arg(value)
             .arg("PX")
             .arg(ttl_ms.max(1))
@@ -170,5 +187,22 @@ impl Redis {
             p.exists(record_key(h));
         }
         p.query_async(&mut self.conn.clone()).await
+    }
+
+    /// Appends message `m` of kind `k` about session `h` to replica `tag`'s
+    /// inbox if that replica is alive; whether it was.
+    pub(super) async fn send(&self, tag: &str, k: &str, h: &str, m: &str) -> RedisResult<bool> {
+        redis::cmd("EVAL")
+            .arg(SEND_IF_ALIVE)
+            .arg(2)
+            .arg(super::inbox::inbox_key(tag))
+            .arg(super::inbox::replica_key(tag))
+            .arg(super::inbox::INBOX_MAXLEN)
+            .arg(super::inbox::INBOX_TTL)
+            .arg(k)
+            .arg(h)
+            .arg(m)
+            .query_async(&mut self.conn.clone())
+            .await
     }
 }

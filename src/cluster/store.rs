@@ -51,6 +51,23 @@ pub enum Ctl {
         /// The level's wire name.
         level: String,
     },
+    /// The host of session `h` answered, on another replica, a server→client
+    /// request this replica relayed: `message` is the JSON-RPC response.
+    Answer {
+        /// The session's store key.
+        h: String,
+        /// The host's response, as JSON text.
+        message: String,
+    },
+    /// The host of session `h` cancelled, on another replica, one of its
+    /// requests: `params` are the `notifications/cancelled` params as JSON
+    /// text. Whichever replica runs the request cancels it.
+    Cancel {
+        /// The session's store key.
+        h: String,
+        /// `{"requestId": …, "reason"?: …}`.
+        params: String,
+    },
     /// The store is reachable again after an outage: broadcasts may have been
     /// missed, revalidate the cached sessions.
     Resync,
@@ -94,6 +111,8 @@ struct Health {
 pub struct SharedStore {
     redis: Redis,
     tag: String,
+    /// `tag` as a number, for the ids of relayed requests (`inbox::tagged_id`).
+    tag_bits: u32,
     health: Arc<Health>,
     record_ttl: u64,
     heartbeat: Duration,
@@ -118,7 +137,8 @@ impl SharedStore {
         let Some(url) = &cluster.redis else {
             return Ok(None);
         };
-        let tag = hex(&super::random_bytes::<4>());
+        let tag_bits = u32::from_be_bytes(super::random_bytes::<4>()).max(1);
+        let tag = format!("{tag_bits:08x}");
         let health = Arc::new(Health::default());
         let (events, rx) = mpsc::unbounded_channel();
         let on_push = {
@@ -138,6 +158,7 @@ impl SharedStore {
         let store = SharedStore {
             redis,
             tag,
+            tag_bits,
             health,
             record_ttl: record_ttl.as_secs().max(1),
             heartbeat: cluster.heartbeat,
@@ -148,9 +169,49 @@ impl SharedStore {
         Ok(Some((Arc::new(store), rx)))
     }
 
-    /// This replica's tag (`mcpg:replica:{tag}`).
+    /// This replica's tag (`mcpg:replica:{TAG}`, 8 hex digits).
     pub fn tag(&self) -> &str {
         &self.tag
+    }
+
+    /// The id the host sees for the `n`-th server→client request this replica
+    /// relays in a session (`inbox::tagged_id`).
+    pub fn relayed_id(&self, n: i64) -> i64 {
+        super::inbox::tagged_id(self.tag_bits, n)
+    }
+
+    /// The tag of the replica that relayed request `id`, when that is another
+    /// replica (`None`: ours, or an id no replica minted).
+    pub fn relayed_elsewhere(&self, id: i64) -> Option<String> {
+        super::inbox::tag_of(id)
+            .filter(|t| *t != self.tag_bits)
+            .map(|t| format!("{t:08x}"))
+    }
+
+    /// Sends the host's answer `message` (JSON-RPC response text) for session
+    /// `h` to replica `tag`'s inbox; `Ok(false)` when that replica is not alive
+    /// (the answer is dropped).
+    pub async fn send_answer(
+        &self,
+        tag: &str,
+        h: &str,
+        message: &str,
+    ) -> Result<bool, Unavailable> {
+        if !self.is_up() {
+            return Err(Unavailable);
+        }
+        self.op("send", self.redis.send(tag, "answer", h, message))
+            .await
+    }
+
+    /// Announces a host's cancel (`params`: the notification's params as
+    /// JSON) of a request of session `h` that this replica does not run.
+    pub async fn broadcast_cancel(&self, h: &str, params: &str) -> Result<(), Unavailable> {
+        if !self.is_up() {
+            return Err(Unavailable);
+        }
+        let msg = format!("cancel {h} {} {params}", self.tag);
+        self.op("publish", self.redis.publish(&msg)).await
     }
 
     /// Whether the store answered its last operation.
@@ -163,6 +224,12 @@ impl SharedStore {
     /// refusing `initialize` while Redis is there.
     pub async fn start(self: &Arc<Self>, stop: CancellationToken) {
         let first = self.beat().await;
+        tokio::spawn(super::inbox::read(
+            self.redis.client(),
+            super::inbox::inbox_key(&self.tag),
+            self.events.clone(),
+            stop.clone(),
+        ));
         let me = self.clone();
         tokio::spawn(async move {
             let mut subscribed = first && me.op("subscribe", me.redis.subscribe()).await.is_ok();
@@ -310,9 +377,18 @@ impl SharedStore {
     }
 }
 
-/// A `ctl` message from another replica: `ended H TAG` or `lvl H LEVEL TAG`;
-/// `None` for this replica's own (`me`) and for anything else.
+/// A `ctl` message from another replica: `ended H TAG`, `lvl H LEVEL TAG` or
+/// `cancel H TAG PARAMS` (PARAMS: JSON, the rest of the line); `None` for this
+/// replica's own (`me`) and for anything else.
 fn parse_ctl(text: &str, me: &str) -> Option<Ctl> {
+    if let Some(rest) = text.strip_prefix("cancel ") {
+        let mut words = rest.splitn(3, ' ');
+        let (h, tag, params) = (words.next()?, words.next()?, words.next()?);
+        return (tag != me).then(|| Ctl::Cancel {
+            h: h.to_owned(),
+            params: params.to_owned(),
+        });
+    }
     let words: Vec<&str> = text.split(' ').collect();
     match words.as_slice() {
         ["ended", h, tag] if *tag != me => Some(Ctl::Ended((*h).to_owned())),
@@ -356,6 +432,15 @@ mod tests {
         );
         assert_eq!(parse_ctl("lvl abc r1", "r2"), None);
         assert_eq!(parse_ctl("owner abc r1", "r2"), None, "not ours to read");
+        assert_eq!(
+            parse_ctl(r#"cancel abc r1 {"requestId":1,"reason":"a b"}"#, "r2"),
+            Some(Ctl::Cancel {
+                h: "abc".into(),
+                params: r#"{"requestId":1,"reason":"a b"}"#.into()
+            })
+        );
+        assert_eq!(parse_ctl("cancel abc r2 {}", "r2"), None, "our own");
+        assert_eq!(parse_ctl("cancel abc r1", "r2"), None);
     }
 
     #[test]

@@ -1,5 +1,7 @@
 //! Sessions shared with other replicas through the shared store (`[cluster]
-//! redis`): what they broadcast (a session ended, a log level changed), the
+//! redis`): what they broadcast (a session ended, a log level changed, a host
+//! cancelled a request) or send this replica (a host's answer to a request
+//! relayed here), the
 //! revalidation of cached sessions after a store outage (broadcasts are lost
 //! while the connection is down), and the drain at shutdown, which lets
 //! sessions go instead of ending them.
@@ -54,6 +56,17 @@ impl Supervisor {
                 Ctl::Level { h, level } => {
                     if let (Some(s), Some(level)) = (self.cached(&h), LogLevel::parse(&level)) {
                         self.apply_level(&s, level);
+                    }
+                }
+                Ctl::Answer { h, message } => match self.cached(&h) {
+                    Some(s) => self.relay.answer_forwarded(&s, &message),
+                    None => tracing::info!(
+                        "answer forwarded for a session this replica no longer holds; dropped"
+                    ),
+                },
+                Ctl::Cancel { h, params } => {
+                    if let Some(s) = self.cached(&h) {
+                        self.relay.cancel_forwarded(&s, &params);
                     }
                 }
                 Ctl::Resync => self.revalidate().await,
