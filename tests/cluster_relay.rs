@@ -64,6 +64,64 @@ async fn logs(gw: &Served, text: &str) -> bool {
     wait_for(Duration::from_secs(3), || gw.log().contains(text)).await
 }
 
+/// Calls `tool` on `caller`, answers the request it relays with `answer`
+/// POSTed by `answerer` (the same session, at any replica), and returns the
+/// call's result text.
+async fn ask_and_answer(
+    caller: &McpClient,
+    answerer: &McpClient,
+    tool: &str,
+    answer: Value,
+) -> String {
+    let call = json!({"jsonrpc": "2.0", "id": tool, "method": "tools/call",
+                      "params": {"name": tool, "arguments": {}}});
+    let mut stream = caller.open(&call).await;
+    let req = stream
+        .next(Duration::from_secs(5))
+        .await
+        .unwrap_or_else(|| panic!("{tool}: nothing relayed"));
+    assert!(
+        req["method"].is_string() && req.get("id").is_some(),
+        "{req}"
+    );
+    let id = req["id"].as_i64().unwrap_or_else(|| panic!("{req}"));
+    assert!(
+        (1 << 21..1 << 53).contains(&id),
+        "a number carrying the relaying replica's tag, exact in JSON: {id}"
+    );
+    let r = answerer
+        .post(
+            &[],
+            json!({"jsonrpc": "2.0", "id": id, "result": answer}).to_string(),
+        )
+        .await;
+    assert_eq!(r.status, 202, "the answer is accepted where it lands");
+    let done = stream
+        .next(Duration::from_secs(5))
+        .await
+        .unwrap_or_else(|| panic!("{tool}: no result"));
+    assert_eq!(done["id"], call["id"], "{done}");
+    done["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+/// How many times Redis executed `command` so far (`INFO commandstats`).
+fn calls(redis: &TestRedis, command: &str) -> u64 {
+    let stats = redis.cli(&["INFO", "commandstats"]);
+    let prefix = format!("cmdstat_{command}:calls=");
+    stats
+        .lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .and_then(|v| v.split(',').next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+fn sampled() -> Value {
+    json!({"role": "assistant", "content": {"type": "text", "text": "4"}, "model": "m"})
+}
+
 #[tokio::test]
 async fn an_answer_posted_to_b_completes_the_call_relayed_by_a() {
     let redis = TestRedis::start().await;
@@ -74,53 +132,37 @@ async fn an_answer_posted_to_b_completes_the_call_relayed_by_a() {
         .await;
     let on_b = at(&s, &b);
 
-    for (tool, method, answer, expect) in [
-        (
-            "fx__ask_sampling",
-            "sampling/createMessage",
-            json!({"role": "assistant", "content": {"type": "text", "text": "4"}, "model": "m"}),
-            r#""text":"4""#,
-        ),
-        (
-            "fx__ask_elicit",
-            "elicitation/create",
-            json!({"action": "accept", "content": {"x": 1}}),
-            r#""x":1"#,
-        ),
-    ] {
-        let call = json!({"jsonrpc": "2.0", "id": tool, "method": "tools/call",
-                          "params": {"name": tool, "arguments": {}}});
-        let mut stream = s.open(&call).await;
-        let req = stream
-            .next(Duration::from_secs(5))
-            .await
-            .unwrap_or_else(|| panic!("{tool}: nothing relayed:\n{}", a.log()));
-        assert_eq!(req["method"], method, "{req}");
-        let id = req["id"].as_i64().unwrap_or_else(|| panic!("{req}"));
-        assert!(
-            (1 << 21..1 << 53).contains(&id),
-            "a number carrying A's tag, exact in JSON: {id}"
-        );
+    // Answered where it was relayed: no Redis command at all.
+    let (evals, publishes) = (calls(&redis, "eval"), calls(&redis, "publish"));
+    let text = ask_and_answer(&s, &s, "fx__ask_sampling", sampled()).await;
+    assert!(text.contains(r#""text":"4""#), "{text}");
+    assert_eq!(calls(&redis, "eval"), evals, "no inbox write");
+    assert_eq!(calls(&redis, "publish"), publishes, "no broadcast");
+    assert!(redis.keys("mcpg:inbox:*").is_empty());
 
-        let r = on_b
-            .post(
-                &[],
-                json!({"jsonrpc": "2.0", "id": id, "result": answer}).to_string(),
-            )
-            .await;
-        assert_eq!(r.status, 202, "B accepts the answer");
-        let done = stream
-            .next(Duration::from_secs(5))
-            .await
-            .unwrap_or_else(|| panic!("{tool}: no result on A:\n{}\n{}", a.log(), b.log()));
-        assert_eq!(done["id"], call["id"], "{done}");
-        let text = done["result"]["content"][0]["text"].as_str().unwrap_or("");
-        assert!(text.contains(expect), "{tool}: {done}");
-    }
-    let text = scrape(&b).await;
+    // Answered on B: one command (the inbox write), and the call on A completes.
+    let text = ask_and_answer(&s, &on_b, "fx__ask_sampling", sampled()).await;
+    assert!(
+        text.contains(r#""text":"4""#),
+        "{text}\n{}\n{}",
+        a.log(),
+        b.log()
+    );
+    assert_eq!(
+        calls(&redis, "eval"),
+        evals + 1,
+        "one inbox write per answer"
+    );
+    let answer = json!({"action": "accept", "content": {"x": 1}});
+    let text = ask_and_answer(&s, &on_b, "fx__ask_elicit", answer).await;
+    assert!(text.contains(r#""x":1"#), "{text}");
     let answers = [("kind", "answer")];
     assert_eq!(
-        metric(&text, "mcpgate_cluster_forwarded_total", &answers),
+        metric(
+            &scrape(&b).await,
+            "mcpgate_cluster_forwarded_total",
+            &answers
+        ),
         Some(2.0)
     );
     assert_eq!(
@@ -128,6 +170,29 @@ async fn an_answer_posted_to_b_completes_the_call_relayed_by_a() {
         1,
         "only A's inbox was used"
     );
+
+    // Every connection of both replicas cut: A's inbox reader reconnects and
+    // still gets what B sends.
+    // (The shared connections are subscribed: type pubsub.)
+    let killed: u32 = ["normal", "pubsub"]
+        .iter()
+        .map(|t| {
+            redis
+                .cli(&["CLIENT", "KILL", "TYPE", t])
+                .parse()
+                .unwrap_or(0)
+        })
+        .sum();
+    assert!(
+        killed >= 4,
+        "two shared connections and two inbox readers: {killed}"
+    );
+    // Heartbeats (every 200 ms) find the cut and reconnect; the reader
+    // reconnects 200 ms after its read failed.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let answer = json!({"action": "accept", "content": {"x": 2}});
+    let text = ask_and_answer(&s, &on_b, "fx__ask_elicit", answer).await;
+    assert!(text.contains(r#""x":2"#), "{text}");
 
     // A request id naming a replica that is not alive: B drops the answer
     // (202 all the same: the host cannot do better) and says so.
@@ -150,8 +215,8 @@ async fn an_answer_posted_to_b_completes_the_call_relayed_by_a() {
             "mcpgate_cluster_forwarded_total",
             &answers
         ),
-        Some(2.0),
-        "not counted as forwarded"
+        Some(3.0),
+        "a dropped answer is not counted as forwarded"
     );
 }
 
