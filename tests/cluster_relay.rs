@@ -2,8 +2,10 @@
 //! the request, with real processes: a real `redis-server` per test, two `mcpgate
 //! serve` replicas with the same keys and store, the fake stdio backend per
 //! session. A host's answer to a sampling request relayed by A, POSTed to B,
-//! completes the call on A (through A's inbox); an answer for a replica that is
-//! gone is dropped with a log line; a `notifications/cancelled` POSTed to B
+//! completes the call on A (through A's inbox, one Redis command; none when it
+//! is POSTed to A); the inbox reader reconnects after its connection is cut and
+//! reads what was written meanwhile; an answer for a replica that is gone is
+//! dropped with a log line; a `notifications/cancelled` POSTed to B
 //! reaches the backend of the call running on A, and A's call ends.
 
 mod common;
@@ -314,4 +316,66 @@ async fn a_cancel_posted_to_b_stops_the_call_running_on_a() {
         ),
         None
     );
+}
+
+#[tokio::test]
+async fn an_answer_written_while_the_inbox_reader_is_cut_off_is_still_read() {
+    let redis = TestRedis::start().await;
+    let a = replica(&redis).await;
+    let mut s = McpClient::new(&a.url);
+    s.initialize(json!({"sampling": {}})).await;
+    let records = redis.keys("mcpg:*:rec");
+    assert_eq!(records.len(), 1, "{records:?}");
+    let h = records[0]
+        .strip_prefix("mcpg:{")
+        .and_then(|r| r.strip_suffix("}:rec"))
+        .unwrap()
+        .to_owned();
+
+    // One answer through the inbox first, so the reader has a last id.
+    let relay = |id: &str| {
+        let call = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+                          "params": {"name": "fx__ask_sampling", "arguments": {}}});
+        let s = &s;
+        async move {
+            let mut stream = s.open(&call).await;
+            let req = stream.next(Duration::from_secs(5)).await.expect("relayed");
+            (stream, req["id"].as_i64().expect("numeric id"))
+        }
+    };
+    let write = |id: i64, text: &str| {
+        let tag = format!("{:08x}", id >> 21);
+        let answer = json!({"jsonrpc": "2.0", "id": id, "result":
+            {"role": "assistant", "content": {"type": "text", "text": text}, "model": "m"}});
+        redis.cli(&[
+            "XADD",
+            &format!("mcpg:inbox:{{{tag}}}"),
+            "*",
+            "k",
+            "answer",
+            "h",
+            &h,
+            "m",
+            &answer.to_string(),
+        ])
+    };
+    let result_text = |done: Option<Value>| {
+        let done = done.expect("a result");
+        done["result"]["content"][0]["text"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned()
+    };
+    let (mut stream, id) = relay("first").await;
+    assert!(!write(id, "one").is_empty());
+    assert!(result_text(stream.next(Duration::from_secs(5)).await).contains(r#""text":"one""#));
+
+    // Cut the reader (the shared connection is subscribed: type pubsub, left
+    // alone) and write at once, before it can reconnect (200 ms later).
+    let (mut stream, id) = relay("second").await;
+    let killed = redis.cli(&["CLIENT", "KILL", "TYPE", "normal"]);
+    assert_eq!(killed, "1", "the inbox reader");
+    assert!(!write(id, "two").is_empty());
+    let text = result_text(stream.next(Duration::from_secs(5)).await);
+    assert!(text.contains(r#""text":"two""#), "{text}\n{}", a.log());
 }
