@@ -13,7 +13,7 @@ mod seal;
 mod store;
 
 pub use seal::{Purpose, Sealer, random_bytes};
-pub use store::{Ctl, Lookup, SharedStore, Started, StoreMetrics, record_key};
+pub use store::{Ctl, Lookup, MirroredEvent, SharedStore, Started, StoreMetrics, record_key};
 
 #[cfg(test)]
 pub(crate) use seal::tests as seal_tests;

@@ -29,6 +29,10 @@ const SEND_IF_ALIVE: &str = "if redis.call('EXISTS', KEYS[2]) == 0 then return 0
      redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[1], '*', 'k', ARGV[3], 'h', ARGV[4], 'm', ARGV[5]) \
      redis.call('EXPIRE', KEYS[1], ARGV[2]) return 1";
 
+fn events_key(h: &str) -> String {
+    format!("mcpg:{{{h}}}:ev")
+}
+
 fn record_key(h: &str) -> String {
     format!("mcpg:{{{h}}}:rec")
 }
@@ -202,6 +206,54 @@ impl Redis {
             .arg(k)
             .arg(h)
             .arg(m)
+            .query_async(&mut self.conn.clone())
+            .await
+    }
+
+    /// `XADD mcpg:{h}:ev MAXLEN ~ maxlen * fields… ; EXPIRE ev ttl`, pipelined.
+    pub(super) async fn add_event(
+        &self,
+        h: &str,
+        fields: &[(&str, &[u8])],
+        maxlen: usize,
+        ttl: u64,
+    ) -> RedisResult<()> {
+        let key = events_key(h);
+        let mut xadd = redis::cmd("XADD");
+        xadd.arg(&key).arg("MAXLEN").arg("~").arg(maxlen).arg("*");
+        for (f, v) in fields {
+            xadd.arg(*f).arg(*v);
+        }
+        redis::pipe()
+            .add_command(xadd)
+            .ignore()
+            .expire(&key, ttl.max(1) as i64)
+            .ignore()
+            .exec_async(&mut self.conn.clone())
+            .await
+    }
+
+    /// The entries of `mcpg:{h}:ev` after entry id `after` (all: `None`; the
+    /// stream is capped), with their entry ids, in order.
+    pub(super) async fn events(
+        &self,
+        h: &str,
+        after: Option<&str>,
+    ) -> RedisResult<Vec<(String, HashMap<String, Value>)>> {
+        let start = after.map_or_else(|| "-".to_owned(), |id| format!("({id}"));
+        let reply: redis::streams::StreamRangeReply = redis::cmd("XRANGE")
+            .arg(events_key(h))
+            .arg(start)
+            .arg("+")
+            .query_async(&mut self.conn.clone())
+            .await?;
+        Ok(reply.ids.into_iter().map(|e| (e.id, e.map)).collect())
+    }
+
+    /// Whether replica `tag` is alive (its heartbeat key exists).
+    pub(super) async fn alive(&self, tag: &str) -> RedisResult<bool> {
+        redis::cmd("EXISTS")
+            .arg(super::inbox::replica_key(tag))
             .query_async(&mut self.conn.clone())
             .await
     }

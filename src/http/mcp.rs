@@ -20,7 +20,7 @@ use super::accept::{accept, read_body};
 use super::headers;
 use super::modern::{self, Era};
 use super::session::{count_drops, lookup, record_new, reject, reserve_stream};
-use super::sse::{json_response, stream_reply};
+use super::sse::{Mirror, json_response, stream_reply};
 use super::{AppState, HttpError};
 use crate::auth::Principal;
 use crate::config::ModernFace;
@@ -210,6 +210,11 @@ async fn answer(
     );
     let server = &st.server;
     let host = Host::Legacy(session.clone());
+    let mirror = st.supervisor.shared().map(|store| Mirror {
+        store: store.clone(),
+        h: session.store_key().to_owned(),
+        request_id: req.id.to_value().to_string(),
+    });
     let reply = st.dispatch.handle(ctx, &host, req).instrument(span).await;
     match reply {
         Reply::Now(bytes) => {
@@ -217,8 +222,8 @@ async fn answer(
             json_response(bytes)
         }
         Reply::Stream(rx) => {
-            let (window, keep_alive) = (server.json_response_window, server.sse_keep_alive);
-            stream_reply(rx, session, slot, window, keep_alive, &st.metrics).await
+            let times = (server.json_response_window, server.sse_keep_alive);
+            stream_reply(rx, session, slot, times, &st.metrics, mirror).await
         }
     }
 }

@@ -9,6 +9,7 @@ pub(crate) mod headers;
 pub mod limit;
 pub(crate) mod mcp;
 mod modern;
+mod resume;
 pub mod serve;
 mod session;
 mod sse;

@@ -19,7 +19,7 @@ use crate::cluster::{Lookup, record_key};
 use crate::jsonrpc;
 use crate::request::{Outcome, Rejection, RequestContext};
 use crate::session::{Session, SessionRecord, SessionToken, StreamSlot, unix_now};
-use crate::streamable_http::{LAST_EVENT_ID, ResumeError, SESSION_ID};
+use crate::streamable_http::{LAST_EVENT_ID, ResumeError, SESSION_ID, parse_id};
 
 /// Answers a request refused on the HTTP plane, recording why.
 pub(super) fn reject(ctx: RequestContext, e: HttpError) -> Response {
@@ -256,7 +256,14 @@ async fn open_stream(
         let attached = session.events().attach_standalone();
         return Ok(sse_response(slot, prime, attached, keep_alive, &st.metrics));
     };
-    match session.events().resume(id) {
+    let mut resumed = session.events().resume(id);
+    if let (Err(ResumeError::Gone), Some(store), Some((stream, after))) =
+        (&resumed, st.supervisor.shared(), parse_id(id))
+    {
+        // Not produced here (or no longer held here): another replica's, maybe.
+        resumed = super::resume::elsewhere(store, session.store_key(), stream, after).await;
+    }
+    match resumed {
         Ok(attached) => Ok(sse_response(slot, false, attached, keep_alive, &st.metrics)),
         Err(e) => {
             let status = match e {
