@@ -214,6 +214,7 @@ async fn answer(
         store: store.clone(),
         h: session.store_key().to_owned(),
         request_id: req.id.to_value().to_string(),
+        sealer: st.sealer.clone(),
     });
     let reply = st.dispatch.handle(ctx, &host, req).instrument(span).await;
     match reply {

@@ -13,7 +13,8 @@ use bytes::Bytes;
 use serde_json::Value;
 use tokio::sync::mpsc;
 
-use crate::cluster::{MirroredEvent, SharedStore};
+use super::sse::event_aad;
+use crate::cluster::{MirroredEvent, Purpose, Sealer, SharedStore};
 use crate::jsonrpc::{self, ErrorObject, Id};
 use crate::streamable_http::{Attached, Frame, ResumeError};
 
@@ -28,6 +29,7 @@ const CAPACITY: usize = 64;
 /// or has nothing more to give.
 pub async fn elsewhere(
     store: &Arc<SharedStore>,
+    sealer: &Arc<Sealer>,
     h: &str,
     stream: u64,
     after: u64,
@@ -47,8 +49,9 @@ pub async fn elsewhere(
     let replay: Vec<Frame> = events
         .iter()
         .filter(|e| e.seq > after && e.seq > 0)
-        .map(frame)
-        .collect();
+        .map(|e| open(sealer, h, e))
+        .collect::<Option<_>>()
+        .ok_or(ResumeError::Gone)?;
     if finished && replay.is_empty() {
         return Err(ResumeError::Gone);
     }
@@ -56,6 +59,7 @@ pub async fn elsewhere(
         let (tx, rx) = mpsc::channel(CAPACITY);
         let follow = Follow {
             store: store.clone(),
+            sealer: sealer.clone(),
             h: h.to_owned(),
             stream,
             producer: first.producer.clone(),
@@ -72,18 +76,24 @@ pub async fn elsewhere(
     })
 }
 
-fn frame(e: &MirroredEvent) -> Frame {
-    Frame {
+/// A mirrored event as a frame, its data opened (`None`: it does not open
+/// with our keys, or not as this session's event at this place).
+fn open(sealer: &Sealer, h: &str, e: &MirroredEvent) -> Option<Frame> {
+    let sealed = std::str::from_utf8(&e.data).ok()?;
+    let aad = event_aad(h, e.stream, e.seq);
+    let data = sealer.open(Purpose::Value, aad.as_bytes(), sealed)?;
+    Some(Frame {
         stream: e.stream,
         seq: e.seq,
-        data: Bytes::from(e.data.clone()),
+        data: Bytes::from(data),
         last: e.last,
-    }
+    })
 }
 
 /// Follows a stream another replica is producing.
 struct Follow {
     store: Arc<SharedStore>,
+    sealer: Arc<Sealer>,
     h: String,
     stream: u64,
     producer: String,
@@ -117,7 +127,15 @@ impl Follow {
             }
             for e in new {
                 seen = e.seq;
-                if tx.send(frame(e)).await.is_err() || e.last {
+                let Some(frame) = open(&self.sealer, &self.h, e) else {
+                    tracing::warn!(
+                        stream = self.stream,
+                        seq = e.seq,
+                        "a mirrored event does not open; stream ended"
+                    );
+                    return;
+                };
+                if tx.send(frame).await.is_err() || e.last {
                     return;
                 }
             }
@@ -135,6 +153,8 @@ impl Follow {
             "the gateway replica serving this request stopped before it answered; it was not retried",
         );
         let data = jsonrpc::error_bytes(id.as_ref(), &error);
+        let aad = event_aad(&self.h, self.stream, seq);
+        let sealed = self.sealer.seal(Purpose::Value, aad.as_bytes(), &data);
         tracing::info!(replica = %self.producer, stream = self.stream,
             "a resumed stream's replica is gone: ended with an error");
         let ev = MirroredEvent {
@@ -143,10 +163,15 @@ impl Follow {
             last: true,
             producer: self.store.tag().to_owned(),
             request_id: self.request_id.clone(),
-            data,
+            data: sealed.into_bytes(),
             entry: String::new(),
         };
         let _ = self.store.mirror_event(&self.h, &ev).await;
-        frame(&ev)
+        Frame {
+            stream: self.stream,
+            seq,
+            data: Bytes::from(data),
+            last: true,
+        }
     }
 }

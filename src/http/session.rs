@@ -261,7 +261,8 @@ async fn open_stream(
         (&resumed, st.supervisor.shared(), parse_id(id))
     {
         // Not produced here (or no longer held here): another replica's, maybe.
-        resumed = super::resume::elsewhere(store, session.store_key(), stream, after).await;
+        let h = session.store_key();
+        resumed = super::resume::elsewhere(store, &st.sealer, h, stream, after).await;
     }
     match resumed {
         Ok(attached) => Ok(sse_response(slot, false, attached, keep_alive, &st.metrics)),

@@ -17,7 +17,7 @@ use bytes::Bytes;
 use futures_util::{StreamExt, stream};
 use tokio::sync::{mpsc, oneshot};
 
-use crate::cluster::{MirroredEvent, SharedStore};
+use crate::cluster::{MirroredEvent, Purpose, Sealer, SharedStore};
 use crate::metrics::Metrics;
 use crate::session::{Outbound, Session, StreamSlot};
 use crate::streamable_http::{Attached, EVENT_STREAM, JSON, KEEP_ALIVE};
@@ -139,6 +139,14 @@ pub struct Mirror {
     pub h: String,
     /// The JSON-RPC id of the request, as JSON text.
     pub request_id: String,
+    /// Seals each event's data (tool results do not sit in Redis in clear).
+    pub sealer: Arc<Sealer>,
+}
+
+/// The additional data an event's sealed data is bound to: its session and its
+/// place, so that no entry opens as another (`Purpose::Value`).
+pub fn event_aad(h: &str, stream: u64, seq: u64) -> String {
+    format!("mcpgate/event/v1 {h} {stream}-{seq}")
 }
 
 impl Mirror {
@@ -172,6 +180,15 @@ struct Writer {
 }
 
 impl Writer {
+    fn seal(&self, seq: u64, data: &[u8]) -> Vec<u8> {
+        let aad = event_aad(&self.mirror.h, self.stream, seq);
+        let sealed = self
+            .mirror
+            .sealer
+            .seal(Purpose::Value, aad.as_bytes(), data);
+        sealed.into_bytes()
+    }
+
     /// Queues event `seq` (the stream's `last`, or the opening marker seq 0),
     /// and waits until it is written when `wait` (at most the store's deadline
     /// and a little more).
@@ -182,7 +199,7 @@ impl Writer {
             last: wait && seq > 0,
             producer: self.mirror.store.tag().to_owned(),
             request_id: self.mirror.request_id.clone(),
-            data: data.to_vec(),
+            data: self.seal(seq, data),
             entry: String::new(),
         };
         if !wait {
