@@ -7,7 +7,8 @@
 //! Keys: `mcpg:{h}:rec` (hash: the session record, TTL = the session idle
 //! timeout, sliding), `mcpg:replica:{TAG}` (string, TTL = 3 heartbeats),
 //! `mcpg:inbox:{TAG}` (stream: what other replicas send this one, read by
-//! `inbox.rs`). Channel: `ctl`.
+//! `inbox.rs`), `mcpg:{h}:ev` (stream: the session's mirrored SSE events,
+//! capped, TTL 10 min). Channel: `ctl`.
 
 use std::collections::HashMap;
 use std::time::Duration;
