@@ -7,23 +7,25 @@
 #                 only when the lock changed (stamp)
 #   3. build      cargo build --locked          -> $CARGO_TARGET_DIR/debug/mcpgate, then
 #                 cargo build --locked --examples -> debug/examples/mcpgate-fake-stdio
-#   4. cargo-test cargo test --locked
-#   5. e2e        tests/.venv/bin/python -m pytest tests/e2e -v  (MCPGATE_BIN exported)
-#   6. conformance scripts/conformance.sh      (official MCP conformance suite, 0.1.16: server
+#   4. redis      tests/cluster/ensure-redis.sh (apt-get install redis-server if missing);
+#                 the shared-store tests (tests/cluster_store.rs) start their own servers
+#   5. cargo-test cargo test --locked
+#   6. e2e        tests/.venv/bin/python -m pytest tests/e2e -v  (MCPGATE_BIN exported)
+#   7. conformance scripts/conformance.sh      (official MCP conformance suite, 0.1.16: server
 #                 scenarios, then client scenarios with mcpgate as the client; 0.2.0-alpha.12:
 #                 the 2025-11-25 and 2026-07-28 requirement sets)
-#   7. lb          tests/lb/ensure-haproxy.sh (apt-get install haproxy if missing), then
+#   8. lb          tests/lb/ensure-haproxy.sh (apt-get install haproxy if missing), then
 #                 tests/.venv/bin/python -m pytest tests/lb -v  (two gateways behind the
 #                 shipped deploy/haproxy/haproxy.cfg)
-#   8. lint-deploy scripts/lint-deploy.sh      (hadolint, yamllint, kubernetes-validate,
+#   9. lint-deploy scripts/lint-deploy.sh      (hadolint, yamllint, kubernetes-validate,
 #                 ShellCheck, haproxy -c, promtool, check-config of the deploy configs)
-#   9. bench-lint cargo fmt --check and cargo clippy --all-targets -D warnings of bench/
+#  10. bench-lint cargo fmt --check and cargo clippy --all-targets -D warnings of bench/
 #                 (its own workspace: --manifest-path bench/Cargo.toml)
-#  10. bench-smoke scripts/bench.sh --smoke   (every benchmark scenario with tiny durations;
+#  11. bench-smoke scripts/bench.sh --smoke   (every benchmark scenario with tiny durations;
 #                 checks that every result key is produced, asserts nothing about speed)
-#  11. fuzz-smoke  scripts/fuzz.sh 10         (every cargo-fuzz target for 10 s from its
+#  12. fuzz-smoke  scripts/fuzz.sh 10         (every cargo-fuzz target for 10 s from its
 #                 committed seeds; installs cargo-fuzz if missing; FUZZ_SMOKE_SECONDS)
-#  12. image      scripts/image-check.sh      (buildah builds the Dockerfile against local
+#  13. image      scripts/image-check.sh      (buildah builds the Dockerfile against local
 #                 stand-ins of its base images, then the image serves one tools/call;
 #                 needs root; caches in ${MCPGATE_CI_CACHE:-~/.cache/mcpgate}/image)
 #  13. soak       scripts/soak.sh 1           (one minute of mixed load while backends are
@@ -90,6 +92,8 @@ step_python() {
 # The fake stdio backend is an example (not a product binary): `cargo build` alone does
 # not build it, and the e2e tests use it.
 step_build() { cargo build --locked && cargo build --locked --examples; }
+
+step_redis() { tests/cluster/ensure-redis.sh; }
 
 step_cargo_test() { cargo test --locked; }
 
@@ -203,6 +207,7 @@ echo "mcpgate tests in $ROOT (CARGO_TARGET_DIR=$CARGO_TARGET_DIR)"
 run npm step_npm
 run python step_python
 run build step_build
+run redis step_redis
 run cargo-test step_cargo_test
 run e2e step_e2e npm python build
 run conformance step_conformance npm python build

@@ -85,6 +85,9 @@ pub enum StartError {
         /// The address.
         addr: SocketAddr,
     },
+    /// `[cluster] redis` could not be used.
+    #[error("{0}")]
+    Store(String),
     /// The listen address could not be bound.
     #[error("cannot listen on {addr}: {cause}")]
     Bind {
@@ -130,6 +133,7 @@ impl Gateway {
             server.max_sessions,
             config.cluster.session_max_lifetime,
         ));
+        let shared = shared_store(&config, &metrics, &stop).await?;
         let catalog = Arc::new(Catalog::new(&config, sealer.clone()));
         let (refresh_tx, refresh_rx) = tokio::sync::mpsc::unbounded_channel();
         let relay = Relay::new(
@@ -137,6 +141,7 @@ impl Gateway {
             sessions.clone(),
             refresh_tx,
             metrics.clone(),
+            shared.as_ref().map(|(store, _)| store.clone()),
         );
         let supervisor = Supervisor::new(
             server.clone(),
@@ -144,8 +149,12 @@ impl Gateway {
             sessions.clone(),
             relay.clone(),
             metrics.clone(),
+            shared.as_ref().map(|(store, _)| store.clone()),
         );
         supervisor.start(refresh_rx);
+        if let Some((_, events)) = shared {
+            tokio::spawn(supervisor.clone().follow_cluster(events));
+        }
         let dispatch = Dispatch::new(
             server.input_required_timeout,
             catalog.clone(),
@@ -364,7 +373,9 @@ impl Gateway {
     /// running then get a JSON-RPC error and are cancelled upstream. Then every
     /// session ends (its SSE streams close), the listener stops, and every
     /// backend is stopped (stdio children: close stdin → SIGTERM → SIGKILL; HTTP
-    /// backends: `DELETE`).
+    /// backends: `DELETE`). With a shared store (`[cluster] redis`) sessions are
+    /// released instead: their records stay and the HTTP backends' sessions of
+    /// host sessions get no `DELETE`, so other replicas go on serving them.
     pub async fn shutdown(self) {
         let start = tokio::time::Instant::now();
         self.supervisor.begin_shutdown();
@@ -410,6 +421,33 @@ fn sealer_for(cluster: &config::ClusterConfig) -> cluster::Sealer {
         );
     }
     sealer
+}
+
+/// The shared session store of `[cluster] redis`, started (subscribed, first
+/// heartbeat sent), and what it reports; `None` without one (token-only mode).
+async fn shared_store(
+    config: &Config,
+    metrics: &Metrics,
+    stop: &CancellationToken,
+) -> Result<Option<cluster::Started>, StartError> {
+    let store_metrics = cluster::StoreMetrics {
+        up: metrics.cluster_redis_up.clone(),
+        errors: metrics.cluster_store_errors.clone(),
+    };
+    let ttl = config.server.session_idle_timeout;
+    let Some((store, events)) = cluster::SharedStore::new(&config.cluster, ttl, store_metrics)
+        .map_err(StartError::Store)?
+    else {
+        return Ok(None);
+    };
+    metrics.register_cluster();
+    store.start(stop.clone()).await;
+    tracing::info!(
+        replica = store.tag(),
+        up = store.is_up(),
+        "shared session store configured: sessions are shared with every replica using it"
+    );
+    Ok(Some((store, events)))
 }
 
 /// How often idle sessions and connections are looked for: a quarter of the

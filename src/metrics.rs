@@ -73,6 +73,21 @@ pub struct Metrics {
     /// Server→client requests and log messages of a shared backend connection that
     /// could not be tied to exactly one host call (refused or dropped), by backend.
     pub unroutable_backend_messages: IntCounterVec,
+    /// 1 while the shared session store (`[cluster] redis`) answers, else 0;
+    /// absent without one.
+    pub cluster_redis_up: IntGauge,
+    /// Shared store operations that failed or missed their deadline, by
+    /// operation (`heartbeat`, `put`, `get`, `refresh`, `delete`, `set`,
+    /// `publish`, `exists`, `subscribe`, `send`, `mirror`, `events`, `alive`).
+    pub cluster_store_errors: IntCounterVec,
+    /// Sessions served from their sealed id alone because the shared store was
+    /// unavailable (fail open: an ended session may be used by its own
+    /// principal until the store is back).
+    pub cluster_degraded: IntCounter,
+    /// Work handed to another replica through the shared store, by kind:
+    /// `answer` (a host's answer to a request another replica relayed),
+    /// `cancel` (a host's cancel of a request this replica does not run).
+    pub cluster_forwarded: IntCounterVec,
 }
 
 /// The source revision baked in at build time (`MCPGATE_REVISION=$(git rev-parse
@@ -282,6 +297,28 @@ impl Metrics {
                 "Server-to-client requests and logs of a shared backend connection that no single host call could be tied to (refused or dropped), by backend.",
                 backend,
             ),
+            cluster_redis_up: IntGauge::new(
+                "mcpgate_cluster_redis_up",
+                "1 while the shared session store ([cluster] redis) answers, else 0.",
+            )
+            .unwrap_or_else(|_| unreachable_metric("mcpgate_cluster_redis_up")),
+            cluster_store_errors: counter_vec(
+                &r,
+                "mcpgate_cluster_store_errors_total",
+                "Shared session store operations that failed or missed their deadline, by operation.",
+                &["op"],
+            ),
+            cluster_degraded: counter(
+                &r,
+                "mcpgate_cluster_degraded_total",
+                "Sessions served from their sealed id alone because the shared store was unavailable.",
+            ),
+            cluster_forwarded: counter_vec(
+                &r,
+                "mcpgate_cluster_forwarded_total",
+                "Work handed to another replica through the shared store, by kind (answer, cancel).",
+                &["kind"],
+            ),
             registry: r,
         };
         m.build_info
@@ -291,6 +328,13 @@ impl Metrics {
             m.config_reloads.with_label_values(&[result]);
         }
         m
+    }
+
+    /// Shows `mcpgate_cluster_redis_up` (only a gateway with a shared store has it).
+    pub fn register_cluster(&self) {
+        let _ = self
+            .registry
+            .register(Box::new(self.cluster_redis_up.clone()));
     }
 
     /// Records the configuration the gateway started with: loaded now, and its

@@ -561,6 +561,18 @@ impl Connection {
         self.fail_all("connection closed");
     }
 
+    /// Closes the connection but leaves a Streamable HTTP backend's session
+    /// alive (no `DELETE`): at a drain, when other gateway replicas go on
+    /// serving the host session. A stdio child is stopped as by
+    /// [`Connection::close`].
+    pub async fn release(self: &Arc<Self>) {
+        self.closing.store(true, Ordering::Relaxed);
+        if let Some(link) = self.link.get() {
+            link.release(self).await;
+        }
+        self.fail_all("connection released");
+    }
+
     /// Weak handle for tasks that must not keep the connection alive.
     pub(super) fn downgrade(self: &Arc<Self>) -> Weak<Connection> {
         Arc::downgrade(self)

@@ -410,13 +410,19 @@ impl HttpLink {
         h
     }
 
-    /// Stops listening and ends the backend session with `DELETE`.
-    pub(crate) async fn close(&self, conn: &Connection) {
+    /// Stops the GET listener; the backend session stays (another gateway
+    /// process with the session's record may go on using it).
+    pub(crate) fn stop_listening(&self) {
         if let Ok(mut l) = self.listener.lock()
             && let Some(task) = l.take()
         {
             task.abort();
         }
+    }
+
+    /// Stops listening and ends the backend session with `DELETE`.
+    pub(crate) async fn close(&self, conn: &Connection) {
+        self.stop_listening();
         if self.session().is_none() {
             return;
         }

@@ -238,6 +238,15 @@ impl Link {
             Link::Sse(l) => l.close(),
         }
     }
+
+    /// [`Link::close`], except that a Streamable HTTP backend's session is not
+    /// ended (no `DELETE`).
+    async fn release(&self, conn: &Arc<Connection>) {
+        match self {
+            Link::Http(l) => l.stop_listening(),
+            Link::Stdio(_) | Link::Sse(_) => self.close(conn).await,
+        }
+    }
 }
 
 /// A configured backend: how to reach it and how long to wait for it.

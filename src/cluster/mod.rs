@@ -2,11 +2,18 @@
 //! one process and its restarted successor — serve the same host sessions
 //! without talking to each other: the keys and the [`Sealer`] (`seal.rs`). The
 //! values they seal (session ids, cursors) carry what any process needs to
-//! check and use them; nothing here keeps state per request.
+//! check and use them; nothing here keeps state per request. What a sealed value
+//! cannot carry — whether a session still exists, what it changed — is in the
+//! shared store (`store.rs` over `redis.rs`, `[cluster] redis`), read only when a
+//! replica does not hold the session.
 
+mod inbox;
+mod redis;
 mod seal;
+mod store;
 
 pub use seal::{Purpose, Sealer, random_bytes};
+pub use store::{Ctl, Lookup, MirroredEvent, SharedStore, Started, StoreMetrics, record_key};
 
 #[cfg(test)]
 pub(crate) use seal::tests as seal_tests;

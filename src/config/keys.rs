@@ -49,6 +49,19 @@ pub struct ClusterConfig {
     #[serde(with = "humantime_serde")]
     #[schemars(schema_with = "schema::duration")]
     pub session_max_lifetime: Duration,
+    /// The shared session store, `redis://[user:password@]host:port[/db]` or
+    /// `rediss://…` (TLS, the system's roots). With it, every replica holding the
+    /// same keys shares what changes in a session: a `DELETE`d or expired session
+    /// ends everywhere, a log level set on one replica holds on all, and a replica
+    /// that stops for a rollout leaves its sessions to the others. Needs
+    /// `session_keys_file` (or `MCPGATE_SESSION_KEYS`). Absent: sessions are
+    /// carried by their sealed ids alone (token-only mode).
+    pub redis: Option<String>,
+    /// How often a replica announces itself in the store (`mcpg:replica:TAG`,
+    /// kept for 3 heartbeats) and checks that the store answers. Default 1 s.
+    #[serde(with = "humantime_serde")]
+    #[schemars(schema_with = "schema::duration")]
+    pub heartbeat: Duration,
     /// The keys read from `session_keys_file` or `MCPGATE_SESSION_KEYS`, first
     /// = sealing key; empty when neither is set.
     #[serde(skip)]
@@ -61,6 +74,8 @@ impl Default for ClusterConfig {
         ClusterConfig {
             session_keys_file: None,
             session_max_lifetime: Duration::from_secs(24 * 3600),
+            redis: None,
+            heartbeat: Duration::from_secs(1),
             keys: Vec::new(),
         }
     }
@@ -320,6 +335,31 @@ mod tests {
             parse("", None).unwrap().cluster.keys.is_empty(),
             "no keys: none"
         );
+        assert_eq!(
+            problems("[cluster]\nredis = \"redis://r:6379\"\n", None),
+            [
+                "cluster.redis: a shared store needs shared session keys: set cluster.session_keys_file or MCPGATE_SESSION_KEYS"
+            ]
+        );
+        let keys = format!("k1:{K1}");
+        for url in [
+            "http://r:6379",
+            "redis:r",
+            "not a url",
+            "redis://user:secret@/0",
+        ] {
+            let found = problems(&format!("[cluster]\nredis = {url:?}\n"), Some(&keys));
+            assert_eq!(
+                found,
+                ["cluster.redis: expected redis://HOST[:PORT][/DB] or rediss://HOST[:PORT][/DB]"],
+                "{url}"
+            );
+        }
+        for url in ["redis://r:6379/0", "rediss://user:pw@r.example:6380"] {
+            let c = parse(&format!("[cluster]\nredis = {url:?}\n"), Some(&keys)).unwrap();
+            assert_eq!(c.cluster.redis.as_deref(), Some(url));
+            assert_eq!(c.cluster.heartbeat, Duration::from_secs(1), "default");
+        }
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

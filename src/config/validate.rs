@@ -202,10 +202,16 @@ pub fn validate(c: &Config) -> Vec<ConfigProblem> {
             "cluster.session_max_lifetime",
             c.cluster.session_max_lifetime,
         ),
+        ("cluster.heartbeat", c.cluster.heartbeat),
     ] {
         if d.is_zero() {
             p.push(ConfigProblem::new(field, "must be greater than zero"));
         }
+    }
+    if let Some(url) = &c.cluster.redis {
+        // An unreadable key file is a problem of its own (cluster.session_keys_file).
+        let keys = !c.cluster.keys.is_empty() || c.cluster.session_keys_file.is_some();
+        p.extend(redis_problem(url, keys));
     }
     if let Some(r) = &s.rate_limit
         && (r.per_second == 0 || r.burst == Some(0))
@@ -411,6 +417,30 @@ pub fn parse_trusted_proxy(entry: &str) -> Result<IpNet, String> {
         .parse::<IpAddr>()
         .map(IpNet::from)
         .map_err(|_| format!("{entry:?} is not an IP address or CIDR network"))
+}
+
+/// What is wrong with `cluster.redis` (`with_keys`: session keys are configured):
+/// a URL of scheme `redis` or `rediss` with a host, and keys, or replicas could
+/// not open each other's session ids. Never quotes the URL (it may hold a
+/// password).
+fn redis_problem(url: &str, with_keys: bool) -> Option<ConfigProblem> {
+    const FIELD: &str = "cluster.redis";
+    let parsed = url::Url::parse(url).ok();
+    let scheme_ok = parsed
+        .as_ref()
+        .is_some_and(|u| matches!(u.scheme(), "redis" | "rediss") && u.host().is_some());
+    if !scheme_ok {
+        return Some(ConfigProblem::new(
+            FIELD,
+            "expected redis://HOST[:PORT][/DB] or rediss://HOST[:PORT][/DB]",
+        ));
+    }
+    (!with_keys).then(|| {
+        ConfigProblem::new(
+            FIELD,
+            "a shared store needs shared session keys: set cluster.session_keys_file or MCPGATE_SESSION_KEYS",
+        )
+    })
 }
 
 #[cfg(test)]

@@ -196,7 +196,9 @@ impl Dispatch {
             Method::ResourcesSubscribe | Method::ResourcesUnsubscribe => Ok(Routed::Answer(
                 self.subscription(ctx, session, id, method, params).await,
             )),
-            Method::LoggingSetLevel => Ok(Routed::Answer(self.set_level(session, id, &params))),
+            Method::LoggingSetLevel => {
+                Ok(Routed::Answer(self.set_level(session, id, &params).await))
+            }
             Method::TasksGet | Method::TasksResult | Method::TasksCancel => {
                 self.route_task(ctx, session, method, params)
             }
@@ -358,27 +360,28 @@ impl Dispatch {
         }))
     }
 
-    /// `logging/setLevel`: kept on the session (messages below it are not relayed)
-    /// and sent to the session's own backend connections that log.
-    fn set_level(&self, session: &Session, id: &Id, params: &Value) -> Result<Bytes, RpcError> {
+    /// `logging/setLevel`: kept on the session (messages below it are not
+    /// relayed), sent to the session's own backend connections that log, and,
+    /// with a shared store, recorded there and announced to the other replicas
+    /// before the answer (a store that does not answer leaves it local).
+    async fn set_level(
+        &self,
+        session: &Session,
+        id: &Id,
+        params: &Value,
+    ) -> Result<Bytes, RpcError> {
         let level = str_param(params, "level")
             .ok()
             .and_then(LogLevel::parse)
             .ok_or_else(|| RpcError::invalid_params("params.level must be a log level"))?;
-        session.set_log_level(level);
-        for conn in session.connections() {
-            if conn.info().is_some_and(|i| i.has("logging")) {
-                let params = json!({ "level": level.as_str() });
-                tokio::spawn(async move {
-                    let timeout = conn.timeout();
-                    if let Err(e) = conn
-                        .request(&Method::LoggingSetLevel, Some(params), None, timeout)
-                        .await
-                    {
-                        tracing::debug!(backend = %conn.backend, cause = %e, "logging/setLevel refused");
-                    }
-                });
-            }
+        self.supervisor.apply_level(session, level);
+        if let Some(store) = self.supervisor.shared()
+            && store
+                .set_level(session.store_key(), level.as_str())
+                .await
+                .is_err()
+        {
+            tracing::debug!(session = %session.log_id(), "log level kept on this replica only: the shared store did not answer");
         }
         Ok(jsonrpc::result_value_bytes(id, &json!({})).into())
     }

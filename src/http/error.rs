@@ -114,6 +114,19 @@ impl HttpError {
         .with_header(header::RETRY_AFTER, HeaderValue::from_static("1"))
     }
 
+    /// 503 + `Retry-After: 1` for `initialize` while the shared session store
+    /// (`[cluster] redis`) does not answer: a session other replicas could not
+    /// see would break as soon as the balancer sends the host elsewhere.
+    pub fn store_unavailable() -> Self {
+        HttpError::new(
+            Rejection::StoreUnavailable,
+            StatusCode::SERVICE_UNAVAILABLE,
+            jsonrpc::TRANSPORT_ERROR,
+            "Service Unavailable: the shared session store does not answer; retry",
+        )
+        .with_header(header::RETRY_AFTER, HeaderValue::from_static("1"))
+    }
+
     /// 403: a browser Origin or Host header that is not allowed.
     pub fn forbidden_origin() -> Self {
         HttpError::new(

@@ -19,8 +19,8 @@ use serde_json::{Value, json};
 use super::accept::{accept, read_body};
 use super::headers;
 use super::modern::{self, Era};
-use super::session::{count_drops, lookup, reject, reserve_stream};
-use super::sse::{json_response, stream_reply};
+use super::session::{count_drops, lookup, record_new, reject, reserve_stream};
+use super::sse::{Mirror, json_response, stream_reply};
 use super::{AppState, HttpError};
 use crate::auth::Principal;
 use crate::config::ModernFace;
@@ -116,7 +116,7 @@ async fn frame(
             return Err(invalid("a 2026-07-28 message is never part of a batch"));
         }
         ctx.set_legacy();
-        let session = lookup(st, h, principal.as_ref())?;
+        let session = lookup(st, h, principal.as_ref()).await?;
         ctx.set_session(session.log_id());
         ctx.set_revision(session.version());
         headers::protocol_version(h)?;
@@ -169,7 +169,7 @@ async fn frame(
             return Err(modern_probe_refused(&req.id, "server/discover"));
         }
     }
-    let session = lookup(st, h, principal.as_ref())?;
+    let session = lookup(st, h, principal.as_ref()).await?;
     ctx.set_session(session.log_id());
     ctx.set_revision(session.version());
     headers::protocol_version(h)?;
@@ -214,6 +214,12 @@ async fn answer(
     );
     let server = &st.server;
     let host = Host::Legacy(session.clone());
+    let mirror = st.supervisor.shared().map(|store| Mirror {
+        store: store.clone(),
+        h: session.store_key().to_owned(),
+        request_id: req.id.to_value().to_string(),
+        sealer: st.sealer.clone(),
+    });
     let reply = st.dispatch.handle(ctx, &host, req).instrument(span).await;
     match reply {
         Reply::Now(bytes) => {
@@ -221,8 +227,8 @@ async fn answer(
             json_response(bytes)
         }
         Reply::Stream(rx) => {
-            let (window, keep_alive) = (server.json_response_window, server.sse_keep_alive);
-            stream_reply(rx, session, slot, window, keep_alive, &st.metrics).await
+            let times = (server.json_response_window, server.sse_keep_alive);
+            stream_reply(rx, session, slot, times, &st.metrics, mirror).await
         }
     }
 }
@@ -332,7 +338,11 @@ async fn initialize(
     let session = Session::new(id, identity, version, capabilities, client_info);
     let session = Arc::new(session.with_principal(p, key.clone()));
     count_drops(st, &session);
+    record_new(st, &session).await?;
     if let Err(full) = st.sessions.insert(session.clone()) {
+        if let Some(store) = st.supervisor.shared() {
+            store.discard(session.store_key()).await;
+        }
         tracing::warn!(
             limit = full.limit,
             "session limit reached; initialize refused"

@@ -10,6 +10,7 @@ pub(crate) mod headers;
 pub mod limit;
 pub(crate) mod mcp;
 mod modern;
+mod resume;
 pub mod serve;
 mod session;
 mod sse;

@@ -15,10 +15,11 @@ use super::accept::accept;
 use super::sse::sse_response;
 use super::{AppState, HttpError, headers};
 use crate::auth::Principal;
+use crate::cluster::{Lookup, record_key};
 use crate::jsonrpc;
 use crate::request::{Outcome, Rejection, RequestContext};
-use crate::session::{Session, SessionToken, StreamSlot};
-use crate::streamable_http::{LAST_EVENT_ID, ResumeError, SESSION_ID};
+use crate::session::{Session, SessionRecord, SessionToken, StreamSlot, unix_now};
+use crate::streamable_http::{LAST_EVENT_ID, ResumeError, SESSION_ID, parse_id};
 
 /// Answers a request refused on the HTTP plane, recording why.
 pub(super) fn reject(ctx: RequestContext, e: HttpError) -> Response {
@@ -29,8 +30,10 @@ pub(super) fn reject(ctx: RequestContext, e: HttpError) -> Response {
 /// The session named by `Mcp-Session-Id`: 400 without the header, 404 when
 /// unknown, expired or ended (the host then re-initializes), or when it belongs
 /// to another principal. A session this process holds costs a map lookup (no
-/// crypto); any other id is opened and may be [`restore`]d.
-pub(super) fn lookup(
+/// crypto, no store); any other id is opened and may be [`restore`]d. With a
+/// shared store, a session in use slides its record's expiry there (at most
+/// once a minute per process, not awaited).
+pub(super) async fn lookup(
     st: &AppState,
     h: &HeaderMap,
     principal: Option<&Arc<Principal>>,
@@ -51,22 +54,30 @@ pub(super) fn lookup(
     let id = headers::session_id(h).ok_or_else(HttpError::unknown_session)?;
     let session = match st.sessions.get(id) {
         Some(held) => held,
-        None => restore(st, id, principal)?,
+        None => restore(st, id, principal).await?,
     };
     super::auth::bind(st, &session, principal)?;
+    if let Some(store) = st.supervisor.shared()
+        && session.claim_refresh(unix_now(), store.refresh_every())
+    {
+        store.refresh(session.store_key().to_owned());
+    }
     Ok(session)
 }
 
 /// A session this process does not hold, rebuilt from its sealed id (after a
-/// restart with the same keys, or from another replica): revision and
-/// capabilities from the id's bits (`Caps::to_json`, lossy), bound to the
-/// presented principal when the id's binding is its. 404 when the id does not
-/// open (a flipped byte: no store is asked), binds another principal, ended
-/// here or is past `session_max_lifetime`; 503 at `max_sessions`, and 503 +
-/// `Retry-After` while draining for shutdown (a session rebuilt here would end
-/// with the process; the host retries through the balancer on a replica that
-/// stays).
-fn restore(
+/// restart with the same keys, or from another replica) and, with a shared
+/// store, from its record there: capabilities and `clientInfo` verbatim, the
+/// log level it set. Without a store (or while it does not answer: fail open,
+/// `mcpgate_cluster_degraded_total`) revision and capabilities come from the
+/// id's bits alone (`Caps::to_json`, lossy). 404 when the id does not open (a
+/// flipped byte: no store is asked), binds another principal, has no record
+/// in a store that answers (ended or expired on any replica), ended here
+/// (without a store) or is past `session_max_lifetime`; 503 at
+/// `max_sessions`, and 503 + `Retry-After` while draining for shutdown (a
+/// session rebuilt here would end with the process; the host retries through
+/// the balancer on a replica that stays).
+async fn restore(
     st: &AppState,
     id: &str,
     principal: Option<&Arc<Principal>>,
@@ -90,15 +101,34 @@ fn restore(
         count("draining");
         return Err(HttpError::draining());
     }
+    let record = match stored_record(st, &token).await {
+        Ok(record) => record,
+        Err(e) => {
+            count("ended");
+            return Err(e);
+        }
+    };
     let p = principal.map(|p| &**p);
-    let caps = token.caps.to_json();
-    let session = Session::new(id.into(), token.identity, token.version, caps, Value::Null)
+    let confirmed = record.is_some();
+    let (caps, info, level) = match record {
+        Some(r) => (r.client_capabilities, r.client_info, r.log_level),
+        None => (token.caps.to_json(), Value::Null, None),
+    };
+    let session = Session::new(id.into(), token.identity, token.version, caps, info)
         .with_principal(p, st.catalog.view_key(p));
+    if let Some(level) = level {
+        session.set_log_level(level);
+    }
     count_drops(st, &session);
-    match st.sessions.restore(Arc::new(session)) {
+    let taken = if confirmed {
+        st.sessions.adopt(Arc::new(session))
+    } else {
+        st.sessions.restore(Arc::new(session))
+    };
+    match taken {
         Ok(Some(held)) => {
             count("restored");
-            tracing::info!(session = %held.log_id(), version = %held.version(), "session restored from its id");
+            tracing::info!(session = %held.log_id(), version = %held.version(), from_store = confirmed, "session restored from its id");
             Ok(held)
         }
         Ok(None) => {
@@ -111,6 +141,48 @@ fn restore(
             Err(HttpError::too_many_sessions().with_header(header::RETRY_AFTER, retry))
         }
     }
+}
+
+/// The shared store's record of the session `token` names: `Ok(None)` without
+/// a store or while it does not answer (counted as degraded); 404 when the
+/// store answers without a record, or with one that is not ours.
+async fn stored_record(
+    st: &AppState,
+    token: &SessionToken,
+) -> Result<Option<SessionRecord>, HttpError> {
+    let Some(store) = st.supervisor.shared() else {
+        return Ok(None);
+    };
+    match store.get_record(&record_key(&token.identity.rand)).await {
+        Lookup::Found(fields) => match SessionRecord::from_fields(&fields) {
+            Some(record) => Ok(Some(record)),
+            None => {
+                tracing::warn!(
+                    "a session record in the shared store does not parse; the session is refused"
+                );
+                Err(HttpError::unknown_session())
+            }
+        },
+        Lookup::Absent => Err(HttpError::unknown_session()),
+        Lookup::Unavailable => {
+            st.metrics.cluster_degraded.inc();
+            Ok(None)
+        }
+    }
+}
+
+/// Writes the record of a session `initialize` just opened to the shared
+/// store, if there is one, before the host learns its id: 503 +
+/// `Retry-After: 1` when the store does not answer.
+pub(super) async fn record_new(st: &AppState, session: &Session) -> Result<(), HttpError> {
+    let Some(store) = st.supervisor.shared() else {
+        return Ok(());
+    };
+    let fields = session.record().to_fields();
+    store
+        .put_record(session.store_key(), &fields)
+        .await
+        .map_err(|_| HttpError::store_unavailable())
 }
 
 /// Counts what a slow host's streams drop (`mcpgate_dropped_messages_total`).
@@ -172,7 +244,7 @@ async fn open_stream(
     }
     ctx.set_legacy();
     headers::check_get_accept(h)?;
-    let session = lookup(st, h, a.principal.as_ref())?;
+    let session = lookup(st, h, a.principal.as_ref()).await?;
     ctx.set_session(session.log_id());
     ctx.set_revision(session.version());
     headers::protocol_version(h)?;
@@ -187,7 +259,15 @@ async fn open_stream(
         let attached = session.events().attach_standalone();
         return Ok(sse_response(slot, prime, attached, keep_alive, &st.metrics));
     };
-    match session.events().resume(id) {
+    let mut resumed = session.events().resume(id);
+    if let (Err(ResumeError::Gone), Some(store), Some((stream, after))) =
+        (&resumed, st.supervisor.shared(), parse_id(id))
+    {
+        // Not produced here (or no longer held here): another replica's, maybe.
+        let h = session.store_key();
+        resumed = super::resume::elsewhere(store, &st.sealer, h, stream, after).await;
+    }
+    match resumed {
         Ok(attached) => Ok(sse_response(slot, false, attached, keep_alive, &st.metrics)),
         Err(e) => {
             let status = match e {
@@ -217,7 +297,7 @@ pub async fn delete(State(st): State<AppState>, req: Request) -> Response {
             return Err(e);
         }
         ctx.set_legacy();
-        let session = lookup(&st, &a.parts.headers, a.principal.as_ref())?;
+        let session = lookup(&st, &a.parts.headers, a.principal.as_ref()).await?;
         headers::protocol_version(&a.parts.headers)?;
         Ok::<_, HttpError>(session)
     };
@@ -229,6 +309,10 @@ pub async fn delete(State(st): State<AppState>, req: Request) -> Response {
             // Unknown from now on; backend connections close in the background
             // (a child that ignores SIGTERM must not hold up the answer).
             st.sessions.remove(session.id());
+            if let Some(store) = st.supervisor.shared() {
+                // Ended for every replica before the host hears so.
+                store.end(session.store_key()).await;
+            }
             let supervisor = st.supervisor.clone();
             tokio::spawn(async move { supervisor.end_session(&session).await });
             ctx.finish(Outcome::Ok);

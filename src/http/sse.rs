@@ -15,8 +15,9 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use futures_util::{StreamExt, stream};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 
+use crate::cluster::{MirroredEvent, Purpose, Sealer, SharedStore};
 use crate::metrics::Metrics;
 use crate::session::{Outbound, Session, StreamSlot};
 use crate::streamable_http::{Attached, EVENT_STREAM, JSON, KEEP_ALIVE};
@@ -64,14 +65,16 @@ pub fn sse_response(
 /// first, or a slow backend) switches to an SSE stream recorded in the session's
 /// event log, so the host can resume it after a disconnect.
 ///
-/// `slot` is freed at once for a JSON answer and held by an SSE stream.
+/// `slot` is freed at once for a JSON answer and held by an SSE stream; with
+/// `mirror` the stream's events are also written to the shared store (a JSON
+/// answer writes nothing).
 pub async fn stream_reply(
     mut rx: mpsc::Receiver<Outbound>,
     session: &Arc<Session>,
     slot: StreamSlot,
-    window: Duration,
-    keep_alive: Duration,
+    (window, keep_alive): (Duration, Duration),
     metrics: &Arc<Metrics>,
+    mirror: Option<Mirror>,
 ) -> Response {
     let first = match tokio::time::timeout(window, rx.recv()).await {
         Ok(Some(Outbound::Final(body))) => {
@@ -82,7 +85,13 @@ pub async fn stream_reply(
         Ok(None) | Err(_) => None,
     };
     let (stream, live) = session.events().open();
-    tokio::spawn(pump(session.clone(), stream, first, rx));
+    let mirror = mirror.map(|m| m.writer(stream));
+    if let Some(m) = &mirror {
+        // Awaited: once the host has an event id, the stream is known to
+        // every replica (and a dead producer can be told from a lagging one).
+        m.write(0, b"", true).await;
+    }
+    tokio::spawn(pump(session.clone(), stream, first, rx, mirror));
     let attached = Attached {
         stream,
         replay: Vec::new(),
@@ -120,16 +129,103 @@ impl Drop for OpenStream {
     }
 }
 
-/// Moves a host call's messages into the session's event log. It outlives the
-/// HTTP response, so a host that disconnects can resume (a disconnect is not a
-/// cancellation).
+/// Where a stream's events are mirrored for a resumption on another replica:
+/// the shared store, the session's store key and the answered request's id
+/// (JSON text).
+pub struct Mirror {
+    /// The shared store.
+    pub store: Arc<SharedStore>,
+    /// The session's store key.
+    pub h: String,
+    /// The JSON-RPC id of the request, as JSON text.
+    pub request_id: String,
+    /// Seals each event's data (tool results do not sit in Redis in clear).
+    pub sealer: Arc<Sealer>,
+}
+
+/// The additional data an event's sealed data is bound to: its session and its
+/// place, so that no entry opens as another (`Purpose::Value`).
+pub fn event_aad(h: &str, stream: u64, seq: u64) -> String {
+    format!("mcpgate/event/v1 {h} {stream}-{seq}")
+}
+
+impl Mirror {
+    /// Starts the writer of `stream`'s events: one at a time, in order, off
+    /// the host's path; see [`Writer::write`].
+    fn writer(self, stream: u64) -> Writer {
+        let (tx, mut rx) =
+            mpsc::unbounded_channel::<(MirroredEvent, Option<oneshot::Sender<()>>)>();
+        let (store, h) = (self.store.clone(), self.h.clone());
+        tokio::spawn(async move {
+            while let Some((ev, done)) = rx.recv().await {
+                let _ = store.mirror_event(&h, &ev).await;
+                if let Some(done) = done {
+                    let _ = done.send(());
+                }
+            }
+        });
+        Writer {
+            mirror: self,
+            stream,
+            tx,
+        }
+    }
+}
+
+/// The writer of one stream's mirrored events.
+struct Writer {
+    mirror: Mirror,
+    stream: u64,
+    tx: mpsc::UnboundedSender<(MirroredEvent, Option<oneshot::Sender<()>>)>,
+}
+
+impl Writer {
+    fn seal(&self, seq: u64, data: &[u8]) -> Vec<u8> {
+        let aad = event_aad(&self.mirror.h, self.stream, seq);
+        let sealed = self
+            .mirror
+            .sealer
+            .seal(Purpose::Value, aad.as_bytes(), data);
+        sealed.into_bytes()
+    }
+
+    /// Queues event `seq` (the stream's `last`, or the opening marker seq 0),
+    /// and waits until it is written when `wait` (at most the store's deadline
+    /// and a little more).
+    async fn write(&self, seq: u64, data: &[u8], wait: bool) {
+        let ev = MirroredEvent {
+            stream: self.stream,
+            seq,
+            last: wait && seq > 0,
+            producer: self.mirror.store.tag().to_owned(),
+            request_id: self.mirror.request_id.clone(),
+            data: self.seal(seq, data),
+            entry: String::new(),
+        };
+        if !wait {
+            let _ = self.tx.send((ev, None));
+            return;
+        }
+        let (done, wait) = oneshot::channel();
+        if self.tx.send((ev, Some(done))).is_ok() {
+            let _ = tokio::time::timeout(Duration::from_secs(1), wait).await;
+        }
+    }
+}
+
+/// Moves a host call's messages into the session's event log (and, with a
+/// `mirror`, into the shared store; the last one awaited). It
+/// outlives the HTTP response, so a host that disconnects can resume (a
+/// disconnect is not a cancellation).
 async fn pump(
     session: Arc<Session>,
     stream: u64,
     first: Option<Outbound>,
     mut rx: mpsc::Receiver<Outbound>,
+    mirror: Option<Writer>,
 ) {
     let mut next = first;
+    let mut seq = 1;
     loop {
         let m = match next.take() {
             Some(m) => m,
@@ -143,11 +239,20 @@ async fn pump(
             },
         };
         match m {
-            Outbound::Message(b) => session.events().push(stream, b, false),
+            Outbound::Message(b) => {
+                if let Some(m) = &mirror {
+                    m.write(seq, &b, false).await;
+                }
+                session.events().push(stream, b, false);
+            }
             Outbound::Final(b) => {
+                if let Some(m) = &mirror {
+                    m.write(seq, &b, true).await;
+                }
                 session.events().push(stream, b, true);
                 return;
             }
         }
+        seq += 1;
     }
 }

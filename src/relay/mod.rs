@@ -24,6 +24,7 @@ pub use tasks::EarlyStatuses;
 
 use crate::backend::{Caller, Connection, UpstreamHandler};
 use crate::catalog::Catalog;
+use crate::cluster::SharedStore;
 use crate::config::ConnectionMode;
 use crate::jsonrpc::{self, ErrorObject, Notification, Request};
 use crate::mcp::{Method, names};
@@ -41,6 +42,9 @@ pub struct Relay {
     refresh: mpsc::UnboundedSender<usize>,
     /// Counts what shared connections send that no single host call can take.
     metrics: Arc<Metrics>,
+    /// The shared store (`[cluster] redis`): answers and cancels that belong to
+    /// another replica go through it.
+    shared: Option<Arc<SharedStore>>,
 }
 
 /// What the client face holds: the relay, without keeping it alive.
@@ -85,12 +89,15 @@ impl UpstreamHandler for Sink {
 
 impl Relay {
     /// A relay over `catalog` and `sessions`; backends whose lists changed are
-    /// sent on `refresh`; `metrics` counts unroutable backend messages.
+    /// sent on `refresh`; `metrics` counts unroutable backend messages; with a
+    /// `shared` store, relayed requests carry this replica's tag and what
+    /// belongs to another replica is sent there.
     pub fn new(
         catalog: Arc<Catalog>,
         sessions: Arc<dyn SessionStore>,
         refresh: mpsc::UnboundedSender<usize>,
         metrics: Arc<Metrics>,
+        shared: Option<Arc<SharedStore>>,
     ) -> Arc<Relay> {
         Arc::new(Relay {
             catalog,
@@ -100,6 +107,7 @@ impl Relay {
             early: EarlyStatuses::default(),
             refresh,
             metrics,
+            shared,
         })
     }
 

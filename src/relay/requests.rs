@@ -98,7 +98,7 @@ impl Relay {
                 "Client does not support this elicitation mode",
             );
         }
-        let ours = session.next_client_id();
+        let ours = self.relayed_id(session.next_client_id());
         let pending = ClientRequest {
             conn: Arc::downgrade(conn),
             upstream_id: req.id.clone(),
@@ -126,18 +126,16 @@ impl Relay {
     }
 
     /// A notification from the host: a cancel reaches the backend request the host
-    /// call became; a roots change reaches the session's own connections.
+    /// call became (on whichever replica runs it); a roots change reaches the
+    /// session's own connections.
     pub fn handle_notification(&self, session: &Arc<Session>, n: &Notification) {
-        let param = |key: &str| n.params.as_ref().and_then(|p| p.get(key));
         match n.method {
             Method::Cancelled => {
-                let Some(id) = param("requestId").and_then(Id::from_value) else {
+                let Some(params) = n.params.as_ref() else {
                     return;
                 };
-                let reason = param("reason").and_then(Value::as_str);
-                match session.take_call(&id).and_then(|c| c.mark_cancelled()) {
-                    Some((conn, upstream)) => conn.cancel(upstream, reason),
-                    None => tracing::debug!(%id, "cancel for a request not in flight; ignored"),
+                if !self.cancel_here(session, params) {
+                    self.cancel_elsewhere(session, params);
                 }
             }
             Method::RootsListChanged => {
@@ -149,12 +147,61 @@ impl Relay {
         }
     }
 
+    /// Cancels the host call `params.requestId` if it runs here; whether it
+    /// did (an unreadable cancel counts as done: nobody can act on it).
+    fn cancel_here(&self, session: &Session, params: &Value) -> bool {
+        let Some(id) = params.get("requestId").and_then(Id::from_value) else {
+            return true;
+        };
+        let reason = params.get("reason").and_then(Value::as_str);
+        match session.take_call(&id).and_then(|c| c.mark_cancelled()) {
+            Some((conn, upstream)) => {
+                conn.cancel(upstream, reason);
+                true
+            }
+            None => {
+                tracing::debug!(%id, "cancel for a request not in flight here");
+                false
+            }
+        }
+    }
+
+    /// A cancel for a call this replica does not run: announced to the others
+    /// (with a shared store), one of which may run it.
+    fn cancel_elsewhere(&self, session: &Session, params: &Value) {
+        let Some(store) = self.shared.clone() else {
+            return;
+        };
+        let (h, text) = (session.store_key().to_owned(), params.to_string());
+        let counter = self
+            .metrics
+            .cluster_forwarded
+            .with_label_values(&["cancel"]);
+        tokio::spawn(async move {
+            if store.broadcast_cancel(&h, &text).await.is_ok() {
+                counter.inc();
+            }
+        });
+    }
+
+    /// A cancel another replica received for a call of `session` (`params`:
+    /// the notification's params as JSON text); ignored unless the call runs
+    /// here.
+    pub fn cancel_forwarded(&self, session: &Session, params: &str) {
+        if let Ok(p) = serde_json::from_str::<Value>(params) {
+            self.cancel_here(session, &p);
+        }
+    }
+
     /// The host answers a server→client request: route the answer to the backend
-    /// request it belongs to. Unknown or repeated ids are ignored.
+    /// request it belongs to — here, or through the shared store to the replica
+    /// that relayed it. Unknown or repeated ids are ignored.
     pub fn handle_response(&self, session: &Arc<Session>, r: Response) {
-        let Some(id) = r.id else { return };
+        let Some(id) = r.id.clone() else { return };
         let Some(entry) = session.take_client_request(&id) else {
-            tracing::debug!(%id, "answer to an unknown or already answered request; ignored");
+            if !self.answer_elsewhere(session, &id, &r) {
+                tracing::debug!(%id, "answer to an unknown or already answered request; ignored");
+            }
             return;
         };
         let Some(conn) = entry.conn.upgrade() else {
@@ -166,6 +213,55 @@ impl Relay {
                 conn.respond(&entry.upstream_id, Ok(&v));
             }
             Err(e) => conn.respond(&entry.upstream_id, Err(&e)),
+        }
+    }
+
+    /// An answer another replica received for a request relayed here
+    /// (`message`: the host's JSON-RPC response).
+    pub fn answer_forwarded(&self, session: &Arc<Session>, message: &str) {
+        match jsonrpc::parse_message(message.as_bytes()) {
+            Ok(jsonrpc::Message::Response(r)) => self.handle_response(session, r),
+            _ => tracing::debug!("a forwarded answer that is not a response; ignored"),
+        }
+    }
+
+    /// Sends an answer to the replica whose tag `id` carries, if that is
+    /// another replica; whether it is. A dead replica's answer is dropped.
+    fn answer_elsewhere(&self, session: &Session, id: &Id, r: &Response) -> bool {
+        let (Some(store), Id::Num(n)) = (self.shared.clone(), id) else {
+            return false;
+        };
+        let Some(tag) = store.relayed_elsewhere(*n) else {
+            return false;
+        };
+        let message = match &r.outcome {
+            Ok(raw) => jsonrpc::result_bytes(id, raw),
+            Err(e) => jsonrpc::error_bytes(Some(id), e),
+        };
+        let message = String::from_utf8_lossy(&message).into_owned();
+        let (h, log_id) = (session.store_key().to_owned(), session.log_id().to_owned());
+        let counter = self
+            .metrics
+            .cluster_forwarded
+            .with_label_values(&["answer"]);
+        tokio::spawn(async move {
+            match store.send_answer(&tag, &h, &message).await {
+                Ok(true) => counter.inc(),
+                Ok(false) => tracing::info!(session = %log_id, replica = %tag,
+                    "answer for a request relayed by a replica that is gone; dropped"),
+                Err(_) => tracing::warn!(session = %log_id, replica = %tag,
+                    "answer for another replica not sent: the shared store is unavailable"),
+            }
+        });
+        true
+    }
+
+    /// The id the host sees for a relayed request: tagged with this replica
+    /// when there is a shared store, else the session's counter as it is.
+    fn relayed_id(&self, n: Id) -> Id {
+        match (&self.shared, n) {
+            (Some(store), Id::Num(n)) => Id::Num(store.relayed_id(n)),
+            (_, n) => n,
         }
     }
 }

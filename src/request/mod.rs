@@ -82,6 +82,8 @@ pub enum Rejection {
     TooManySessions,
     /// 503: a new session while the gateway drains for shutdown.
     Draining,
+    /// 503: a new session while the shared session store does not answer.
+    StoreUnavailable,
     /// 429: `server.max_streams_per_session` reached.
     TooManyStreams,
     /// 429: the client's rate limit.
@@ -117,6 +119,7 @@ impl Rejection {
             Rejection::Resume => "resume",
             Rejection::TooManySessions => "too_many_sessions",
             Rejection::Draining => "draining",
+            Rejection::StoreUnavailable => "store_unavailable",
             Rejection::TooManyStreams => "too_many_streams",
             Rejection::RateLimited => "rate_limited",
             Rejection::Unauthorized => "unauthorized",

@@ -17,7 +17,7 @@ mod store;
 mod token;
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
 use bytes::Bytes;
@@ -29,7 +29,7 @@ pub use call::{Ask, HostCall, Outbound};
 pub use host::{Host, ModernHost};
 pub use record::{SessionRecord, TaskRoute, UpstreamSession};
 pub use store::{MemoryStore, SessionStore};
-pub use token::{Identity, SessionToken};
+pub use token::{Identity, SessionToken, unix_now};
 
 use crate::auth::policy::ViewKey;
 use crate::auth::{Principal, PrincipalId};
@@ -83,6 +83,9 @@ struct Live {
     /// The token of the latest request, kept only for RFC 8693 token exchange
     /// toward backends configured for it; never forwarded as is.
     subject_token: Mutex<Option<Arc<str>>>,
+    /// Unix second this process last slid the session's expiry in the shared
+    /// store (0: never).
+    store_refreshed: AtomicU32,
 }
 
 /// One host session; see the module docs.
@@ -91,6 +94,9 @@ pub struct Session {
     id: Arc<str>,
     identity: Identity,
     log_id: String,
+    /// The key of the session's record in the shared store, computed once:
+    /// broadcasts name sessions by it.
+    store_key: String,
     principal: Option<PrincipalId>,
     version: ProtocolVersion,
     client_capabilities: Value,
@@ -123,6 +129,7 @@ impl Session {
     ) -> Self {
         Session {
             log_id: log_id(&id),
+            store_key: crate::cluster::record_key(&identity.rand),
             id,
             identity,
             principal: None,
@@ -142,6 +149,7 @@ impl Session {
                 closed: CancellationToken::new(),
                 view_key: Mutex::new(ViewKey::default()),
                 subject_token: Mutex::new(None),
+                store_refreshed: AtomicU32::new(0),
             },
         }
     }
@@ -191,10 +199,26 @@ impl Session {
             .is_some_and(|v| !v.is_null())
     }
 
-    /// The durable part, as plain data: what a store shared by several
-    /// replicas holds (only the in-memory store exists so far, which keeps the
-    /// live session itself; the round trip is tested below).
-    #[allow(dead_code)]
+    /// The session's key in the shared store (`cluster::record_key` of its
+    /// identity: no secret, stable across key rotations).
+    pub fn store_key(&self) -> &str {
+        &self.store_key
+    }
+
+    /// Whether this process should slide the session's expiry in the shared
+    /// store at Unix second `now`: when `every` seconds passed since it last
+    /// did; of concurrent callers one wins.
+    pub fn claim_refresh(&self, now: u32, every: u32) -> bool {
+        let at = &self.live.store_refreshed;
+        let last = at.load(Ordering::Relaxed);
+        now.saturating_sub(last) >= every
+            && at
+                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+    }
+
+    /// The durable part, as plain data: what the shared store holds
+    /// (`SessionRecord::to_fields`).
     pub fn record(&self) -> SessionRecord {
         let mut r = SessionRecord::new(
             self.version,

@@ -3,7 +3,7 @@
 //! names backends by their configured names, never by registry indices (those
 //! are per process and per reload).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -50,6 +50,49 @@ impl SessionRecord {
         }
     }
 }
+
+impl SessionRecord {
+    /// The record as the shared store's hash fields (`[cluster] redis`):
+    /// `v` the revision, `caps` and `ci` the host's capabilities and
+    /// `clientInfo` (JSON), `p` the principal (JSON, absent on an open
+    /// endpoint), `lvl` the log level (absent until set). Backend sessions,
+    /// subscriptions and tasks stay with the replica that made them for now.
+    pub fn to_fields(&self) -> Vec<(&'static str, String)> {
+        let mut f = vec![
+            ("v", self.version.as_str().to_owned()),
+            ("caps", self.client_capabilities.to_string()),
+            ("ci", self.client_info.to_string()),
+        ];
+        if let Some(p) = &self.principal
+            && let Ok(json) = serde_json::to_string(p)
+        {
+            f.push(("p", json));
+        }
+        if let Some(level) = self.log_level {
+            f.push((LEVEL_FIELD, level.as_str().to_owned()));
+        }
+        f
+    }
+
+    /// The record from the shared store's hash fields ([`SessionRecord::to_fields`]);
+    /// `None` when `v` or `caps` is missing or does not parse (not a record of
+    /// ours). Unknown fields are ignored, so a later version may add some.
+    pub fn from_fields(fields: &HashMap<String, String>) -> Option<SessionRecord> {
+        let version = ProtocolVersion::parse(fields.get("v")?)?;
+        let caps = serde_json::from_str(fields.get("caps")?).ok()?;
+        let info = fields
+            .get("ci")
+            .and_then(|t| serde_json::from_str(t).ok())
+            .unwrap_or(Value::Null);
+        let mut r = SessionRecord::new(version, caps, info);
+        r.principal = fields.get("p").and_then(|t| serde_json::from_str(t).ok());
+        r.log_level = fields.get(LEVEL_FIELD).and_then(|l| LogLevel::parse(l));
+        Some(r)
+    }
+}
+
+/// The record field that holds the log level (set on its own by `logging/setLevel`).
+pub const LEVEL_FIELD: &str = "lvl";
 
 /// A backend's own session for one host session (its `Mcp-Session-Id` and the
 /// revision negotiated with it, MCP 2025-11-25 basic/transports).
@@ -111,5 +154,33 @@ mod tests {
         assert!(text.contains("\"warning\""), "{text}");
         let back: SessionRecord = serde_json::from_str(&text).unwrap();
         assert_eq!(back, r);
+    }
+
+    #[test]
+    fn round_trips_through_store_fields() {
+        let mut r = SessionRecord::new(
+            ProtocolVersion::V2025_11_25,
+            json!({"sampling": {"tools": {}}, "x-custom": 1}),
+            json!({"name": "host"}),
+        );
+        let fields = |r: &SessionRecord| -> HashMap<String, String> {
+            r.to_fields()
+                .into_iter()
+                .map(|(k, v)| (k.to_owned(), v))
+                .collect()
+        };
+        assert_eq!(SessionRecord::from_fields(&fields(&r)), Some(r.clone()));
+        r.principal = Some(PrincipalId {
+            issuer: Arc::from("https://issuer.test"),
+            subject: Arc::from("bob"),
+        });
+        r.log_level = Some(LogLevel::Error);
+        let f = fields(&r);
+        assert_eq!(f["lvl"], "error");
+        assert_eq!(SessionRecord::from_fields(&f), Some(r));
+        let mut broken = f.clone();
+        broken.remove("v");
+        assert_eq!(SessionRecord::from_fields(&broken), None, "no revision");
+        assert_eq!(SessionRecord::from_fields(&HashMap::new()), None);
     }
 }

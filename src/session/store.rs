@@ -45,6 +45,11 @@ pub trait SessionStore: Send + Sync + 'static {
     /// have restored it first), or `Ok(None)` when the id must not come back —
     /// it ended here (DELETE, expiry) or is past the absolute lifetime.
     fn restore(&self, session: Arc<Session>) -> Result<Option<Arc<Session>>, StoreFull>;
+    /// Takes back a session whose record the shared store still holds: only
+    /// the cap and the absolute lifetime apply — the shared store, not this
+    /// process's memory of what ended here, knows whether it ended (an idle
+    /// expiry here only dropped the cached copy). `Ok(None)`: past its lifetime.
+    fn adopt(&self, session: Arc<Session>) -> Result<Option<Arc<Session>>, StoreFull>;
 }
 
 /// In-memory store (dashmap), the default.
@@ -99,6 +104,30 @@ impl MemoryStore {
         }
         let lifetime = u32::try_from(self.max_lifetime.as_secs()).unwrap_or(u32::MAX);
         ended.insert(id.rand, id.created.saturating_add(lifetime));
+    }
+
+    /// `restore` (`ended_here`: refuse what ended in this process) and `adopt`.
+    fn take_back(
+        &self,
+        session: Arc<Session>,
+        ended_here: bool,
+    ) -> Result<Option<Arc<Session>>, StoreFull> {
+        let id = *session.identity();
+        let ended = self.ended.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(held) = self.get(&session.id) {
+            return Ok(Some(held));
+        }
+        let refused = ended_here && (id.epoch == self.epoch || ended.contains_key(&id.rand));
+        if refused || self.outlived(&id, unix_now()) {
+            return Ok(None);
+        }
+        if self.map.len() >= self.limit {
+            return Err(StoreFull { limit: self.limit });
+        }
+        Ok(Some(match self.map.entry(session.id.clone()) {
+            Entry::Occupied(e) => e.get().clone(),
+            Entry::Vacant(e) => e.insert(session).clone(),
+        }))
     }
 }
 
@@ -157,22 +186,11 @@ impl SessionStore for MemoryStore {
     }
 
     fn restore(&self, session: Arc<Session>) -> Result<Option<Arc<Session>>, StoreFull> {
-        let id = *session.identity();
-        let ended = self.ended.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(held) = self.get(&session.id) {
-            return Ok(Some(held));
-        }
-        if id.epoch == self.epoch || ended.contains_key(&id.rand) || self.outlived(&id, unix_now())
-        {
-            return Ok(None);
-        }
-        if self.map.len() >= self.limit {
-            return Err(StoreFull { limit: self.limit });
-        }
-        Ok(Some(match self.map.entry(session.id.clone()) {
-            Entry::Occupied(e) => e.get().clone(),
-            Entry::Vacant(e) => e.insert(session).clone(),
-        }))
+        self.take_back(session, true)
+    }
+
+    fn adopt(&self, session: Arc<Session>) -> Result<Option<Arc<Session>>, StoreFull> {
+        self.take_back(session, false)
     }
 }
 
@@ -269,6 +287,20 @@ mod tests {
             store.restore(twin).unwrap().is_none(),
             "DELETEd here: stays ended"
         );
+    }
+
+    #[test]
+    fn adopts_what_the_shared_store_confirms() {
+        let store = MemoryStore::new(1, DAY);
+        let own = session(&store);
+        let held = store.adopt(own.clone()).unwrap().unwrap();
+        assert!(Arc::ptr_eq(&held, &own), "its own epoch: expired here only");
+        store.remove(&own.id);
+        assert!(store.adopt(session_of(*own.identity())).unwrap().is_some());
+        assert!(store.adopt(foreign(&store, unix_now())).is_err(), "the cap");
+        store.remove(&own.id);
+        let old = foreign(&store, unix_now() - 86_400);
+        assert!(store.adopt(old).unwrap().is_none(), "past its lifetime");
     }
 
     #[test]

@@ -402,7 +402,8 @@ impl Attached {
     }
 }
 
-fn parse_id(id: &str) -> Option<(u64, u64)> {
+/// An event id `{stream}-{seq}` as its two numbers (`None`: malformed).
+pub fn parse_id(id: &str) -> Option<(u64, u64)> {
     let (a, b) = id.trim().split_once('-')?;
     Some((a.parse().ok()?, b.parse().ok()?))
 }

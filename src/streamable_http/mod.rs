@@ -12,7 +12,7 @@ use std::sync::Arc;
 use axum::http::{HeaderMap, header};
 use base64::Engine;
 
-pub use events::{Attached, EventLog, Frame, KEEP_ALIVE, RETRY_MS, ResumeError};
+pub use events::{Attached, EventLog, Frame, KEEP_ALIVE, RETRY_MS, ResumeError, parse_id};
 
 /// `Mcp-Session-Id` (spelled `MCP-Session-Id` in 2025-11-25; header names are
 /// case-insensitive).

@@ -7,6 +7,7 @@
 //! Per-request work is not here: that is the dispatch (host → backend) and the
 //! relay (backend → host).
 
+mod cluster;
 mod pace;
 mod reload;
 mod sessions;
@@ -23,6 +24,7 @@ pub use reload::{ReloadReport, reload, reload_policy};
 
 use crate::backend::{BackendError, Connection, Owner, backoff};
 use crate::catalog::{BackendState, Catalog, fetch};
+use crate::cluster::SharedStore;
 use crate::config::{ConnectionMode, ServerConfig, Transport};
 use crate::jsonrpc;
 use crate::mcp::{Changed, Method};
@@ -50,6 +52,9 @@ pub struct Supervisor {
     /// Per-session backends' connections for stateless requests, by (backend,
     /// caller and declared capabilities); see `sessions.rs`.
     pool: Mutex<HashMap<(usize, String), Arc<crate::backend::Slot>>>,
+    /// The shared session store (`[cluster] redis`), if any: shutdown then
+    /// drains instead of ending sessions (`cluster.rs`).
+    shared: Option<Arc<SharedStore>>,
 }
 
 /// A host session's id and a backend index.
@@ -63,6 +68,7 @@ impl Supervisor {
         sessions: Arc<dyn SessionStore>,
         relay: Arc<Relay>,
         metrics: Arc<Metrics>,
+        shared: Option<Arc<SharedStore>>,
     ) -> Arc<Supervisor> {
         Arc::new(Supervisor {
             server,
@@ -76,6 +82,7 @@ impl Supervisor {
             paces: Mutex::new(HashMap::new()),
             opened: Mutex::new(HashMap::new()),
             pool: Default::default(),
+            shared,
         })
     }
 
@@ -358,14 +365,19 @@ impl Supervisor {
     }
 
     /// Stops everything: answers the calls still in flight with an error, ends
-    /// every session and closes the shared connections.
+    /// every session (with a shared store: releases it, for the other replicas
+    /// to go on serving) and closes the shared connections.
     pub async fn shutdown(&self) {
         self.begin_shutdown();
         self.relay.listens().end_all();
         let sessions = self.sessions.all();
         futures_util::future::join_all(sessions.iter().map(|s| self.abandon_calls(s))).await;
         for s in sessions {
-            self.end_session(&s).await;
+            if self.shared.is_some() {
+                self.release_session(&s).await;
+            } else {
+                self.end_session(&s).await;
+            }
         }
         for b in self.catalog.backends().active().iter() {
             if let Some(conn) = b.shared().take() {

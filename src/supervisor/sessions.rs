@@ -104,7 +104,7 @@ impl Supervisor {
     }
 
     /// Forgets which connections `session` had opened (it ended).
-    fn forget_opened(&self, session: &Session) {
+    pub(super) fn forget_opened(&self, session: &Session) {
         self.opened
             .lock()
             .unwrap_or_else(|e| e.into_inner())

@@ -10,6 +10,7 @@ pub mod fake_http;
 #[path = "../support/fake_sse.rs"]
 pub mod fake_sse;
 pub mod served;
+pub mod store;
 #[path = "../support/tools.rs"]
 pub mod tools;
 

@@ -1,0 +1,261 @@
+//! The shared store's commands over Redis (the `redis` crate: one
+//! `ConnectionManager`, multiplexed, reconnecting by itself, RESP3 so that the
+//! `ctl` channel's messages arrive as pushes on the same connection and are
+//! resubscribed after a reconnect). Every key of one session carries the hash
+//! tag `{h}`, so under Redis Cluster they share a slot.
+//!
+//! Keys: `mcpg:{h}:rec` (hash: the session record, TTL = the session idle
+//! timeout, sliding), `mcpg:replica:{TAG}` (string, TTL = 3 heartbeats),
+//! `mcpg:inbox:{TAG}` (stream: what other replicas send this one, read by
+//! `inbox.rs`), `mcpg:{h}:ev` (stream: the session's mirrored SSE events,
+//! capped, TTL 10 min). Channel: `ctl`.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::{ProtocolVersion, PushInfo, PushKind, RedisResult, Value};
+
+/// The broadcast channel every replica subscribes to.
+pub(super) const CTL: &str = "ctl";
+
+/// Sets `lvl` only while the record exists: a `logging/setLevel` racing a
+/// `DELETE` on another replica must not leave a record behind.
+const SET_IF_EXISTS: &str = "if redis.call('EXISTS', KEYS[1]) == 1 then \
+     redis.call('HSET', KEYS[1], ARGV[1], ARGV[2]) return 1 end return 0";
+
+/// Appends to a replica's inbox only while the replica is alive (its heartbeat
+/// key exists); whether it did.
+const SEND_IF_ALIVE: &str = "if redis.call('EXISTS', KEYS[2]) == 0 then return 0 end \
+     redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[1], '*', 'k', ARGV[3], 'h', ARGV[4], 'm', ARGV[5]) \
+     redis.call('EXPIRE', KEYS[1], ARGV[2]) return 1";
+
+fn events_key(h: &str) -> String {
+    format!("mcpg:{{{h}}}:ev")
+}
+
+fn record_key(h: &str) -> String {
+    format!("mcpg:{{{h}}}:rec")
+}
+
+/// What arrives on the connection besides answers.
+pub(super) enum Push {
+    /// A message published on `ctl`.
+    Ctl(String),
+    /// The connection dropped (pub/sub messages may have been lost meanwhile).
+    Disconnected,
+}
+
+/// One replica's connection to Redis.
+#[derive(Clone)]
+pub(super) struct Redis {
+    conn: ConnectionManager,
+    /// For connections of their own (the inbox's blocking read), RESP2.
+    client: redis::Client,
+}
+
+impl Redis {
+    /// A lazily connecting manager for `url` (nothing is sent until the first
+    /// command), RESP3, with `deadline` as its response and connect timeout;
+    /// pushes go to `on_push`.
+    pub(super) fn new(
+        url: &str,
+        deadline: Duration,
+        on_push: impl Fn(Push) + Send + Sync + 'static,
+    ) -> RedisResult<Redis> {
+        let plain = redis::Client::open(url)?;
+        let info = plain.get_connection_info().clone();
+        let settings = info
+            .redis_settings()
+            .clone()
+            .set_protocol(ProtocolVersion::RESP3);
+        let client = redis::Client::open(info.set_redis_settings(settings))?;
+        let config = ConnectionManagerConfig::new()
+            .set_response_timeout(Some(deadline))
+            .set_connection_timeout(Some(deadline))
+            .set_number_of_retries(1)
+            .set_max_delay(Duration::from_millis(500))
+            .set_push_sender(move |info: PushInfo| {
+                match info.kind {
+                    PushKind::Disconnection => on_push(Push::Disconnected),
+                    PushKind::Message => {
+                        if let Some(Value::BulkString(b)) = info.data.get(1) {
+                            on_push(Push::Ctl(String::from_utf8_lossy(b).into_owned()));
+                        }
+                    }
+                    _ => {}
+                }
+                Ok::<(), ()>(())
+            })
+            .set_automatic_resubscription();
+        let conn = ConnectionManager::new_lazy_with_config(client, config)?;
+        Ok(Redis {
+            conn,
+            client: plain,
+        })
+    }
+
+    /// A client for a connection of its own.
+    pub(super) fn client(&self) -> redis::Client {
+        self.client.clone()
+    }
+
+    /// `SUBSCRIBE ctl` (kept across reconnects by the manager).
+    pub(super) async fn subscribe(&self) -> RedisResult<()> {
+        self.conn.clone().subscribe(CTL).await
+    }
+
+    /// `SET mcpg:replica:{TAG} value PX ttl_ms`.
+    pub(super) async fn heartbeat(&self, tag: &str, value: &str, ttl_ms: u64) -> RedisResult<()> {
+        redis::cmd("SET")
+            .arg(super::inbox::replica_key(tag))
+            .arg(value)
+            .arg("PX")
+            .arg(ttl_ms.max(1))
+            .exec_async(&mut self.conn.clone())
+            .await
+    }
+
+    /// `HSET rec fields… ; EXPIRE rec ttl` in one transaction.
+    pub(super) async fn put_record(
+        &self,
+        h: &str,
+        fields: &[(&str, String)],
+        ttl: u64,
+    ) -> RedisResult<()> {
+        let key = record_key(h);
+        redis::pipe()
+            .atomic()
+            .hset_multiple(&key, fields)
+            .ignore()
+            .expire(&key, ttl.max(1) as i64)
+            .ignore()
+            .exec_async(&mut self.conn.clone())
+            .await
+    }
+
+    /// `HGETALL rec` (empty: no record).
+    pub(super) async fn get_record(&self, h: &str) -> RedisResult<HashMap<String, String>> {
+        redis::cmd("HGETALL")
+            .arg(record_key(h))
+            .query_async(&mut self.conn.clone())
+            .await
+    }
+
+    /// Sets one field of an existing record; whether it existed.
+    pub(super) async fn set_field(&self, h: &str, field: &str, value: &str) -> RedisResult<bool> {
+        redis::cmd("EVAL")
+            .arg(SET_IF_EXISTS)
+            .arg(1)
+            .arg(record_key(h))
+            .arg(field)
+            .arg(value)
+            .query_async(&mut self.conn.clone())
+            .await
+    }
+
+    /// `EXPIRE rec ttl` (a no-op when the record is gone).
+    pub(super) async fn refresh(&self, h: &str, ttl: u64) -> RedisResult<()> {
+        redis::cmd("EXPIRE")
+            .arg(record_key(h))
+            .arg(ttl.max(1))
+            .exec_async(&mut self.conn.clone())
+            .await
+    }
+
+    /// `DEL rec` (together with the announcement, when one is given).
+    pub(super) async fn delete(&self, h: &str, announce: Option<&str>) -> RedisResult<()> {
+        let mut p = redis::pipe();
+        p.del(record_key(h)).ignore();
+        if let Some(msg) = announce {
+            p.publish(CTL, msg).ignore();
+        }
+        p.exec_async(&mut self.conn.clone()).await
+    }
+
+    /// `PUBLISH ctl message`.
+    pub(super) async fn publish(&self, message: &str) -> RedisResult<()> {
+        redis::cmd("PUBLISH")
+            .arg(CTL)
+            .arg(message)
+            .exec_async(&mut self.conn.clone())
+            .await
+    }
+
+    /// One pipelined `EXISTS rec` per session: which records still exist.
+    pub(super) async fn exist(&self, hs: &[String]) -> RedisResult<Vec<bool>> {
+        if hs.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut p = redis::pipe();
+        for h in hs {
+            p.exists(record_key(h));
+        }
+        p.query_async(&mut self.conn.clone()).await
+    }
+
+    /// Appends message `m` of kind `k` about session `h` to replica `tag`'s
+    /// inbox if that replica is alive; whether it was.
+    pub(super) async fn send(&self, tag: &str, k: &str, h: &str, m: &str) -> RedisResult<bool> {
+        redis::cmd("EVAL")
+            .arg(SEND_IF_ALIVE)
+            .arg(2)
+            .arg(super::inbox::inbox_key(tag))
+            .arg(super::inbox::replica_key(tag))
+            .arg(super::inbox::INBOX_MAXLEN)
+            .arg(super::inbox::INBOX_TTL)
+            .arg(k)
+            .arg(h)
+            .arg(m)
+            .query_async(&mut self.conn.clone())
+            .await
+    }
+
+    /// `XADD mcpg:{h}:ev MAXLEN ~ maxlen * fields… ; EXPIRE ev ttl`, pipelined.
+    pub(super) async fn add_event(
+        &self,
+        h: &str,
+        fields: &[(&str, &[u8])],
+        maxlen: usize,
+        ttl: u64,
+    ) -> RedisResult<()> {
+        let key = events_key(h);
+        let mut xadd = redis::cmd("XADD");
+        xadd.arg(&key).arg("MAXLEN").arg("~").arg(maxlen).arg("*");
+        for (f, v) in fields {
+            xadd.arg(*f).arg(*v);
+        }
+        redis::pipe()
+            .add_command(xadd)
+            .ignore()
+            .expire(&key, ttl.max(1) as i64)
+            .ignore()
+            .exec_async(&mut self.conn.clone())
+            .await
+    }
+
+    /// The entries of `mcpg:{h}:ev` after entry id `after` (all: `None`; the
+    /// stream is capped), with their entry ids, in order.
+    pub(super) async fn events(
+        &self,
+        h: &str,
+        after: Option<&str>,
+    ) -> RedisResult<Vec<(String, HashMap<String, Value>)>> {
+        let start = after.map_or_else(|| "-".to_owned(), |id| format!("({id}"));
+        let reply: redis::streams::StreamRangeReply = redis::cmd("XRANGE")
+            .arg(events_key(h))
+            .arg(start)
+            .arg("+")
+            .query_async(&mut self.conn.clone())
+            .await?;
+        Ok(reply.ids.into_iter().map(|e| (e.id, e.map)).collect())
+    }
+
+    /// Whether replica `tag` is alive (its heartbeat key exists).
+    pub(super) async fn alive(&self, tag: &str) -> RedisResult<bool> {
+        redis::cmd("EXISTS")
+            .arg(super::inbox::replica_key(tag))
+            .query_async(&mut self.conn.clone())
+            .await
+    }
+}

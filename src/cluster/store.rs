@@ -1,0 +1,548 @@
+//! The shared session store (`[cluster] redis`): what every replica must agree
+//! on about a session that its sealed id cannot carry — whether it still exists
+//! (a `DELETE` or an idle expiry anywhere ends it everywhere) and what changed
+//! since `initialize` (the log level) — plus the broadcasts that keep each
+//! replica's cached copy right (`ctl`).
+//!
+//! The store is a health-checked front of the Redis commands (`redis.rs`):
+//! every operation has a deadline; a failure or a missed deadline marks the
+//! store down (`mcpgate_cluster_redis_up` 0, `mcpgate_cluster_store_errors_total`)
+//! and the heartbeat marks it up again. Callers decide what "down" means:
+//! `initialize` is refused, a session already cached keeps working, an
+//! uncached one is served from its sealed id alone. After a reconnect the
+//! replica is told to revalidate what it holds ([`Ctl::Resync`]), since `ctl`
+//! messages are lost while the connection is down.
+//!
+//! Records are keyed by `h` = the first 24 hex digits of SHA-256 over the
+//! session's random identity, so Redis never sees the bearer-secret id and a key
+//! rotation does not rename records.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use prometheus::{IntCounterVec, IntGauge};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use super::redis::{Push, Redis};
+use crate::config::ClusterConfig;
+
+/// How long one store operation may take before the store counts as down.
+const DEADLINE: Duration = Duration::from_millis(500);
+
+/// At most this often a replica slides a session's expiry in the store.
+const REFRESH_EVERY: Duration = Duration::from_secs(60);
+
+/// At most this many session ends wait for a store that does not answer.
+const MAX_PENDING_ENDS: usize = 10_000;
+
+/// A message from another replica (or from the store's own health check).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Ctl {
+    /// Session `h` ended (`DELETE`): drop its cached copy.
+    Ended(String),
+    /// Session `h` set its log level to `level` (an MCP level name).
+    Level {
+        /// The session's store key.
+        h: String,
+        /// The level's wire name.
+        level: String,
+    },
+    /// The host of session `h` answered, on another replica, a server→client
+    /// request this replica relayed: `message` is the JSON-RPC response.
+    Answer {
+        /// The session's store key.
+        h: String,
+        /// The host's response, as JSON text.
+        message: String,
+    },
+    /// The host of session `h` cancelled, on another replica, one of its
+    /// requests: `params` are the `notifications/cancelled` params as JSON
+    /// text. Whichever replica runs the request cancels it.
+    Cancel {
+        /// The session's store key.
+        h: String,
+        /// `{"requestId": …, "reason"?: …}`.
+        params: String,
+    },
+    /// The store is reachable again after an outage: broadcasts may have been
+    /// missed, revalidate the cached sessions.
+    Resync,
+}
+
+/// The answer to a record lookup.
+#[derive(Debug)]
+pub enum Lookup {
+    /// The record's fields.
+    Found(HashMap<String, String>),
+    /// No record: the session ended or expired (the store is healthy).
+    Absent,
+    /// The store did not answer.
+    Unavailable,
+}
+
+/// Events a session's mirrored stream log keeps (`MAXLEN ~`), as the local log.
+const EVENTS_KEPT: usize = 256;
+
+/// How long a session's mirrored events live after the last one, seconds.
+const EVENT_TTL: u64 = 600;
+
+/// One SSE event of a host-facing stream as mirrored in the store
+/// (`mcpg:{h}:ev`), so that a host can resume the stream on any replica.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MirroredEvent {
+    /// The stream number (`{stream}-{seq}` event ids).
+    pub stream: u64,
+    /// The sequence number (0: the stream's opening marker, no data).
+    pub seq: u64,
+    /// Whether it is the stream's last event (the response).
+    pub last: bool,
+    /// The tag of the replica that produced it.
+    pub producer: String,
+    /// The JSON-RPC id of the request the stream answers, as JSON text.
+    pub request_id: String,
+    /// The JSON-RPC message (empty for seq 0).
+    pub data: Vec<u8>,
+    /// The store's id of the entry (empty until written).
+    pub entry: String,
+}
+
+/// A store operation failed or the store is down.
+#[derive(Debug, Clone, Copy, thiserror::Error)]
+#[error("the shared session store is unavailable")]
+pub struct Unavailable;
+
+/// What the store reports to `/metrics`.
+pub struct StoreMetrics {
+    /// `mcpgate_cluster_redis_up`.
+    pub up: IntGauge,
+    /// `mcpgate_cluster_store_errors_total{op}`.
+    pub errors: IntCounterVec,
+}
+
+/// A store and the receiver of what it reports ([`Ctl`]).
+pub type Started = (Arc<SharedStore>, mpsc::UnboundedReceiver<Ctl>);
+
+/// Up/down, and whether broadcasts may have been missed since the last check.
+#[derive(Default)]
+struct Health {
+    up: AtomicBool,
+    missed: AtomicBool,
+}
+
+/// One replica's handle on the shared store; see the module docs.
+pub struct SharedStore {
+    redis: Redis,
+    tag: String,
+    /// `tag` as a number, for the ids of relayed requests (`inbox::tagged_id`).
+    tag_bits: u32,
+    health: Arc<Health>,
+    record_ttl: u64,
+    heartbeat: Duration,
+    events: mpsc::UnboundedSender<Ctl>,
+    metrics: StoreMetrics,
+    /// Session ends the store missed, sent again when it is back.
+    pending_ends: Mutex<Vec<String>>,
+}
+
+impl SharedStore {
+    /// A store for `cluster.redis` (`None` without one), whose records expire
+    /// after `record_ttl` without use (`server.session_idle_timeout`), and the
+    /// receiver of what other replicas broadcast. Nothing is sent before
+    /// [`SharedStore::start`].
+    ///
+    /// Errors: a URL the client refuses (the message never quotes it).
+    pub fn new(
+        cluster: &ClusterConfig,
+        record_ttl: Duration,
+        metrics: StoreMetrics,
+    ) -> Result<Option<Started>, String> {
+        let Some(url) = &cluster.redis else {
+            return Ok(None);
+        };
+        let tag_bits = u32::from_be_bytes(super::random_bytes::<4>()).max(1);
+        let tag = format!("{tag_bits:08x}");
+        let health = Arc::new(Health::default());
+        let (events, rx) = mpsc::unbounded_channel();
+        let on_push = {
+            let (health, events, tag) = (health.clone(), events.clone(), tag.clone());
+            move |push: Push| match push {
+                Push::Disconnected => health.missed.store(true, Ordering::Relaxed),
+                Push::Ctl(text) => {
+                    if let Some(ctl) = parse_ctl(&text, &tag) {
+                        let _ = events.send(ctl);
+                    }
+                }
+            }
+        };
+        let redis = Redis::new(url, DEADLINE, on_push)
+            .map_err(|e| format!("cluster.redis: {:?}", e.kind()))?;
+        metrics.up.set(0);
+        let store = SharedStore {
+            redis,
+            tag,
+            tag_bits,
+            health,
+            record_ttl: record_ttl.as_secs().max(1),
+            heartbeat: cluster.heartbeat,
+            events,
+            metrics,
+            pending_ends: Mutex::default(),
+        };
+        Ok(Some((Arc::new(store), rx)))
+    }
+
+    /// This replica's tag (`mcpg:replica:{TAG}`, 8 hex digits).
+    pub fn tag(&self) -> &str {
+        &self.tag
+    }
+
+    /// The id the host sees for the `n`-th server→client request this replica
+    /// relays in a session (`inbox::tagged_id`).
+    pub fn relayed_id(&self, n: i64) -> i64 {
+        super::inbox::tagged_id(self.tag_bits, n)
+    }
+
+    /// The tag of the replica that relayed request `id`, when that is another
+    /// replica (`None`: ours, or an id no replica minted).
+    pub fn relayed_elsewhere(&self, id: i64) -> Option<String> {
+        super::inbox::tag_of(id)
+            .filter(|t| *t != self.tag_bits)
+            .map(|t| format!("{t:08x}"))
+    }
+
+    /// Sends the host's answer `message` (JSON-RPC response text) for session
+    /// `h` to replica `tag`'s inbox; `Ok(false)` when that replica is not alive
+    /// (the answer is dropped).
+    pub async fn send_answer(
+        &self,
+        tag: &str,
+        h: &str,
+        message: &str,
+    ) -> Result<bool, Unavailable> {
+        if !self.is_up() {
+            return Err(Unavailable);
+        }
+        self.op("send", self.redis.send(tag, "answer", h, message))
+            .await
+    }
+
+    /// Announces a host's cancel (`params`: the notification's params as
+    /// JSON) of a request of session `h` that this replica does not run.
+    pub async fn broadcast_cancel(&self, h: &str, params: &str) -> Result<(), Unavailable> {
+        if !self.is_up() {
+            return Err(Unavailable);
+        }
+        let msg = format!("cancel {h} {} {params}", self.tag);
+        self.op("publish", self.redis.publish(&msg)).await
+    }
+
+    /// Whether the store answered its last operation.
+    pub fn is_up(&self) -> bool {
+        self.health.up.load(Ordering::Relaxed)
+    }
+
+    /// Subscribes to `ctl` and runs the heartbeat until `stop`; waits (at most
+    /// 2 s) for the first heartbeat so that a replica does not start by
+    /// refusing `initialize` while Redis is there.
+    pub async fn start(self: &Arc<Self>, stop: CancellationToken) {
+        let first = self.beat().await;
+        tokio::spawn(super::inbox::read(
+            self.redis.client(),
+            super::inbox::inbox_key(&self.tag),
+            self.events.clone(),
+            stop.clone(),
+        ));
+        let me = self.clone();
+        tokio::spawn(async move {
+            let mut subscribed = first && me.op("subscribe", me.redis.subscribe()).await.is_ok();
+            let mut tick = tokio::time::interval(me.heartbeat);
+            loop {
+                tokio::select! {
+                    _ = tick.tick() => {}
+                    _ = stop.cancelled() => return,
+                }
+                if me.beat().await && !subscribed {
+                    subscribed = me.op("subscribe", me.redis.subscribe()).await.is_ok();
+                }
+            }
+        });
+    }
+
+    /// One heartbeat; marks the store up when it answers, and asks for a
+    /// revalidation when broadcasts may have been missed.
+    async fn beat(&self) -> bool {
+        let ttl = self.heartbeat.saturating_mul(3).as_millis().max(1) as u64;
+        let value = format!("pid={}", std::process::id());
+        let beat = self.redis.heartbeat(&self.tag, &value, ttl);
+        if self.op("heartbeat", beat).await.is_err() {
+            return false;
+        }
+        if !self.health.up.swap(true, Ordering::Relaxed) {
+            tracing::info!(replica = %self.tag, "shared session store reachable");
+            self.metrics.up.set(1);
+        }
+        if self.health.missed.swap(false, Ordering::Relaxed) {
+            self.send_pending_ends().await;
+            let _ = self.events.send(Ctl::Resync);
+        }
+        true
+    }
+
+    /// Runs one operation within the deadline; a failure marks the store down.
+    async fn op<T>(
+        &self,
+        name: &'static str,
+        f: impl Future<Output = ::redis::RedisResult<T>>,
+    ) -> Result<T, Unavailable> {
+        let cause = match tokio::time::timeout(DEADLINE, f).await {
+            Ok(Ok(v)) => return Ok(v),
+            Ok(Err(e)) => e.to_string(),
+            Err(_) => "deadline missed".to_owned(),
+        };
+        self.metrics.errors.with_label_values(&[name]).inc();
+        self.health.missed.store(true, Ordering::Relaxed);
+        if self.health.up.swap(false, Ordering::Relaxed) {
+            self.metrics.up.set(0);
+            tracing::warn!(op = name, %cause, "shared session store unreachable: cached sessions go on, new sessions are refused");
+        }
+        Err(Unavailable)
+    }
+
+    /// Writes a new session's record (`fields`) with the idle expiry; refused
+    /// at once while the store is down.
+    pub async fn put_record(&self, h: &str, fields: &[(&str, String)]) -> Result<(), Unavailable> {
+        if !self.is_up() {
+            return Err(Unavailable);
+        }
+        self.op("put", self.redis.put_record(h, fields, self.record_ttl))
+            .await
+    }
+
+    /// The record of session `h`; [`Lookup::Unavailable`] at once while the
+    /// store is down.
+    pub async fn get_record(&self, h: &str) -> Lookup {
+        if !self.is_up() {
+            return Lookup::Unavailable;
+        }
+        match self.op("get", self.redis.get_record(h)).await {
+            Ok(fields) if fields.is_empty() => Lookup::Absent,
+            Ok(fields) => Lookup::Found(fields),
+            Err(Unavailable) => Lookup::Unavailable,
+        }
+    }
+
+    /// How often a session in use slides its record's expiry, in seconds: 60,
+    /// or a quarter of the idle timeout when that is shorter.
+    pub fn refresh_every(&self) -> u32 {
+        let every = REFRESH_EVERY.as_secs().min(self.record_ttl / 4).max(1);
+        u32::try_from(every).unwrap_or(60)
+    }
+
+    /// Slides the expiry of session `h` (fire and forget).
+    pub fn refresh(self: &Arc<Self>, h: String) {
+        if !self.is_up() {
+            return;
+        }
+        let me = self.clone();
+        tokio::spawn(async move {
+            let _ = me.op("refresh", me.redis.refresh(&h, me.record_ttl)).await;
+        });
+    }
+
+    /// Ends session `h` for every replica: deletes the record and announces
+    /// it. While the store does not answer the end is kept and sent again
+    /// once it does (else the session would come back with the store).
+    pub async fn end(&self, h: &str) {
+        let msg = format!("ended {h} {}", self.tag);
+        if self
+            .op("delete", self.redis.delete(h, Some(&msg)))
+            .await
+            .is_err()
+        {
+            let mut pending = self.pending_ends.lock().unwrap_or_else(|e| e.into_inner());
+            if pending.len() < MAX_PENDING_ENDS {
+                pending.push(h.to_owned());
+            }
+        }
+    }
+
+    /// Sends the ends the store missed (see [`SharedStore::end`]).
+    async fn send_pending_ends(&self) {
+        let pending =
+            std::mem::take(&mut *self.pending_ends.lock().unwrap_or_else(|e| e.into_inner()));
+        for h in pending {
+            self.end(&h).await;
+        }
+    }
+
+    /// Forgets a record written for a session that did not start after all.
+    pub async fn discard(&self, h: &str) {
+        let _ = self.op("delete", self.redis.delete(h, None)).await;
+    }
+
+    /// Records session `h`'s log level and announces it.
+    pub async fn set_level(&self, h: &str, level: &str) -> Result<(), Unavailable> {
+        if !self
+            .op("set", self.redis.set_field(h, "lvl", level))
+            .await?
+        {
+            return Ok(());
+        }
+        let msg = format!("lvl {h} {level} {}", self.tag);
+        self.op("publish", self.redis.publish(&msg)).await
+    }
+
+    /// Which of the sessions `hs` still have a record (one pipelined `EXISTS`
+    /// each); `None` when the store did not answer.
+    pub async fn exist(&self, hs: &[String]) -> Option<Vec<bool>> {
+        self.op("exists", self.redis.exist(hs)).await.ok()
+    }
+}
+
+impl SharedStore {
+    /// Mirrors an event this replica produced on stream `stream` of session
+    /// `h` (awaited by the caller only for the last one).
+    pub async fn mirror_event(&self, h: &str, ev: &MirroredEvent) -> Result<(), Unavailable> {
+        if !self.is_up() {
+            return Err(Unavailable);
+        }
+        let (st, sq) = (ev.stream.to_string(), ev.seq.to_string());
+        let last: &[u8] = if ev.last { b"1" } else { b"0" };
+        let fields: [(&str, &[u8]); 6] = [
+            ("st", st.as_bytes()),
+            ("sq", sq.as_bytes()),
+            ("pr", ev.producer.as_bytes()),
+            ("last", last),
+            ("rid", ev.request_id.as_bytes()),
+            ("d", &ev.data),
+        ];
+        let add = self.redis.add_event(h, &fields, EVENTS_KEPT, EVENT_TTL);
+        self.op("mirror", add).await
+    }
+
+    /// The mirrored events of stream `stream` of session `h`, in order; only
+    /// those written after entry `after` (an earlier event's `entry`) if given.
+    pub async fn events_of(
+        &self,
+        h: &str,
+        stream: u64,
+        after: Option<&str>,
+    ) -> Result<Vec<MirroredEvent>, Unavailable> {
+        if !self.is_up() {
+            return Err(Unavailable);
+        }
+        let entries = self.op("events", self.redis.events(h, after)).await?;
+        Ok(entries
+            .into_iter()
+            .filter_map(|(id, map)| to_event(id, &map))
+            .filter(|e| e.stream == stream)
+            .collect())
+    }
+
+    /// Whether replica `tag` still heartbeats (`true` when the store cannot
+    /// tell: nobody is declared dead on a store outage).
+    pub async fn is_alive(&self, tag: &str) -> bool {
+        self.op("alive", self.redis.alive(tag))
+            .await
+            .unwrap_or(true)
+    }
+}
+
+/// A mirrored entry's fields as a [`MirroredEvent`].
+fn to_event(entry: String, map: &HashMap<String, ::redis::Value>) -> Option<MirroredEvent> {
+    let bytes = |name: &str| match map.get(name)? {
+        ::redis::Value::BulkString(b) => Some(b.clone()),
+        ::redis::Value::SimpleString(s) => Some(s.clone().into_bytes()),
+        _ => None,
+    };
+    let text = |name: &str| String::from_utf8(bytes(name)?).ok();
+    Some(MirroredEvent {
+        stream: text("st")?.parse().ok()?,
+        seq: text("sq")?.parse().ok()?,
+        last: text("last")? == "1",
+        producer: text("pr")?,
+        request_id: text("rid")?,
+        data: bytes("d")?,
+        entry,
+    })
+}
+
+/// A `ctl` message from another replica: `ended H TAG`, `lvl H LEVEL TAG` or
+/// `cancel H TAG PARAMS` (PARAMS: JSON, the rest of the line); `None` for this
+/// replica's own (`me`) and for anything else.
+fn parse_ctl(text: &str, me: &str) -> Option<Ctl> {
+    if let Some(rest) = text.strip_prefix("cancel ") {
+        let mut words = rest.splitn(3, ' ');
+        let (h, tag, params) = (words.next()?, words.next()?, words.next()?);
+        return (tag != me).then(|| Ctl::Cancel {
+            h: h.to_owned(),
+            params: params.to_owned(),
+        });
+    }
+    let words: Vec<&str> = text.split(' ').collect();
+    match words.as_slice() {
+        ["ended", h, tag] if *tag != me => Some(Ctl::Ended((*h).to_owned())),
+        ["lvl", h, level, tag] if *tag != me => Some(Ctl::Level {
+            h: (*h).to_owned(),
+            level: (*level).to_owned(),
+        }),
+        _ => None,
+    }
+}
+
+/// Lower-case hex of `bytes`.
+pub fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The store key of a session whose identity's random part is `rand`: the
+/// first 24 hex digits of its SHA-256.
+pub fn record_key(rand: &[u8; 16]) -> String {
+    let d = <sha2::Sha256 as sha2::Digest>::digest(rand);
+    hex(&d[..12])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ctl_messages_of_others_only() {
+        assert_eq!(
+            parse_ctl("ended abc r1", "r2"),
+            Some(Ctl::Ended("abc".into()))
+        );
+        assert_eq!(parse_ctl("ended abc r2", "r2"), None, "our own");
+        assert_eq!(
+            parse_ctl("lvl abc warning r1", "r2"),
+            Some(Ctl::Level {
+                h: "abc".into(),
+                level: "warning".into()
+            })
+        );
+        assert_eq!(parse_ctl("lvl abc r1", "r2"), None);
+        assert_eq!(parse_ctl("owner abc r1", "r2"), None, "not ours to read");
+        assert_eq!(
+            parse_ctl(r#"cancel abc r1 {"requestId":1,"reason":"a b"}"#, "r2"),
+            Some(Ctl::Cancel {
+                h: "abc".into(),
+                params: r#"{"requestId":1,"reason":"a b"}"#.into()
+            })
+        );
+        assert_eq!(parse_ctl("cancel abc r2 {}", "r2"), None, "our own");
+        assert_eq!(parse_ctl("cancel abc r1", "r2"), None);
+    }
+
+    #[test]
+    fn record_keys_hide_the_identity() {
+        let k = record_key(&[7; 16]);
+        assert_eq!(k.len(), 24);
+        assert!(k.bytes().all(|b| b.is_ascii_hexdigit()));
+        assert_ne!(k, record_key(&[8; 16]));
+        assert!(!k.contains("0707"), "{k}");
+    }
+}

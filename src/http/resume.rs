@@ -1,0 +1,177 @@
+//! `GET` with `Last-Event-ID` for a stream another replica produced (MCP
+//! 2025-11-25 basic/transports, resumability): its events are read from the
+//! shared store's mirror (`mcpg:{h}:ev`), the ones after the id replayed, then
+//! the rest followed by polling until the last event. If the producing replica
+//! stops heartbeating before the last event, the request it was serving ends
+//! with a terminal JSON-RPC error (-32603) written for every resumer: the call
+//! is never run again (at most once).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use serde_json::Value;
+use tokio::sync::mpsc;
+
+use super::sse::event_aad;
+use crate::cluster::{MirroredEvent, Purpose, Sealer, SharedStore};
+use crate::jsonrpc::{self, ErrorObject, Id};
+use crate::streamable_http::{Attached, Frame, ResumeError};
+
+/// How often a resumed stream looks for the producer's next events.
+const POLL: Duration = Duration::from_millis(200);
+
+/// Frames queued toward the resumed response.
+const CAPACITY: usize = 64;
+
+/// Attaches to stream `stream` of session `h` after `after`, from the mirror.
+/// `Gone` when the mirror does not know the stream, lost events after `after`,
+/// or has nothing more to give.
+pub async fn elsewhere(
+    store: &Arc<SharedStore>,
+    sealer: &Arc<Sealer>,
+    h: &str,
+    stream: u64,
+    after: u64,
+) -> Result<Attached, ResumeError> {
+    let events = store
+        .events_of(h, stream, None)
+        .await
+        .map_err(|_| ResumeError::Gone)?;
+    let first = events.first().ok_or(ResumeError::Gone)?;
+    if first.seq > after + 1 {
+        return Err(ResumeError::Gone);
+    }
+    // Events are mirrored behind the host's copy: the host may have seen more
+    // than the store holds yet. Follow from what it saw.
+    let known = events.iter().map(|e| e.seq).max().unwrap_or(0).max(after);
+    let finished = events.iter().any(|e| e.last);
+    let replay: Vec<Frame> = events
+        .iter()
+        .filter(|e| e.seq > after && e.seq > 0)
+        .map(|e| open(sealer, h, e))
+        .collect::<Option<_>>()
+        .ok_or(ResumeError::Gone)?;
+    if finished && replay.is_empty() {
+        return Err(ResumeError::Gone);
+    }
+    let live = (!finished).then(|| {
+        let (tx, rx) = mpsc::channel(CAPACITY);
+        let follow = Follow {
+            store: store.clone(),
+            sealer: sealer.clone(),
+            h: h.to_owned(),
+            stream,
+            producer: first.producer.clone(),
+            request_id: first.request_id.clone(),
+        };
+        let entry = events.last().map(|e| e.entry.clone()).unwrap_or_default();
+        tokio::spawn(follow.run(known, entry, tx));
+        rx
+    });
+    Ok(Attached {
+        stream,
+        replay,
+        live,
+    })
+}
+
+/// A mirrored event as a frame, its data opened (`None`: it does not open
+/// with our keys, or not as this session's event at this place).
+fn open(sealer: &Sealer, h: &str, e: &MirroredEvent) -> Option<Frame> {
+    let sealed = std::str::from_utf8(&e.data).ok()?;
+    let aad = event_aad(h, e.stream, e.seq);
+    let data = sealer.open(Purpose::Value, aad.as_bytes(), sealed)?;
+    Some(Frame {
+        stream: e.stream,
+        seq: e.seq,
+        data: Bytes::from(data),
+        last: e.last,
+    })
+}
+
+/// Follows a stream another replica is producing.
+struct Follow {
+    store: Arc<SharedStore>,
+    sealer: Arc<Sealer>,
+    h: String,
+    stream: u64,
+    producer: String,
+    request_id: String,
+}
+
+impl Follow {
+    /// Sends the events after `seen` (read after store entry `entry`) to `tx`
+    /// until the last one, the host leaving, or the producer's death (then the
+    /// terminal error).
+    async fn run(self, mut seen: u64, mut entry: String, tx: mpsc::Sender<Frame>) {
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep(POLL) => {}
+                _ = tx.closed() => return,
+            }
+            let after = Some(entry.as_str()).filter(|e| !e.is_empty());
+            let Ok(events) = self.store.events_of(&self.h, self.stream, after).await else {
+                continue;
+            };
+            if let Some(e) = events.last() {
+                entry = e.entry.clone();
+            }
+            let new: Vec<&MirroredEvent> = events.iter().filter(|e| e.seq > seen).collect();
+            if new.is_empty() {
+                if !self.store.is_alive(&self.producer).await {
+                    let _ = tx.send(self.terminal(seen + 1).await).await;
+                    return;
+                }
+                continue;
+            }
+            for e in new {
+                seen = e.seq;
+                let Some(frame) = open(&self.sealer, &self.h, e) else {
+                    tracing::warn!(
+                        stream = self.stream,
+                        seq = e.seq,
+                        "a mirrored event does not open; stream ended"
+                    );
+                    return;
+                };
+                if tx.send(frame).await.is_err() || e.last {
+                    return;
+                }
+            }
+        }
+    }
+
+    /// The terminal error for a request whose replica stopped: mirrored too,
+    /// so every resumer sees the same end.
+    async fn terminal(&self, seq: u64) -> Frame {
+        let id = serde_json::from_str::<Value>(&self.request_id)
+            .ok()
+            .and_then(|v| Id::from_value(&v));
+        let error = ErrorObject::new(
+            jsonrpc::INTERNAL_ERROR,
+            "the gateway replica serving this request stopped before it answered; it was not retried",
+        );
+        let data = jsonrpc::error_bytes(id.as_ref(), &error);
+        let aad = event_aad(&self.h, self.stream, seq);
+        let sealed = self.sealer.seal(Purpose::Value, aad.as_bytes(), &data);
+        tracing::info!(replica = %self.producer, stream = self.stream,
+            "a resumed stream's replica is gone: ended with an error");
+        let ev = MirroredEvent {
+            stream: self.stream,
+            seq,
+            last: true,
+            producer: self.store.tag().to_owned(),
+            request_id: self.request_id.clone(),
+            data: sealed.into_bytes(),
+            entry: String::new(),
+        };
+        let _ = self.store.mirror_event(&self.h, &ev).await;
+        Frame {
+            stream: self.stream,
+            seq,
+            data: Bytes::from(data),
+            last: true,
+        }
+    }
+}

@@ -1,0 +1,105 @@
+//! A real `redis-server` for the shared-store tests: started on a free
+//! loopback port without persistence, by pid, killed when dropped. The binary
+//! is Debian's `redis-server` (`tests/cluster/ensure-redis.sh` installs it);
+//! `redis-cli` (same package set) reads what the gateways wrote.
+
+use std::net::TcpListener;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use tokio::time::Instant;
+
+/// A running `redis-server`.
+pub struct TestRedis {
+    child: Option<Child>,
+    /// The port it listens on (127.0.0.1).
+    pub port: u16,
+}
+
+impl Drop for TestRedis {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+impl TestRedis {
+    /// Starts a server on a free port and waits until it answers `PING`.
+    /// Panics, naming the install script, when `redis-server` is missing.
+    pub async fn start() -> TestRedis {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .expect("a free port");
+        let mut r = TestRedis { child: None, port };
+        r.restart().await;
+        r
+    }
+
+    /// `redis://127.0.0.1:PORT`.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// Starts the server again on the same port (empty: nothing is persisted).
+    pub async fn restart(&mut self) {
+        self.kill();
+        let child = Command::new("redis-server")
+            .args(["--port", &self.port.to_string()])
+            .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .args(["--daemonize", "no", "--loglevel", "warning"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| {
+                panic!("redis-server: {e}: run tests/cluster/ensure-redis.sh (apt-get install redis-server)")
+            });
+        self.child = Some(child);
+        let end = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < end {
+            if self.cli(&["PING"]) == "PONG" {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        panic!("redis-server did not answer on port {}", self.port);
+    }
+
+    /// Kills the server (SIGKILL, by pid) and waits for it.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = kill(Pid::from_raw(c.id() as i32), Signal::SIGKILL);
+            let _ = c.wait();
+        }
+    }
+
+    /// Sends `signal` to the server (SIGSTOP: it stops answering, connections
+    /// stay open; SIGCONT: it goes on).
+    pub fn signal(&self, signal: Signal) {
+        if let Some(c) = &self.child {
+            kill(Pid::from_raw(c.id() as i32), signal).unwrap();
+        }
+    }
+
+    /// Runs `redis-cli` against the server; its output, trimmed.
+    pub fn cli(&self, args: &[&str]) -> String {
+        let out = Command::new("redis-cli")
+            .args(["-h", "127.0.0.1", "-p", &self.port.to_string()])
+            .args(args)
+            .stdin(Stdio::null())
+            .output();
+        out.map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+            .unwrap_or_default()
+    }
+
+    /// The keys matching `pattern`.
+    pub fn keys(&self, pattern: &str) -> Vec<String> {
+        let out = self.cli(&["--scan", "--pattern", pattern]);
+        out.lines()
+            .filter(|l| !l.is_empty())
+            .map(str::to_owned)
+            .collect()
+    }
+}
