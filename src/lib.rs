@@ -153,7 +153,7 @@ impl Gateway {
         );
         supervisor.start(refresh_rx);
         if let Some((_, events)) = shared {
-            tokio::spawn(supervisor.clone().follow_cluster(events));
+            tokio::spawn(supervisor::follow_cluster(supervisor.clone(), events));
         }
         let dispatch = Dispatch::new(
             server.input_required_timeout,

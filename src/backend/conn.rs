@@ -1,5 +1,6 @@
 //! One MCP client connection to one backend: id allocation, correlation of
-//! responses, the initialize handshake and dispatch of what the backend sends.
+//! responses and dispatch of what the backend sends (its handshake is
+//! `handshake.rs`).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -69,11 +70,11 @@ pub struct Connection {
     pub(super) link: OnceLock<Link>,
     pending: Mutex<HashMap<u64, Pending>>,
     next_id: AtomicU64,
-    info: OnceLock<InitInfo>,
+    pub(super) info: OnceLock<InitInfo>,
     /// Client capabilities declared in `initialize` (kept for re-initialization).
-    capabilities: Value,
+    pub(super) capabilities: Value,
     /// Per-call timeout for this backend.
-    timeout: Duration,
+    pub(super) timeout: Duration,
     /// Cancelled when the connection is closed or its transport died.
     pub closed: CancellationToken,
     /// Set when the gateway itself is closing the connection.
@@ -85,7 +86,7 @@ pub struct Connection {
     /// `Some`: the backend is spoken to statelessly at this revision (no
     /// `initialize`; `_meta` on every request). Changes only during the handshake
     /// of a probing stdio connection that falls back to `initialize`.
-    modern: Mutex<Option<ProtocolVersion>>,
+    pub(super) modern: Mutex<Option<ProtocolVersion>>,
     /// The backend's cached era, forgotten when this connection finds it wrong.
     era_cache: Option<Arc<EraCache>>,
 }
@@ -201,7 +202,7 @@ impl Connection {
         self.pending.lock().map(|p| p.len()).unwrap_or(0)
     }
 
-    fn link(&self) -> Result<&Link, BackendError> {
+    pub(super) fn link(&self) -> Result<&Link, BackendError> {
         self.link
             .get()
             .ok_or_else(|| BackendError::closed(&self.backend, "not started"))
@@ -388,77 +389,6 @@ impl Connection {
     /// The per-call timeout for this backend.
     pub fn timeout(&self) -> Duration {
         self.timeout
-    }
-
-    /// Repeats the handshake on the same transport (the backend ended our session).
-    pub(super) async fn rehandshake(self: &Arc<Self>) -> Result<(), BackendError> {
-        Box::pin(self.handshake(self.timeout, false)).await
-    }
-
-    /// Performs `initialize` + `notifications/initialized` (MCP basic/lifecycle),
-    /// declaring the connection's client capabilities; on a stateless connection
-    /// `server/discover` instead (MCP 2026-07-28 server/discover), within
-    /// `probe` at most. With `fallback`, a discover that fails while the
-    /// transport lives (an error answer, garbage, no answer in time) turns the
-    /// connection legacy and `initialize` follows on the same transport (MCP
-    /// 2026-07-28 basic/transports/stdio, backward compatibility).
-    pub(super) async fn handshake(
-        self: &Arc<Self>,
-        probe: Duration,
-        fallback: bool,
-    ) -> Result<(), BackendError> {
-        if let Some(version) = self.modern() {
-            let limit = probe.min(self.timeout);
-            let found = self
-                .request(&Method::ServerDiscover, None, None, limit)
-                .await
-                .and_then(|raw| modern::discover_info(&self.backend, &raw, version));
-            match found {
-                Ok(info) => {
-                    let _ = self.info.set(info);
-                    return Ok(());
-                }
-                Err(e) if !fallback || !self.is_alive() => return Err(e),
-                Err(e) => {
-                    tracing::info!(backend = %self.backend, cause = %e, "no 2026-07-28 answer to server/discover; initializing");
-                    if let Ok(mut m) = self.modern.lock() {
-                        *m = None;
-                    }
-                }
-            }
-        }
-        let timeout = self.timeout;
-        let params = json!({
-            "protocolVersion": ProtocolVersion::LATEST.as_str(),
-            "capabilities": self.capabilities,
-            "clientInfo": {"name": "mcpgate", "version": env!("CARGO_PKG_VERSION")},
-        });
-        let raw = self
-            .request(&Method::Initialize, Some(params), None, timeout)
-            .await?;
-        let result: Value = serde_json::from_str(raw.get())
-            .map_err(|e| BackendError::protocol(&self.backend, format!("initialize: {e}")))?;
-        let version = result
-            .get("protocolVersion")
-            .and_then(Value::as_str)
-            .unwrap_or_default();
-        let Some(version) = ProtocolVersion::parse(version) else {
-            return Err(BackendError::protocol(
-                &self.backend,
-                format!("initialize: unsupported protocolVersion {version:?}"),
-            ));
-        };
-        let info = InitInfo {
-            version,
-            capabilities: result.get("capabilities").cloned().unwrap_or(json!({})),
-            instructions: result
-                .get("instructions")
-                .and_then(Value::as_str)
-                .map(str::to_owned),
-        };
-        let _ = self.info.set(info);
-        let bytes = jsonrpc::notification_bytes(Method::Initialized.as_str(), None);
-        self.link()?.send_awaited(self, bytes).await
     }
 
     /// Handles one message read from the backend. `related` is the upstream id of

@@ -2,6 +2,7 @@
 
 mod conn;
 pub(crate) mod events;
+mod handshake;
 mod http;
 mod modern;
 mod slot;

@@ -20,6 +20,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, watch};
 
+pub use cluster::follow_cluster;
 pub use reload::{ReloadReport, reload, reload_policy};
 
 use crate::backend::{BackendError, Connection, Owner, backoff};
@@ -27,10 +28,10 @@ use crate::catalog::{BackendState, Catalog, fetch};
 use crate::cluster::SharedStore;
 use crate::config::{ConnectionMode, ServerConfig, Transport};
 use crate::jsonrpc;
-use crate::mcp::{Changed, Method};
+use crate::mcp::{Changed, LogLevel, Method};
 use crate::metrics::Metrics;
 use crate::relay::Relay;
-use crate::session::SessionStore;
+use crate::session::{Session, SessionStore};
 
 /// The supervisor; see the module docs.
 pub struct Supervisor {
@@ -295,6 +296,32 @@ impl Supervisor {
             for c in changed {
                 session
                     .send_unrelated(jsonrpc::notification_bytes(c.method().as_str(), None).into());
+            }
+        }
+    }
+
+    /// The shared session store, when one is configured.
+    pub fn shared(&self) -> Option<&Arc<SharedStore>> {
+        self.shared.as_ref()
+    }
+
+    /// Sets `session`'s log level and sends it to the session's own backend
+    /// connections that log (MCP 2025-11-25 server/utilities/logging); those
+    /// opened later get it when they open (`sessions.rs::reestablish`).
+    pub fn apply_level(&self, session: &Session, level: LogLevel) {
+        session.set_log_level(level);
+        for conn in session.connections() {
+            if conn.info().is_some_and(|i| i.has("logging")) {
+                let params = json!({ "level": level.as_str() });
+                tokio::spawn(async move {
+                    let timeout = conn.timeout();
+                    if let Err(e) = conn
+                        .request(&Method::LoggingSetLevel, Some(params), None, timeout)
+                        .await
+                    {
+                        tracing::debug!(backend = %conn.backend, cause = %e, "logging/setLevel refused");
+                    }
+                });
             }
         }
     }

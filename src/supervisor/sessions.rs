@@ -340,6 +340,24 @@ impl Supervisor {
             self.end_session(&s).await;
         }
     }
+
+    /// Lets a session go at shutdown while other replicas serve it: its
+    /// streams close and what was in flight here ends, its per-session stdio
+    /// children are stopped (their state cannot move), but its record stays in
+    /// the shared store and HTTP backends keep their sessions (no `DELETE`
+    /// upstream).
+    pub(super) async fn release_session(&self, session: &Arc<Session>) {
+        self.relay
+            .subscriptions()
+            .drop_session(&self.catalog, session);
+        let (slots, _calls) = session.end();
+        self.forget_opened(session);
+        let releasing = slots
+            .iter()
+            .filter_map(|s| s.take())
+            .map(|conn| async move { conn.release().await });
+        futures_util::future::join_all(releasing).await;
+    }
 }
 
 /// Whether the session keeps state on backend `backend` that a new connection
