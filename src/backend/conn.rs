@@ -269,31 +269,7 @@ impl Connection {
             ClientSpan::start(parent, &self.backend, method, id, transport, &mut params)
         });
         let bytes = jsonrpc::request_bytes(&Id::Num(id as i64), method.as_str(), params.as_ref());
-        let exchange = async {
-            let mut rx = rx;
-            // The answer may come while the response stream is still open; a
-            // cancel (the pending entry removed) ends the wait and drops the
-            // stream, which is how a stateless HTTP request is cancelled.
-            let answer = tokio::select! {
-                biased;
-                got = &mut rx => got,
-                sent = link.send_request(self, id, method, name.as_deref(), bytes) => {
-                    sent?;
-                    rx.await
-                }
-            };
-            match answer {
-                Ok(Ok(result)) => Ok(result),
-                Ok(Err(e)) => Err(BackendError::Rpc(e)),
-                Err(_) if self.closed.is_cancelled() => Err(BackendError::closed(
-                    &self.backend,
-                    self.close_reason
-                        .get()
-                        .map_or("connection closed", String::as_str),
-                )),
-                Err(_) => Err(BackendError::Cancelled),
-            }
-        };
+        let exchange = self.exchange(link, id, method, name.as_deref(), bytes, rx);
         let outcome = match &span {
             Some(s) => tokio::time::timeout(timeout, exchange.instrument(s.span().clone())).await,
             None => tokio::time::timeout(timeout, exchange).await,
@@ -314,6 +290,40 @@ impl Connection {
             s.finish(error.as_deref(), code);
         }
         result
+    }
+
+    /// Sends one request and waits for its answer. The answer may come while the
+    /// response stream is still open; a cancel (the pending entry removed) ends
+    /// the wait and drops the stream, which is how a stateless HTTP request is
+    /// cancelled.
+    async fn exchange(
+        self: &Arc<Self>,
+        link: &Link,
+        id: u64,
+        method: &Method,
+        name: Option<&str>,
+        bytes: Vec<u8>,
+        mut rx: oneshot::Receiver<Result<Box<RawValue>, ErrorObject>>,
+    ) -> Result<Box<RawValue>, BackendError> {
+        let answer = tokio::select! {
+            biased;
+            got = &mut rx => got,
+            sent = link.send_request(self, id, method, name, bytes) => {
+                sent?;
+                rx.await
+            }
+        };
+        match answer {
+            Ok(Ok(result)) => Ok(result),
+            Ok(Err(e)) => Err(BackendError::Rpc(e)),
+            Err(_) if self.closed.is_cancelled() => Err(BackendError::closed(
+                &self.backend,
+                self.close_reason
+                    .get()
+                    .map_or("connection closed", String::as_str),
+            )),
+            Err(_) => Err(BackendError::Cancelled),
+        }
     }
 
     /// Host-side cancellation of upstream request `id`: forgets it (a late answer is
