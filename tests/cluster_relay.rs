@@ -13,53 +13,10 @@ mod common;
 use std::time::Duration;
 
 use common::served::Served;
-use common::store::TestRedis;
+use common::store::{FX_LOGGED, TestRedis, at, replica, scrape};
 use common::{McpClient, logged, logged_calls, metric, wait_for};
 use serde_json::{Value, json};
 use tokio::time::Instant;
-
-/// `base64` of 32 bytes 0x01.
-const KEYS: &str = "k1:AQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQE=";
-
-/// `mcpgate serve` sharing `redis`, with one per-session fake stdio backend
-/// that logs what it receives to `${TEST_DIR}/fx.log`.
-async fn replica(redis: &TestRedis) -> Served {
-    let config = format!(
-        "[server]\nlisten = \"127.0.0.1:0\"\nmetrics_listen = \"127.0.0.1:0\"\n\
-         shutdown_grace = \"2s\"\nsession_idle_timeout = \"10m\"\n\
-         [cluster]\nredis = \"{}\"\nheartbeat = \"200ms\"\n\
-         [backends.fx]\ntype = \"stdio\"\ncommand = \"${{FAKE_STDIO}}\"\n\
-         args = [\"--log\", \"${{TEST_DIR}}/fx.log\"]\nmode = \"per_session\"\n",
-        redis.url()
-    );
-    Served::start_with_env(&config, &[("MCPGATE_SESSION_KEYS", KEYS)]).await
-}
-
-/// `/metrics` of a replica.
-async fn scrape(gw: &Served) -> String {
-    let end = Instant::now() + Duration::from_secs(5);
-    let addr = loop {
-        if let Some(a) = gw.logged("metrics listening", "addr") {
-            break a;
-        }
-        assert!(Instant::now() < end, "no metrics listener:\n{}", gw.log());
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
-    reqwest::get(format!("http://{addr}/metrics"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap()
-}
-
-/// `client`'s session, spoken to at `gw`.
-fn at(client: &McpClient, gw: &Served) -> McpClient {
-    let mut c = McpClient::new(&gw.url);
-    c.session = client.session.clone();
-    c.version = client.version.clone();
-    c
-}
 
 /// Waits (at most 3 s) until `gw` logged a line containing `text`.
 async fn logs(gw: &Served, text: &str) -> bool {
@@ -127,8 +84,8 @@ fn sampled() -> Value {
 #[tokio::test]
 async fn an_answer_posted_to_b_completes_the_call_relayed_by_a() {
     let redis = TestRedis::start().await;
-    let a = replica(&redis).await;
-    let b = replica(&redis).await;
+    let a = replica(Some(&redis), FX_LOGGED).await;
+    let b = replica(Some(&redis), FX_LOGGED).await;
     let mut s = McpClient::new(&a.url);
     s.initialize(json!({"sampling": {}, "elicitation": {"form": {}}}))
         .await;
@@ -225,8 +182,8 @@ async fn an_answer_posted_to_b_completes_the_call_relayed_by_a() {
 #[tokio::test]
 async fn a_cancel_posted_to_b_stops_the_call_running_on_a() {
     let redis = TestRedis::start().await;
-    let a = replica(&redis).await;
-    let b = replica(&redis).await;
+    let a = replica(Some(&redis), FX_LOGGED).await;
+    let b = replica(Some(&redis), FX_LOGGED).await;
     let mut s = McpClient::new(&a.url);
     s.initialize(json!({})).await;
     let on_b = at(&s, &b);
@@ -321,7 +278,7 @@ async fn a_cancel_posted_to_b_stops_the_call_running_on_a() {
 #[tokio::test]
 async fn an_answer_written_while_the_inbox_reader_is_cut_off_is_still_read() {
     let redis = TestRedis::start().await;
-    let a = replica(&redis).await;
+    let a = replica(Some(&redis), FX_LOGGED).await;
     let mut s = McpClient::new(&a.url);
     s.initialize(json!({"sampling": {}})).await;
     let records = redis.keys("mcpg:*:rec");

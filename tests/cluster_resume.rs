@@ -14,33 +14,10 @@ use std::time::Duration;
 
 use common::McpClient;
 use common::logged_calls;
-use common::served::Served;
-use common::store::TestRedis;
+use common::store::{FX_LOGGED, TestRedis, at, replica};
 use nix::sys::signal::Signal;
 use serde_json::{Value, json};
 use tokio::time::Instant;
-
-/// `base64` of 32 bytes 0x01.
-const KEYS: &str = "k1:AQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQE=";
-
-async fn replica(redis: &TestRedis) -> Served {
-    let config = format!(
-        "[server]\nlisten = \"127.0.0.1:0\"\nmetrics_listen = \"127.0.0.1:0\"\n\
-         shutdown_grace = \"2s\"\nsession_idle_timeout = \"10m\"\n\
-         [cluster]\nredis = \"{}\"\nheartbeat = \"200ms\"\n\
-         [backends.fx]\ntype = \"stdio\"\ncommand = \"${{FAKE_STDIO}}\"\n\
-         args = [\"--log\", \"${{TEST_DIR}}/fx.log\"]\nmode = \"per_session\"\n",
-        redis.url()
-    );
-    Served::start_with_env(&config, &[("MCPGATE_SESSION_KEYS", KEYS)]).await
-}
-
-fn at(client: &McpClient, gw: &Served) -> McpClient {
-    let mut c = McpClient::new(&gw.url);
-    c.session = client.session.clone();
-    c.version = client.version.clone();
-    c
-}
 
 /// How many times Redis executed `command` so far (`INFO commandstats`).
 fn calls(redis: &TestRedis, command: &str) -> u64 {
@@ -77,8 +54,8 @@ async fn drain(stream: &mut common::SseStream) -> (Vec<u64>, Option<Value>) {
 #[tokio::test]
 async fn a_stream_produced_on_a_resumes_on_b() {
     let redis = TestRedis::start().await;
-    let a = replica(&redis).await;
-    let b = replica(&redis).await;
+    let a = replica(Some(&redis), FX_LOGGED).await;
+    let b = replica(Some(&redis), FX_LOGGED).await;
     let mut s = McpClient::new(&a.url);
     s.initialize(json!({})).await;
     let on_b = at(&s, &b);
@@ -160,8 +137,8 @@ async fn a_stream_produced_on_a_resumes_on_b() {
 #[tokio::test]
 async fn a_stream_whose_replica_dies_ends_on_b_with_an_error() {
     let redis = TestRedis::start().await;
-    let a = replica(&redis).await;
-    let b = replica(&redis).await;
+    let a = replica(Some(&redis), FX_LOGGED).await;
+    let b = replica(Some(&redis), FX_LOGGED).await;
     let mut s = McpClient::new(&a.url);
     s.initialize(json!({})).await;
     let on_b = at(&s, &b);

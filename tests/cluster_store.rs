@@ -12,14 +12,11 @@ mod common;
 use std::time::Duration;
 
 use common::served::Served;
-use common::store::TestRedis;
+use common::store::{TestRedis, at, replica, scrape};
 use common::{FakeHttp, McpClient, Rpc, metric, text_of};
 use nix::sys::signal::Signal;
 use serde_json::json;
 use tokio::time::Instant;
-
-/// `base64` of 32 bytes 0x01.
-const KEYS: &str = "k1:AQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQE=";
 
 const FX: &str = r#"
 [backends.fx]
@@ -27,39 +24,6 @@ type = "stdio"
 command = "${FAKE_STDIO}"
 mode = "per_session"
 "#;
-
-/// `mcpgate serve` sharing `redis` (`None`: token-only), with `backends`.
-async fn replica(redis: Option<&TestRedis>, backends: &str) -> Served {
-    let cluster = redis.map_or(String::new(), |r| {
-        format!(
-            "[cluster]\nredis = \"{}\"\nheartbeat = \"200ms\"\n",
-            r.url()
-        )
-    });
-    let config = format!(
-        "[server]\nlisten = \"127.0.0.1:0\"\nmetrics_listen = \"127.0.0.1:0\"\n\
-         shutdown_grace = \"2s\"\nsession_idle_timeout = \"10m\"\n{cluster}{backends}"
-    );
-    Served::start_with_env(&config, &[("MCPGATE_SESSION_KEYS", KEYS)]).await
-}
-
-/// `/metrics` of a replica.
-async fn scrape(gw: &Served) -> String {
-    let end = Instant::now() + Duration::from_secs(5);
-    let addr = loop {
-        if let Some(a) = gw.logged("metrics listening", "addr") {
-            break a;
-        }
-        assert!(Instant::now() < end, "no metrics listener:\n{}", gw.log());
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
-    reqwest::get(format!("http://{addr}/metrics"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap()
-}
 
 /// Waits (at most `within`) until `name` on `gw` is `value`.
 async fn metric_becomes(gw: &Served, name: &str, value: f64, within: Duration) -> bool {
@@ -73,14 +37,6 @@ async fn metric_becomes(gw: &Served, name: &str, value: f64, within: Duration) -
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-}
-
-/// `client`'s session, spoken to at `gw`.
-fn at(client: &McpClient, gw: &Served) -> McpClient {
-    let mut c = McpClient::new(&gw.url);
-    c.session = client.session.clone();
-    c.version = client.version.clone();
-    c
 }
 
 async fn session(gw: &Served) -> McpClient {

@@ -103,3 +103,54 @@ impl TestRedis {
             .collect()
     }
 }
+
+/// `base64` of 32 bytes 0x01: the `[cluster]` session keys every replica of a
+/// shared-store test shares (`MCPGATE_SESSION_KEYS`).
+pub const KEYS: &str = "k1:AQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQE=";
+
+/// A per-session fake stdio backend `fx` that logs what it receives to
+/// `${TEST_DIR}/fx.log`.
+pub const FX_LOGGED: &str = "[backends.fx]\ntype = \"stdio\"\ncommand = \"${FAKE_STDIO}\"\n\
+    args = [\"--log\", \"${TEST_DIR}/fx.log\"]\nmode = \"per_session\"\n";
+
+/// `mcpgate serve` sharing `redis` (`None`: token-only) with a 200 ms
+/// heartbeat, a metrics listener, a 2 s shutdown grace and `backends`.
+pub async fn replica(redis: Option<&TestRedis>, backends: &str) -> super::served::Served {
+    let cluster = redis.map_or(String::new(), |r| {
+        format!(
+            "[cluster]\nredis = \"{}\"\nheartbeat = \"200ms\"\n",
+            r.url()
+        )
+    });
+    let config = format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\nmetrics_listen = \"127.0.0.1:0\"\n\
+         shutdown_grace = \"2s\"\nsession_idle_timeout = \"10m\"\n{cluster}{backends}"
+    );
+    super::served::Served::start_with_env(&config, &[("MCPGATE_SESSION_KEYS", KEYS)]).await
+}
+
+/// `/metrics` of a replica (waits up to 5 s for its metrics listener).
+pub async fn scrape(gw: &super::served::Served) -> String {
+    let end = Instant::now() + Duration::from_secs(5);
+    let addr = loop {
+        if let Some(a) = gw.logged("metrics listening", "addr") {
+            break a;
+        }
+        assert!(Instant::now() < end, "no metrics listener:\n{}", gw.log());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    reqwest::get(format!("http://{addr}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
+}
+
+/// `client`'s session, spoken to at replica `gw`.
+pub fn at(client: &super::McpClient, gw: &super::served::Served) -> super::McpClient {
+    let mut c = super::McpClient::new(&gw.url);
+    c.session = client.session.clone();
+    c.version = client.version.clone();
+    c
+}
