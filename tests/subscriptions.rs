@@ -281,3 +281,38 @@ async fn a_restarted_shared_backend_is_subscribed_again() {
         ["sub+fx://static"]
     );
 }
+
+/// A long-lived session's standalone stream outlives the event buffer (256 events per
+/// session): a `GET` opened after that still gets the updates, and a new `GET` is not
+/// sent again what an earlier one was. The 60-minute soak found every `GET` silent
+/// once anything had been evicted (its resumption from "before the first event" was
+/// refused and the stream attached to nothing).
+#[tokio::test]
+async fn a_get_stream_reopened_after_many_updates_gets_each_update_once() {
+    let gw = TestGateway::start(CONFIG).await;
+    let a = gw.session().await;
+    let r = sub(&a, "resources/subscribe", "sub+fx://static").await;
+    assert_eq!(r["result"], json!({}), "{r}");
+
+    let mut first = a.get_stream().await;
+    for i in 0..300 {
+        touch(&a, "fx://static").await;
+        let m = first.next(Duration::from_secs(5)).await;
+        assert_eq!(
+            m.as_ref().map(|m| &m["params"]["uri"]),
+            Some(&json!("sub+fx://static")),
+            "update {i} on the first GET: {m:?}"
+        );
+    }
+    drop(first);
+
+    for round in 0..2 {
+        let mut again = a.get_stream().await;
+        touch(&a, "fx://static").await;
+        assert_eq!(
+            updates(&mut again, Duration::from_millis(1500)).await,
+            ["sub+fx://static"],
+            "round {round}: the new update, once, and none of the 300 earlier ones"
+        );
+    }
+}

@@ -114,6 +114,10 @@ struct Stream {
     finished: bool,
     /// Highest seq evicted from the buffer (0 = none).
     evicted_upto: u64,
+    /// Highest seq handed to an attached response (0 = none): a `GET` without
+    /// `Last-Event-ID` on the standalone stream starts after it, so it neither
+    /// repeats what an earlier `GET` was sent nor depends on what was evicted.
+    delivered: u64,
     live: Option<mpsc::Sender<Frame>>,
 }
 
@@ -181,7 +185,7 @@ impl EventLog {
         s.finished = last;
         if let Some(tx) = &s.live {
             match tx.try_send(frame.clone()) {
-                Ok(()) => {}
+                Ok(()) => s.delivered = frame.seq,
                 Err(mpsc::error::TrySendError::Full(_)) => {
                     tracing::warn!(stream, "host reads too slowly; stream cut, it can resume");
                     s.live = None;
@@ -229,24 +233,32 @@ impl EventLog {
         self.push(stream, data, false);
     }
 
-    /// Attaches a `GET` without `Last-Event-ID` to the standalone stream: queued
-    /// events first, then live ones. An earlier attached GET is detached.
+    /// Attaches a `GET` without `Last-Event-ID` to the standalone stream: the events
+    /// queued since the last one handed to an earlier `GET` (those still buffered),
+    /// then live ones. An earlier attached GET is detached. Never refused: events
+    /// evicted while nobody listened are gone (a host that must not miss any resumes
+    /// with `Last-Event-ID` instead), and what an earlier `GET` was sent is not sent
+    /// again (2025-11-25 basic/transports: a message goes on one stream, once).
     pub fn attach_standalone(&self) -> Attached {
-        let stream = {
-            let Ok(mut g) = self.inner.lock() else {
-                return Attached::empty();
-            };
-            match g.standalone {
-                Some(s) if g.streams.contains_key(&s) => s,
-                _ => {
-                    let id = next_stream_id();
-                    g.streams.insert(id, Stream::new(None));
-                    g.standalone = Some(id);
-                    id
-                }
+        let Ok(mut g) = self.inner.lock() else {
+            return Attached::empty();
+        };
+        let g = &mut *g;
+        let stream = match g.standalone {
+            Some(s) if g.streams.get(&s).is_some_and(|s| !s.finished) => s,
+            _ => {
+                let id = next_stream_id();
+                g.streams.insert(id, Stream::new(None));
+                g.standalone = Some(id);
+                id
             }
         };
-        self.attach(stream, 0).unwrap_or_else(|_| Attached::empty())
+        let Some(s) = g.streams.get_mut(&stream) else {
+            return Attached::empty();
+        };
+        let after = s.delivered;
+        let replay = replay_after(&g.events, stream, after);
+        attach_live(s, stream, replay)
     }
 
     /// Resumes after `last_event_id`: the recorded events after it on its stream,
@@ -263,29 +275,13 @@ impl EventLog {
         if after >= s.next_seq.max(1) || (s.evicted_upto > after) {
             return Err(ResumeError::Gone);
         }
-        let replay: Vec<Frame> = g
-            .events
-            .iter()
-            .filter(|f| f.stream == stream && f.seq > after)
-            .cloned()
-            .collect();
+        let replay = replay_after(&g.events, stream, after);
         if s.finished && replay.is_empty() {
             // Nothing was left and nothing will come: an empty 200 would only make
             // the client reconnect again.
             return Err(ResumeError::Gone);
         }
-        let live = if s.finished {
-            None
-        } else {
-            let (tx, rx) = mpsc::channel(LIVE_CAPACITY);
-            s.live = Some(tx);
-            Some(rx)
-        };
-        Ok(Attached {
-            stream,
-            replay,
-            live,
-        })
+        Ok(attach_live(s, stream, replay))
     }
 
     /// Detaches the response attached to `stream` without ending the stream: that
@@ -332,8 +328,38 @@ impl Stream {
             next_seq: 1,
             finished: false,
             evicted_upto: 0,
+            delivered: 0,
             live,
         }
+    }
+}
+
+/// The buffered events of `stream` after seq `after`, oldest first.
+fn replay_after(events: &VecDeque<Frame>, stream: u64, after: u64) -> Vec<Frame> {
+    events
+        .iter()
+        .filter(|f| f.stream == stream && f.seq > after)
+        .cloned()
+        .collect()
+}
+
+/// Attaches a new response to `s` (detaching any earlier one): `replay` first, then
+/// live frames unless the stream has ended. The replayed frames count as delivered.
+fn attach_live(s: &mut Stream, stream: u64, replay: Vec<Frame>) -> Attached {
+    if let Some(f) = replay.last() {
+        s.delivered = s.delivered.max(f.seq);
+    }
+    let live = if s.finished {
+        None
+    } else {
+        let (tx, rx) = mpsc::channel(LIVE_CAPACITY);
+        s.live = Some(tx);
+        Some(rx)
+    };
+    Attached {
+        stream,
+        replay,
+        live,
     }
 }
 
@@ -496,6 +522,54 @@ mod tests {
         assert_eq!(
             att.live.as_mut().unwrap().recv().await.unwrap().data,
             data("late")
+        );
+    }
+
+    #[tokio::test]
+    async fn a_new_standalone_get_does_not_repeat_what_an_earlier_one_was_sent() {
+        let log = EventLog::default();
+        let mut first = log.attach_standalone();
+        log.push_standalone(data("one"));
+        assert_eq!(
+            first.live.as_mut().unwrap().recv().await.unwrap().data,
+            data("one")
+        );
+        drop(first);
+        log.push_standalone(data("queued"));
+        let mut second = log.attach_standalone();
+        let got: Vec<Bytes> = second.replay.iter().map(|f| f.data.clone()).collect();
+        assert_eq!(got, [data("queued")], "only what nobody was sent");
+        log.push_standalone(data("live"));
+        assert_eq!(
+            second.live.as_mut().unwrap().recv().await.unwrap().data,
+            data("live")
+        );
+        // The explicit resumption still replays from the id it names.
+        let r = log.resume(&format!("{}-0", second.stream)).unwrap();
+        assert_eq!(r.replay.len(), 3);
+    }
+
+    #[tokio::test]
+    async fn a_standalone_get_after_evictions_still_gets_live_events() {
+        // A long-lived session whose standalone stream saw more events than the
+        // buffer holds: each later GET must still be attached (the soak run found
+        // GETs that stayed silent forever once anything had been evicted).
+        let log = EventLog::default();
+        for round in 0..3 {
+            let mut att = log.attach_standalone();
+            for i in 0..(MAX_EVENTS + 10) {
+                log.push_standalone(data(&format!("{round}-{i}")));
+                let f = att.live.as_mut().expect("attached").recv().await.unwrap();
+                assert_eq!(f.data, data(&format!("{round}-{i}")));
+            }
+        }
+        log.push_standalone(data("while detached"));
+        let mut att = log.attach_standalone();
+        assert_eq!(att.replay.len(), 1, "the one queued while nobody listened");
+        log.push_standalone(data("after"));
+        assert_eq!(
+            att.live.as_mut().unwrap().recv().await.unwrap().data,
+            data("after")
         );
     }
 
