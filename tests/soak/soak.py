@@ -101,14 +101,21 @@ def drift(samples: list[tuple[float, float]]) -> tuple[float, float]:
 
 
 def messages(resp: httpx.Response) -> list[dict[str, Any]]:
+    return events(resp)[0]
+
+
+def events(resp: httpx.Response) -> tuple[list[dict[str, Any]], str | None]:
+    """The JSON-RPC messages of a JSON or SSE answer, and the last SSE event id."""
     ctype = resp.headers.get("content-type", "")
     if ctype.startswith("text/event-stream"):
-        out = []
+        out, last = [], None
         for line in resp.text.splitlines():
-            if line.startswith("data:") and line[5:].strip():
+            if line.startswith("id:"):
+                last = line[3:].strip()
+            elif line.startswith("data:") and line[5:].strip():
                 out.append(json.loads(line[5:]))
-        return out
-    return [resp.json()] if resp.content else []
+        return out, last
+    return ([resp.json()] if resp.content else []), None
 
 
 class Stats:
@@ -133,6 +140,7 @@ class Host:
         self.http, self.url, self.tag = http, url, tag
         self.sid: str | None = None
         self.n = 0
+        self.resumed = 0
 
     def headers(self) -> dict[str, str]:
         h = {"accept": ACCEPT, "content-type": "application/json"}
@@ -158,7 +166,18 @@ class Host:
                                  json={"jsonrpc": "2.0", "id": rid, "method": method, "params": params})
         if r.status_code != 200:
             raise RuntimeError(f"HTTP {r.status_code} {r.text[:200]}")
-        msgs = messages(r)
+        msgs, last = events(r)
+        # A host that reads too slowly has its stream cut (the gateway logs it);
+        # a correct host resumes it with Last-Event-ID, as this one does.
+        for _ in range(5):
+            if last is None or any(m.get("id") == rid for m in msgs):
+                break
+            g = await self.http.get(self.url, headers={**self.headers(), "last-event-id": last})
+            if g.status_code != 200:
+                raise RuntimeError(f"resume after {last}: HTTP {g.status_code} {g.text[:200]}")
+            more, last = events(g)
+            msgs += more
+            self.resumed += 1
         final = [m for m in msgs if m.get("id") == rid]
         if len(final) != 1:
             raise RuntimeError(f"{method}: no single answer with id {rid}: {msgs[-3:]}")
@@ -303,6 +322,7 @@ async def flooder(url: str, stats: Stats, stop: float) -> None:
                     stats.isolation.append(f"flood got foreign messages: {foreign[:2]}")
                 stats.ok["flood"] += 1
                 stats.ok["flood_notifications"] += len(related)
+                stats.ok["flood_resumed"] = host.resumed
             except Exception as e:  # noqa: BLE001
                 stats.bad(f"flood: {e}")
             await asyncio.sleep(1.5)
