@@ -134,8 +134,8 @@ pub fn host_ids(data: &[u8]) {
         );
     }
     let sealer = Sealer::fixed(7);
-    if let Some(token) = SessionToken::open(&sealer, text) {
-        let again = SessionToken::open(&sealer, &token.seal(&sealer));
+    if let Some(token) = SessionToken::open(&sealer, text, "") {
+        let again = SessionToken::open(&sealer, &token.seal(&sealer, ""), "");
         assert_eq!(
             again.as_ref(),
             Some(&token),

@@ -123,7 +123,9 @@ impl Gateway {
         let auth = config
             .auth
             .as_ref()
-            .and_then(|a| Authenticator::new(a, &config.policy, &config.server.path))
+            .and_then(|a| {
+                Authenticator::new(a, &config.policy, &config.server.path, &config.endpoints)
+            })
             .map(|a| AuthHandle::start(a, &stop));
         let server = Arc::new(config.server.clone());
         let metrics = Arc::new(Metrics::new());
@@ -183,7 +185,7 @@ impl Gateway {
             )),
             auth: auth.clone(),
         };
-        let app = http::app(state, &server);
+        let app = http::app(state, &server, &config.endpoints);
         let server_task = tokio::spawn(http::serve::serve(
             listener,
             app,
@@ -233,8 +235,9 @@ impl Gateway {
     /// view changed is told its lists changed. Returns what changed.
     ///
     /// Refused, changing nothing (`report.refused`, logged, counted as a failed
-    /// reload): turning `[auth]` on or off, or moving the resource's metadata
-    /// path: both need a restart. `[server]` and `[cluster]` changes are logged
+    /// reload): turning `[auth]` on or off, moving the resource's metadata
+    /// path, or changing the endpoints' names or paths: these need a restart
+    /// (what each endpoint serves, its scopes and tools, reloads with `[policy]`). `[server]` and `[cluster]` changes are logged
     /// as needing a restart and otherwise ignored.
     pub async fn reload(&self, config: &Config) -> ReloadReport {
         if config.cluster != self.cluster {
@@ -248,6 +251,16 @@ impl Gateway {
         let next = Applied::of(config);
         let (auth_changed, policy_changed) = {
             let now = self.applied.lock().unwrap_or_else(|e| e.into_inner());
+            if now.endpoint_paths != next.endpoint_paths {
+                let why = format!(
+                    "the endpoints' paths would change from {} to {}",
+                    now.endpoint_paths, next.endpoint_paths
+                );
+                drop(now);
+                tracing::error!(cause = %why, "configuration reload refused; nothing changed (restart to apply it)");
+                self.metrics.reload_failed();
+                return ReloadReport::refused(why);
+            }
             (now.auth != next.auth, now.policy != next.policy)
         };
         let new_auth = match self.prepare_auth(config, auth_changed || policy_changed) {
@@ -267,7 +280,7 @@ impl Gateway {
             report.auth = auth_changed;
         }
         if policy_changed {
-            supervisor::reload_policy(&self.supervisor, &config.policy);
+            supervisor::reload_policy(&self.supervisor, &config.policy, &config.endpoints);
             report.policy = true;
         }
         *self.applied.lock().unwrap_or_else(|e| e.into_inner()) = next;
@@ -291,21 +304,20 @@ impl Gateway {
         config: &Config,
         changed: bool,
     ) -> Result<Option<Arc<Authenticator>>, String> {
-        let new = config
-            .auth
-            .as_ref()
-            .and_then(|a| Authenticator::new(a, &config.policy, &config.server.path));
+        let new = config.auth.as_ref().and_then(|a| {
+            Authenticator::new(a, &config.policy, &config.server.path, &config.endpoints)
+        });
         match (&self.auth, new) {
             (None, None) => Ok(None),
             (Some(_), None) => Err("[auth] would be turned off".into()),
             (None, Some(_)) => Err("[auth] would be turned on".into()),
             (Some(_), Some(_)) if !changed => Ok(None),
             (Some(handle), Some(new)) => {
-                let paths = &handle.current().metadata.paths;
-                if *paths != new.metadata.paths {
+                let paths = handle.current().metadata.all_paths();
+                if paths != new.metadata.all_paths() {
                     return Err(format!(
                         "the protected resource metadata would move from {paths:?} to {:?}",
-                        new.metadata.paths
+                        new.metadata.all_paths()
                     ));
                 }
                 Ok(Some(new))
@@ -326,15 +338,25 @@ impl Gateway {
     /// all pages) plus `"backend"`; `hidden` what the policy keeps from it
     /// (`mcpgate catalog`).
     ///
-    /// Errors: claims without a string `iss` or `sub`.
+    /// `endpoint` names the `[endpoints.NAME]` to describe (needed when any is
+    /// configured).
+    ///
+    /// Errors: claims without a string `iss` or `sub`; an endpoint not configured
+    /// (or none named while endpoints are).
     pub async fn describe(
         &self,
         claims: Option<serde_json::Map<String, serde_json::Value>>,
+        endpoint: Option<&str>,
         wait: Duration,
     ) -> Result<serde_json::Value, String> {
+        let endpoint = self.catalog.endpoint(endpoint)?;
         let principal = claims.map(auth::Principal::from_claims).transpose()?;
         self.supervisor.wait_loaded(wait).await;
-        Ok(catalog::describe(&self.catalog, principal.as_ref()))
+        Ok(catalog::describe(
+            &self.catalog,
+            &endpoint,
+            principal.as_ref(),
+        ))
     }
 
     /// [`Gateway::describe`] for the principal that bearer `token` authenticates
@@ -345,8 +367,10 @@ impl Gateway {
     pub async fn describe_token(
         &self,
         token: &str,
+        endpoint: Option<&str>,
         wait: Duration,
     ) -> Result<serde_json::Value, String> {
+        let endpoint = self.catalog.endpoint(endpoint)?;
         let Some(handle) = &self.auth else {
             return Err("--token needs [auth]: without it every host is unauthenticated".into());
         };
@@ -357,7 +381,11 @@ impl Gateway {
             .await
             .map_err(|e| format!("the token is refused: {e}"))?;
         self.supervisor.wait_loaded(wait).await;
-        Ok(catalog::describe(&self.catalog, Some(&principal)))
+        Ok(catalog::describe(
+            &self.catalog,
+            &endpoint,
+            Some(&principal),
+        ))
     }
 
     /// Number of host sessions.
@@ -509,14 +537,23 @@ async fn serve_metrics(
 /// types have no `PartialEq`; their `Debug` shows every field).
 struct Applied {
     auth: String,
+    /// `[policy]` and what each endpoint serves (reloadable together).
     policy: String,
+    /// The endpoints' names and paths (the routes: fixed until a restart).
+    endpoint_paths: String,
 }
 
 impl Applied {
     fn of(config: &Config) -> Applied {
+        let paths: Vec<(&str, &str)> = config
+            .endpoints
+            .iter()
+            .map(|(n, e)| (n.as_str(), e.path.trim_end_matches('/')))
+            .collect();
         Applied {
             auth: format!("{:?}", config.auth),
-            policy: format!("{:?}", config.policy),
+            policy: format!("{:?} {:?}", config.policy, config.endpoints),
+            endpoint_paths: format!("{paths:?}"),
         }
     }
 }

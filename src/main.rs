@@ -50,7 +50,7 @@ enum Command {
     ConfigSchema,
     /// Print what a host is shown: the tools, prompts, resources and resource
     /// templates (each with the backend it routes to) and what the policy hides,
-    /// for a principal with the given token claims. Starts the configured
+    /// for a principal with the given token claims, at one endpoint. Starts the configured
     /// backends (on a loopback port, no metrics listener), waits for their
     /// catalogues, prints, stops them.
     Catalog {
@@ -66,6 +66,9 @@ enum Command {
         /// a host's token is; its principal is described.
         #[arg(long)]
         token: Option<String>,
+        /// The `[endpoints.NAME]` to describe (required when endpoints are configured).
+        #[arg(long)]
+        endpoint: Option<String>,
         /// Print the full JSON (every item as listed, plus "backend" and "hidden").
         #[arg(long)]
         json: bool,
@@ -107,9 +110,10 @@ fn main() -> ExitCode {
             config,
             claims,
             token,
+            endpoint,
             json,
             wait,
-        } => runtime.block_on(catalog(config, claims, token, json, wait)),
+        } => runtime.block_on(catalog(config, claims, token, endpoint, json, wait)),
         Command::ConfigSchema => {
             let schema = mcpgate::config::json_schema();
             println!(
@@ -275,6 +279,7 @@ async fn catalog(
     path: Option<PathBuf>,
     claims: Option<String>,
     token: Option<String>,
+    endpoint: Option<String>,
     json: bool,
     wait: u64,
 ) -> anyhow::Result<()> {
@@ -308,8 +313,8 @@ async fn catalog(
         .context("starting the backends")?;
     let wait = std::time::Duration::from_secs(wait);
     let seen = match &token {
-        Some(t) => gateway.describe_token(t, wait).await,
-        None => gateway.describe(claims, wait).await,
+        Some(t) => gateway.describe_token(t, endpoint.as_deref(), wait).await,
+        None => gateway.describe(claims, endpoint.as_deref(), wait).await,
     };
     gateway.shutdown().await;
     let seen = seen.map_err(anyhow::Error::msg)?;

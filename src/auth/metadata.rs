@@ -9,12 +9,25 @@
 //! Each document's `resource` is exactly the URL its location was derived from
 //! (RFC 9728 §3.3); every advertised URL uses the configured external origin.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use serde_json::{Value, json};
 
 use super::AuthError;
-use crate::config::{AuthConfig, PolicyConfig};
+use crate::config::{AuthConfig, EndpointConfig, PolicyConfig};
+
+/// One virtual endpoint's own document (`[endpoints.NAME]`).
+pub struct EndpointMetadata {
+    /// The endpoint's resource identifier (the document's `resource`).
+    pub resource: String,
+    /// The local path serving its document (path-inserted, RFC 9728 §3.1).
+    pub path: String,
+    /// Its document.
+    pub document: Value,
+    metadata_url: String,
+    /// `auth.required_scopes` and the endpoint's `scopes`.
+    pub required_scopes: Vec<String>,
+}
 
 /// The well-known suffix (RFC 9728 §3).
 pub const WELL_KNOWN: &str = "/.well-known/oauth-protected-resource";
@@ -30,12 +43,20 @@ pub struct ResourceMetadata {
     /// The root document (origin as resource), if served.
     pub root_document: Option<Value>,
     scope_hint: Option<String>,
+    /// The documents of the virtual endpoints, by name.
+    pub endpoints: HashMap<String, EndpointMetadata>,
 }
 
 impl ResourceMetadata {
-    /// Derives the documents from `[auth]`, the policy (for `scopes_supported`)
-    /// and `server.path`.
-    pub fn new(config: &AuthConfig, policy: &PolicyConfig, endpoint_path: &str) -> Self {
+    /// Derives the documents from `[auth]`, the policy (for `scopes_supported`),
+    /// `server.path` and `[endpoints]` (each its own document, its `resource` the
+    /// endpoint's or `auth.resource`'s origin followed by its path).
+    pub fn new(
+        config: &AuthConfig,
+        policy: &PolicyConfig,
+        endpoint_path: &str,
+        endpoints: &BTreeMap<String, EndpointConfig>,
+    ) -> Self {
         let resource = config.resource.clone().unwrap_or_default();
         let (origin, path) = match url::Url::parse(&resource) {
             Ok(u) => (
@@ -76,7 +97,40 @@ impl ResourceMetadata {
             d
         };
         let root = (config.root_metadata && !path.is_empty()).then(|| origin.clone());
+        let endpoints = endpoints
+            .iter()
+            .map(|(name, e)| {
+                let resource = e
+                    .resource
+                    .clone()
+                    .unwrap_or_else(|| format!("{origin}{}", e.path.trim_end_matches('/')));
+                // RFC 9728 §3.1: the document of a resource lives at its origin,
+                // the well-known prefix inserted before its path.
+                let (at, there) = url::Url::parse(&resource).map_or_else(
+                    |_| (origin.clone(), String::new()),
+                    |u| {
+                        let path = u.path().trim_end_matches('/').to_owned();
+                        (u.origin().ascii_serialization(), path)
+                    },
+                );
+                let mut required = config.required_scopes.clone();
+                required.extend(e.scopes.iter().cloned());
+                let mut document = doc(&resource);
+                let mut supported: BTreeSet<&str> = scopes.clone();
+                supported.extend(e.scopes.iter().map(String::as_str));
+                document["scopes_supported"] = json!(supported);
+                let meta = EndpointMetadata {
+                    path: format!("{WELL_KNOWN}{there}"),
+                    metadata_url: format!("{at}{WELL_KNOWN}{there}"),
+                    resource,
+                    document,
+                    required_scopes: required,
+                };
+                (name.clone(), meta)
+            })
+            .collect();
         ResourceMetadata {
+            endpoints,
             document: doc(&resource),
             root_document: if path.is_empty() {
                 Some(doc(&resource))
@@ -89,6 +143,15 @@ impl ResourceMetadata {
             root,
             paths,
         }
+    }
+
+    /// Every local path serving a document (sorted): the endpoint's and the
+    /// virtual endpoints'.
+    pub fn all_paths(&self) -> Vec<String> {
+        let mut all = self.paths.clone();
+        all.extend(self.endpoints.values().map(|m| m.path.clone()));
+        all.sort();
+        all
     }
 
     /// The origin resource of the root document, when it is served.
@@ -105,12 +168,26 @@ impl ResourceMetadata {
     /// The `WWW-Authenticate` value for an authentication failure (RFC 6750
     /// §3, RFC 9728 §5.1): always `resource_metadata`, the `scope` hint, and the
     /// error code when a token was presented. Never a description of why.
+    #[cfg(test)]
     pub fn challenge(&self, e: &AuthError) -> String {
-        let mut out = format!("Bearer resource_metadata=\"{}\"", self.metadata_url);
+        self.challenge_at("", e)
+    }
+
+    /// [`ResourceMetadata::challenge`] for a request at endpoint `endpoint`
+    /// (`[endpoints.NAME]`, `""`: `server.path`): its document and scopes.
+    pub fn challenge_at(&self, endpoint: &str, e: &AuthError) -> String {
+        let (url, hint) = match self.endpoints.get(endpoint) {
+            Some(m) => (
+                &m.metadata_url,
+                (!m.required_scopes.is_empty()).then(|| m.required_scopes.join(" ")),
+            ),
+            None => (&self.metadata_url, self.scope_hint.clone()),
+        };
+        let mut out = format!("Bearer resource_metadata=\"{url}\"");
         let (code, scope) = match e {
-            AuthError::Missing => (None, self.scope_hint.clone()),
-            AuthError::Invalid(_) => (Some("invalid_token"), self.scope_hint.clone()),
-            AuthError::QueryToken => (Some("invalid_request"), self.scope_hint.clone()),
+            AuthError::Missing => (None, hint),
+            AuthError::Invalid(_) => (Some("invalid_token"), hint),
+            AuthError::QueryToken => (Some("invalid_request"), hint),
             AuthError::InsufficientScope(s) => (Some("insufficient_scope"), Some(s.join(" "))),
         };
         if let Some(scope) = scope.filter(|s| !s.is_empty()) {
@@ -143,6 +220,7 @@ mod tests {
             &config("https://gw.example/t/acme/mcp"),
             &PolicyConfig::default(),
             "/mcp",
+            &BTreeMap::new(),
         );
         assert_eq!(
             m.metadata_url(),
@@ -170,6 +248,7 @@ mod tests {
             &config("https://gw.example/mcp"),
             &PolicyConfig::default(),
             "/mcp",
+            &BTreeMap::new(),
         );
         let url = "https://gw.example/.well-known/oauth-protected-resource/mcp";
         assert_eq!(
@@ -183,6 +262,42 @@ mod tests {
         assert!(
             m.challenge(&AuthError::InsufficientScope(vec!["a".into(), "b".into()]))
                 .ends_with("scope=\"a b\", error=\"insufficient_scope\"")
+        );
+    }
+
+    #[test]
+    fn endpoints_get_their_own_documents_and_challenges() {
+        let endpoints: BTreeMap<String, EndpointConfig> = toml::from_str(
+            r#"
+            [eng]
+            path = "/mcp/eng"
+            scopes = ["eng"]
+            [ops]
+            path = "/ops/"
+            resource = "https://ops.example/tools/ops"
+            "#,
+        )
+        .unwrap();
+        let m = ResourceMetadata::new(
+            &config("https://gw.example/mcp"),
+            &PolicyConfig::default(),
+            "/mcp",
+            &endpoints,
+        );
+        let eng = &m.endpoints["eng"];
+        assert_eq!(eng.path, "/.well-known/oauth-protected-resource/mcp/eng");
+        assert_eq!(eng.document["resource"], "https://gw.example/mcp/eng");
+        assert_eq!(eng.document["scopes_supported"], json!(["eng", "mcp"]));
+        assert_eq!(
+            m.challenge_at("eng", &AuthError::Missing),
+            "Bearer resource_metadata=\"https://gw.example/.well-known/oauth-protected-resource/mcp/eng\", scope=\"mcp eng\""
+        );
+        let ops = &m.endpoints["ops"];
+        assert_eq!(ops.path, "/.well-known/oauth-protected-resource/tools/ops");
+        assert_eq!(ops.resource, "https://ops.example/tools/ops");
+        assert_eq!(
+            m.challenge_at("ops", &AuthError::Missing),
+            "Bearer resource_metadata=\"https://ops.example/.well-known/oauth-protected-resource/tools/ops\", scope=\"mcp\""
         );
     }
 }

@@ -22,7 +22,7 @@ use jsonwebtoken::Algorithm;
 use serde_json::{Map, Value};
 use tokio_util::sync::CancellationToken;
 
-use crate::config::{AuthConfig, PolicyConfig};
+use crate::config::{AuthConfig, EndpointConfig, PolicyConfig};
 pub use handle::AuthHandle;
 use jwks::Issuer;
 use metadata::ResourceMetadata;
@@ -135,6 +135,8 @@ pub struct Authenticator {
     issuers: Vec<Arc<Issuer>>,
     rules: jwt::Rules,
     required_scopes: Vec<String>,
+    /// The audiences accepted at every endpoint (`auth.resource`, its origin).
+    shared_audiences: Vec<String>,
     introspection: introspect::Introspector,
     /// The metadata document and the URLs it is served at.
     pub metadata: ResourceMetadata,
@@ -142,11 +144,14 @@ pub struct Authenticator {
 
 impl Authenticator {
     /// Builds the authenticator when `[auth]` configures issuers (`None` for an
-    /// open endpoint). `endpoint_path` is `server.path`.
+    /// open endpoint). `endpoint_path` is `server.path`; `endpoints` the virtual
+    /// endpoints (their resources are accepted audiences too, each only at its own
+    /// endpoint: [`Authenticator::authenticate_at`]).
     pub fn new(
         config: &AuthConfig,
         policy: &PolicyConfig,
         endpoint_path: &str,
+        endpoints: &std::collections::BTreeMap<String, EndpointConfig>,
     ) -> Option<Arc<Authenticator>> {
         if !config.enabled() {
             return None;
@@ -165,10 +170,16 @@ impl Authenticator {
                 ))
             })
             .collect();
-        let metadata = ResourceMetadata::new(config, policy, endpoint_path);
+        let metadata = ResourceMetadata::new(config, policy, endpoint_path, endpoints);
         let mut audiences = vec![resource];
         if let Some(root) = metadata.root_resource() {
             audiences.push(root.to_owned());
+        }
+        let shared = audiences.clone();
+        for m in metadata.endpoints.values() {
+            if !audiences.contains(&m.resource) {
+                audiences.push(m.resource.clone());
+            }
         }
         let algorithms = config
             .algorithms
@@ -185,6 +196,7 @@ impl Authenticator {
             },
             issuers,
             required_scopes: config.required_scopes.clone(),
+            shared_audiences: shared,
             metadata,
         }))
     }
@@ -207,6 +219,47 @@ impl Authenticator {
         authorization: Option<&[u8]>,
         query: Option<&str>,
     ) -> Result<Principal, AuthError> {
+        self.authenticate_at("", authorization, query).await
+    }
+
+    /// [`Authenticator::authenticate`] at virtual endpoint `endpoint`
+    /// (`[endpoints.NAME]`; `""`: `server.path`): the token must also hold the
+    /// endpoint's scopes (else [`AuthError::InsufficientScope`] naming all it
+    /// needs) and, when it names an audience, name this endpoint's resource or
+    /// `auth.resource` (RFC 8707: a token issued for another endpoint is
+    /// [`AuthError::Invalid`] here).
+    pub async fn authenticate_at(
+        &self,
+        endpoint: &str,
+        authorization: Option<&[u8]>,
+        query: Option<&str>,
+    ) -> Result<Principal, AuthError> {
+        let principal = self.verify(authorization, query).await?;
+        let here = self.metadata.endpoints.get(endpoint);
+        let required = here.map_or(&self.required_scopes, |m| &m.required_scopes);
+        if required.iter().any(|s| !principal.scopes.contains(s)) {
+            return Err(AuthError::InsufficientScope(required.clone()));
+        }
+        if let Some(m) = here
+            && let Some(aud) = principal.claims.get("aud")
+        {
+            let names = |want: &str| match aud {
+                Value::String(a) => a == want,
+                Value::Array(all) => all.iter().any(|a| a.as_str() == Some(want)),
+                _ => false,
+            };
+            if !names(&m.resource) && !self.shared_audiences.iter().any(|a| names(a)) {
+                return Err(AuthError::invalid("audience is another endpoint's"));
+            }
+        }
+        Ok(principal)
+    }
+
+    async fn verify(
+        &self,
+        authorization: Option<&[u8]>,
+        query: Option<&str>,
+    ) -> Result<Principal, AuthError> {
         if query.is_some_and(has_query_token) {
             return Err(AuthError::QueryToken);
         }
@@ -219,15 +272,6 @@ impl Authenticator {
         } else {
             self.introspection.check(token).await?
         };
-        let missing: Vec<String> = self
-            .required_scopes
-            .iter()
-            .filter(|s| !principal.scopes.contains(*s))
-            .cloned()
-            .collect();
-        if !missing.is_empty() {
-            return Err(AuthError::InsufficientScope(self.required_scopes.clone()));
-        }
         Ok(principal)
     }
 }

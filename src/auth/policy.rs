@@ -8,13 +8,14 @@
 //! same key. For an item, a matching `deny` rule wins, then a matching `allow`;
 //! an item no applicable rule matches gets the policy's `default`.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use globset::{Glob, GlobSet, GlobSetBuilder};
 use serde_json::Value;
 
 use super::Principal;
-use crate::config::{Effect, PolicyConfig, RuleConfig};
+use crate::config::{Effect, EndpointConfig, PolicyConfig, RuleConfig};
 
 /// The kinds of items a rule can name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -27,13 +28,19 @@ pub enum ItemKind {
     Resource,
 }
 
-/// The rules that apply to a principal, by index into the policy of one
-/// generation (a reload compiles a new generation); equal keys see equal views.
+/// The rules that apply to a principal at one endpoint, by index into the policy of
+/// one generation (a reload compiles a new generation); equal keys see equal views.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
 pub struct ViewKey {
     generation: u64,
+    /// 0: the whole gateway (no `[endpoints]`); `i + 1`: the `i`-th endpoint by
+    /// name; [`NO_ENDPOINT`]: a name this generation does not have (sees nothing).
+    endpoint: u16,
     rules: Arc<[u32]>,
 }
+
+/// The endpoint index of a name the policy does not know.
+const NO_ENDPOINT: u16 = u16::MAX;
 
 impl ViewKey {
     /// The rule indices.
@@ -57,11 +64,38 @@ struct Rule {
     resources: Option<GlobSet>,
 }
 
-/// The compiled policy.
+/// What one virtual endpoint (`[endpoints.NAME]`) serves: its backends and tools.
+struct Endpoint {
+    name: String,
+    backends: GlobSet,
+    tools: Option<GlobSet>,
+    exclude_tools: GlobSet,
+}
+
+impl Endpoint {
+    fn new(name: &str, e: &EndpointConfig) -> Endpoint {
+        Endpoint {
+            name: name.to_owned(),
+            backends: globs(e.backends.as_deref().unwrap_or(&["*".to_string()])),
+            tools: e.tools.as_deref().map(globs),
+            exclude_tools: globs(&e.exclude_tools),
+        }
+    }
+
+    fn serves(&self, backend: &str, kind: ItemKind, name: &str) -> bool {
+        self.backends.is_match(backend)
+            && (kind != ItemKind::Tool
+                || (self.tools.as_ref().is_none_or(|t| t.is_match(name))
+                    && !self.exclude_tools.is_match(name)))
+    }
+}
+
+/// The compiled policy: the rules, and the endpoints' own filters.
 pub struct Policy {
     generation: u64,
     default: Effect,
     rules: Vec<Rule>,
+    endpoints: Vec<Endpoint>,
 }
 
 fn globs(patterns: &[String]) -> GlobSet {
@@ -133,18 +167,24 @@ fn claim_matches(have: &Value, want: &Value) -> bool {
 }
 
 impl Policy {
-    /// Compiles `[policy]` (generation 0).
+    /// Compiles `[policy]` (generation 0) for a gateway without `[endpoints]`.
+    #[cfg(test)]
     pub fn new(config: &PolicyConfig) -> Policy {
-        Self::with_generation(config, 0)
+        Self::compile(config, &BTreeMap::new(), 0)
     }
 
-    /// Compiles `[policy]` as generation `generation`: its keys never equal the
-    /// keys of another generation.
-    pub fn with_generation(config: &PolicyConfig, generation: u64) -> Policy {
+    /// Compiles `[policy]` and the endpoints' filters as generation `generation`:
+    /// its keys never equal the keys of another generation.
+    pub fn compile(
+        config: &PolicyConfig,
+        endpoints: &BTreeMap<String, EndpointConfig>,
+        generation: u64,
+    ) -> Policy {
         Policy {
             generation,
             default: config.default,
             rules: config.rules.iter().map(Rule::new).collect(),
+            endpoints: endpoints.iter().map(|(n, e)| Endpoint::new(n, e)).collect(),
         }
     }
 
@@ -153,19 +193,45 @@ impl Policy {
         self.generation
     }
 
-    /// Whether every caller sees everything (no rules, default allow): the
-    /// router then serves the one aggregated view.
-    pub fn is_open(&self) -> bool {
-        self.rules.is_empty() && self.default == Effect::Allow
+    /// Whether a caller with `key` sees everything (no rules, default allow, the
+    /// whole gateway's endpoint): the catalogue then serves the one aggregated view.
+    pub fn is_open_for(&self, key: &ViewKey) -> bool {
+        self.rules.is_empty()
+            && self.default == Effect::Allow
+            && key.endpoint == 0
+            && key.generation == self.generation
     }
 
-    /// The view key of a principal (`None`: unauthenticated).
+    /// The names of the endpoints (`[endpoints.NAME]`), in order.
+    pub fn endpoint_names(&self) -> Vec<&str> {
+        self.endpoints.iter().map(|e| e.name.as_str()).collect()
+    }
+
+    /// The view key of a principal (`None`: unauthenticated) on the whole gateway.
+    #[cfg(test)]
     pub fn key(&self, p: Option<&Principal>) -> ViewKey {
+        self.key_at("", p)
+    }
+
+    /// The view key of a principal at endpoint `endpoint` (`[endpoints.NAME]`;
+    /// `""`: the whole gateway). An endpoint this generation does not have sees
+    /// nothing.
+    pub fn key_at(&self, endpoint: &str, p: Option<&Principal>) -> ViewKey {
         let applicable: Vec<u32> = (0..self.rules.len() as u32)
             .filter(|i| self.rules[*i as usize].applies(p))
             .collect();
+        let endpoint = match endpoint {
+            "" => 0,
+            name => self
+                .endpoints
+                .iter()
+                .position(|e| e.name == name)
+                .and_then(|i| u16::try_from(i + 1).ok())
+                .unwrap_or(NO_ENDPOINT),
+        };
         ViewKey {
             generation: self.generation,
+            endpoint,
             rules: applicable.into(),
         }
     }
@@ -175,6 +241,12 @@ impl Policy {
     pub fn allows(&self, key: &ViewKey, backend: &str, kind: ItemKind, name: &str) -> bool {
         if key.generation != self.generation {
             return false;
+        }
+        if key.endpoint != 0 {
+            let at = self.endpoints.get(usize::from(key.endpoint) - 1);
+            if !at.is_some_and(|e| e.serves(backend, kind, name)) {
+                return false;
+            }
         }
         let mut allowed = None;
         for &i in key.rules() {
@@ -209,7 +281,7 @@ mod tests {
     #[test]
     fn open_policy() {
         let p = policy("");
-        assert!(p.is_open());
+        assert!(p.is_open_for(&p.key(None)));
         assert!(p.allows(&p.key(None), "a", ItemKind::Tool, "x"));
     }
 
@@ -252,5 +324,51 @@ mod tests {
         );
         let anonymous = p.key(None);
         assert!(!p.allows(&anonymous, "demo", ItemKind::Tool, "echo"));
+    }
+
+    #[test]
+    fn endpoints_narrow_what_the_rules_allow() {
+        let endpoints: BTreeMap<String, EndpointConfig> = toml::from_str(
+            r#"
+            [eng]
+            path = "/mcp/eng"
+            backends = ["demo"]
+            exclude_tools = ["delete_*"]
+            [ops]
+            path = "/mcp/ops"
+            tools = ["status"]
+            "#,
+        )
+        .unwrap();
+        let rules: PolicyConfig = toml::from_str(
+            r#"
+            [[rules]]
+            effect = "deny"
+            tools = ["secret"]
+            "#,
+        )
+        .unwrap();
+        let p = Policy::compile(&rules, &endpoints, 3);
+        let (eng, ops) = (p.key_at("eng", None), p.key_at("ops", None));
+        assert!(p.allows(&eng, "demo", ItemKind::Tool, "echo"));
+        assert!(!p.allows(&eng, "demo", ItemKind::Tool, "delete_all"));
+        assert!(
+            !p.allows(&eng, "demo", ItemKind::Tool, "secret"),
+            "rules still apply"
+        );
+        assert!(!p.allows(&eng, "other", ItemKind::Tool, "echo"));
+        assert!(!p.allows(&eng, "other", ItemKind::Prompt, "greet"));
+        assert!(p.allows(&ops, "other", ItemKind::Tool, "status"));
+        assert!(!p.allows(&ops, "other", ItemKind::Tool, "echo"));
+        assert!(
+            p.allows(&ops, "other", ItemKind::Prompt, "greet"),
+            "tools only"
+        );
+        assert!(!p.allows(&p.key_at("gone", None), "demo", ItemKind::Tool, "echo"));
+        assert_ne!(eng, ops);
+        assert!(!p.is_open_for(&eng));
+        let open = Policy::compile(&PolicyConfig::default(), &endpoints, 0);
+        assert!(!open.is_open_for(&open.key_at("eng", None)));
+        assert!(open.is_open_for(&open.key(None)));
     }
 }

@@ -5,7 +5,7 @@
 //! are absent from lists and name tables, so calling one answers exactly as a
 //! non-existent item ("Unknown tool", -32002 "Resource not found").
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, RwLock};
 
 use super::Catalog;
@@ -13,7 +13,7 @@ use super::fetch::BackendCatalog;
 use super::view::{ItemFilter, View};
 use crate::auth::Principal;
 use crate::auth::policy::{ItemKind, Policy, ViewKey};
-use crate::config::PolicyConfig;
+use crate::config::{EndpointConfig, PolicyConfig};
 use crate::mcp::ListKind;
 
 /// Distinct views cached at most (one per combination of applicable rules).
@@ -34,10 +34,10 @@ pub struct Access {
 }
 
 impl Access {
-    /// Compiles the policy.
-    pub fn new(config: &PolicyConfig) -> Self {
+    /// Compiles the policy and the endpoints' filters.
+    pub fn new(config: &PolicyConfig, endpoints: &BTreeMap<String, EndpointConfig>) -> Self {
         Access {
-            policy: RwLock::new(Arc::new(Policy::new(config))),
+            policy: RwLock::new(Arc::new(Policy::compile(config, endpoints, 0))),
             snapshot: RwLock::default(),
             cache: Mutex::default(),
         }
@@ -80,21 +80,49 @@ fn item_kind(kind: ListKind) -> ItemKind {
 }
 
 impl Catalog {
-    /// The view key of a principal (`None`: unauthenticated).
-    pub fn view_key(&self, principal: Option<&Principal>) -> ViewKey {
-        self.access.policy().key(principal)
+    /// The view key of a principal at endpoint `endpoint` (`[endpoints.NAME]`;
+    /// `""`: the whole gateway, when no endpoints are configured).
+    pub fn view_key_at(&self, endpoint: &str, principal: Option<&Principal>) -> ViewKey {
+        self.access.policy().key_at(endpoint, principal)
     }
 
-    /// Replaces the policy (hot reload) with `config`, compiled as the next
-    /// generation: cached views are dropped, and keys derived from the old
-    /// policy see nothing until they are derived again ([`Catalog::view_key`]).
-    pub fn set_policy(&self, config: &PolicyConfig) {
+    /// The endpoint a describing caller means (`mcpgate catalog --endpoint`,
+    /// `/admin/catalog?endpoint=`): `name` when `[endpoints]` has it; `""` when no
+    /// endpoints are configured and none is named.
+    ///
+    /// Errors: a name that is not configured, or none named while endpoints are
+    /// configured (the message lists them).
+    pub fn endpoint(&self, name: Option<&str>) -> Result<String, String> {
+        let policy = self.access.policy();
+        let names = policy.endpoint_names();
+        match name {
+            None if names.is_empty() => Ok(String::new()),
+            Some(n) if names.contains(&n) => Ok(n.to_owned()),
+            Some(n) if names.is_empty() => Err(format!(
+                "no endpoint is named {n:?}: the configuration has no [endpoints]"
+            )),
+            _ => Err(format!(
+                "name an endpoint ({}): {}",
+                if name.is_some() {
+                    "unknown"
+                } else {
+                    "several are configured"
+                },
+                names.join(", ")
+            )),
+        }
+    }
+
+    /// Replaces the policy and the endpoints' filters (hot reload), compiled as the
+    /// next generation: cached views are dropped, and keys derived from the old
+    /// policy see nothing until they are derived again ([`Catalog::view_key_at`]).
+    pub fn set_policy(&self, config: &PolicyConfig, endpoints: &BTreeMap<String, EndpointConfig>) {
         let mut p = self
             .access
             .policy
             .write()
             .unwrap_or_else(|e| e.into_inner());
-        *p = Arc::new(Policy::with_generation(config, p.generation() + 1));
+        *p = Arc::new(Policy::compile(config, endpoints, p.generation() + 1));
         drop(p);
         if let Ok(mut c) = self.access.cache.lock() {
             c.1.clear();
@@ -102,10 +130,10 @@ impl Catalog {
     }
 
     /// The catalogue for a view key: the aggregated view when the policy is
-    /// open, else the cached filtered view (built on first use).
+    /// open and the key is the whole gateway's, else the cached filtered view (built on first use).
     pub fn view_for_key(&self, key: &ViewKey) -> Arc<View> {
         let policy = self.access.policy();
-        if policy.is_open() && key.generation() == policy.generation() {
+        if policy.is_open_for(key) {
             return self.view();
         }
         let snap = self.access.snapshot();

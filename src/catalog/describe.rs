@@ -19,13 +19,14 @@ const LISTS: [(ListKind, &str, &str); 4] = [
     (ListKind::Templates, "resourceTemplates", "uriTemplate"),
 ];
 
-/// What `principal` (`None`: an unauthenticated host) is shown by `catalog`, as JSON:
+/// What `principal` (`None`: an unauthenticated host) is shown at `endpoint`
+/// (`[endpoints.NAME]`, `""` without endpoints; see [`Catalog::endpoint`]) by `catalog`, as JSON:
 /// `{"tools": [ITEM…], "prompts": […], "resources": […], "resourceTemplates":
 /// […], "hidden": {"tools": [NAME…], …}}` where each ITEM is the listed item
 /// with `"backend"` (the backend it routes to) added, and `hidden` names what
-/// the full catalogue lists but the policy keeps from this principal.
-pub fn describe(catalog: &Catalog, principal: Option<&Principal>) -> Value {
-    let key = catalog.view_key(principal);
+/// the full catalogue lists but the policy (or the endpoint) keeps from this principal.
+pub fn describe(catalog: &Catalog, endpoint: &str, principal: Option<&Principal>) -> Value {
+    let key = catalog.view_key_at(endpoint, principal);
     let seen = catalog.view_for_key(&key);
     let all = catalog.view();
     let mut out = Map::new();

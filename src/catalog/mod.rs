@@ -97,7 +97,7 @@ impl Catalog {
             view: RwLock::new(Arc::new(view)),
             generation: AtomicU64::new(0),
             key,
-            access: access::Access::new(&config.policy),
+            access: access::Access::new(&config.policy, &config.endpoints),
             page_size,
             max_name_len,
         }

@@ -85,6 +85,18 @@ fn editor_hint(name: &str) -> &'static str {
     }
 }
 
+/// Sets `[server] key` in the raw file (an `MCPGATE_*` override).
+pub(super) fn set_server_field(value: &mut toml::Value, key: &str, v: toml::Value) {
+    if let toml::Value::Table(root) = value {
+        let server = root
+            .entry("server")
+            .or_insert_with(|| toml::Value::Table(Default::default()));
+        if let toml::Value::Table(t) = server {
+            t.insert(key.into(), v);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -4,6 +4,7 @@
 mod audit;
 mod auth;
 mod connection;
+mod endpoints;
 mod interpolate;
 mod keys;
 mod mcp_servers;
@@ -24,6 +25,7 @@ pub use auth::{
     UpstreamAuthConfig, is_fetchable_url, is_loopback_host,
 };
 pub use connection::{BackendEra, ConnectionMode};
+pub use endpoints::EndpointConfig;
 pub use keys::{ClusterConfig, KEYS_ENV, MAX_KID_LEN, SessionKey, parse_keys};
 pub use schema::json_schema;
 pub use telemetry::TelemetryConfig;
@@ -76,6 +78,8 @@ pub struct Config {
     pub cluster: ClusterConfig,
     /// `[telemetry]`: OpenTelemetry traces (off unless `otlp_endpoint` is set).
     pub telemetry: TelemetryConfig,
+    /// `[endpoints.NAME]`: virtual endpoints; empty = one endpoint at `server.path`.
+    pub endpoints: BTreeMap<String, EndpointConfig>,
 }
 
 /// An mcpgate config file (TOML). Every string value may use `${VAR}` (read from the
@@ -103,6 +107,10 @@ struct RawConfig {
     /// `otlp_endpoint` is set.
     #[serde(default)]
     telemetry: TelemetryConfig,
+    /// `[endpoints.NAME]`: several MCP endpoints on the listener, each its own path,
+    /// backends, tools, sessions and scopes. Absent: one at `server.path`, all backends.
+    #[serde(default)]
+    endpoints: BTreeMap<String, EndpointConfig>,
 }
 
 /// `[server]`: the Streamable HTTP endpoint offered to hosts.
@@ -557,10 +565,14 @@ impl Config {
         let mut problems = Vec::new();
         interpolate::interpolate(&mut value, "", env, &mut problems);
         if let Some(listen) = env("MCPGATE_LISTEN") {
-            set_server_field(&mut value, "listen", toml::Value::String(listen));
+            interpolate::set_server_field(&mut value, "listen", toml::Value::String(listen));
         }
         if let Some(listen) = env("MCPGATE_METRICS_LISTEN") {
-            set_server_field(&mut value, "metrics_listen", toml::Value::String(listen));
+            interpolate::set_server_field(
+                &mut value,
+                "metrics_listen",
+                toml::Value::String(listen),
+            );
         }
         let mut config = match serde_path_to_error::deserialize::<_, RawConfig>(value) {
             Ok(raw) => Some(validate::build(raw, &mut problems)),
@@ -580,17 +592,6 @@ impl Config {
         match config {
             Some(c) if problems.is_empty() => Ok(c),
             _ => Err(problems),
-        }
-    }
-}
-
-fn set_server_field(value: &mut toml::Value, key: &str, v: toml::Value) {
-    if let toml::Value::Table(root) = value {
-        let server = root
-            .entry("server")
-            .or_insert_with(|| toml::Value::Table(Default::default()));
-        if let toml::Value::Table(t) = server {
-            t.insert(key.into(), v);
         }
     }
 }

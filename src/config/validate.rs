@@ -157,6 +157,7 @@ pub(super) fn build(raw: RawConfig, p: &mut Vec<ConfigProblem>) -> Config {
         policy: raw.policy,
         cluster: raw.cluster,
         telemetry: raw.telemetry,
+        endpoints: raw.endpoints,
     }
 }
 
@@ -164,6 +165,7 @@ pub(super) fn build(raw: RawConfig, p: &mut Vec<ConfigProblem>) -> Config {
 pub fn validate(c: &Config) -> Vec<ConfigProblem> {
     let mut p = Vec::new();
     super::telemetry::validate(&c.telemetry, &mut p);
+    super::endpoints::validate(c, &mut p);
     let s = &c.server;
     if !s.path.starts_with('/') || s.path.contains(['?', '#', ' ']) {
         p.push(ConfigProblem::new(

@@ -29,10 +29,14 @@ pub struct Accepted {
     pub principal: Option<Arc<Principal>>,
 }
 
-/// The context of a host request that arrived now, with the peer's address.
+/// The context of a host request that arrived now, with the peer's address and
+/// the endpoint it came in at.
 pub fn context(st: &AppState, req: &Request) -> RequestContext {
     let mut ctx = RequestContext::new(&st.metrics);
     ctx.set_client(client(st, req.extensions(), req.headers()));
+    if let Some(e) = req.extensions().get::<super::Endpoint>() {
+        ctx.set_endpoint(e.0.clone());
+    }
     ctx
 }
 
@@ -57,12 +61,17 @@ pub async fn accept(st: &AppState, req: Request) -> Result<Accepted, HttpError> 
     let (mut parts, body) = req.into_parts();
     let presented = parts.headers.remove(header::AUTHORIZATION);
     headers::check_origin(&parts.headers, &st.origins).map_err(closing)?;
+    let endpoint = parts
+        .extensions
+        .get::<super::Endpoint>()
+        .map_or_else(|| Arc::from(""), |e| e.0.clone());
     let principal = match &st.auth {
         None => None,
         Some(handle) => {
             let auth = handle.current();
             let result = auth
-                .authenticate(
+                .authenticate_at(
+                    &endpoint,
                     presented.as_ref().map(HeaderValue::as_bytes),
                     parts.uri.query(),
                 )
@@ -73,7 +82,7 @@ pub async fn accept(st: &AppState, req: Request) -> Result<Accepted, HttpError> 
                     tracing::debug!(cause = %e, method = %parts.method, "request not authenticated");
                     let limit = st.server.max_body_bytes;
                     let drained = axum::body::to_bytes(body, limit).await.is_ok();
-                    let mut refused = auth_error(&auth, &e);
+                    let mut refused = auth_error(&auth, &endpoint, &e);
                     if !drained {
                         refused = closing(refused);
                     }
@@ -100,8 +109,9 @@ fn closing(refused: HttpError) -> HttpError {
     refused.with_header(header::CONNECTION, HeaderValue::from_static("close"))
 }
 
-/// The one place an [`AuthError`] becomes an HTTP rejection.
-pub fn auth_error(auth: &Authenticator, e: &AuthError) -> HttpError {
+/// The one place an [`AuthError`] becomes an HTTP rejection (at `endpoint`: its
+/// metadata document and scopes in the challenge).
+pub fn auth_error(auth: &Authenticator, endpoint: &str, e: &AuthError) -> HttpError {
     let (reason, status, message) = match e {
         AuthError::Missing | AuthError::Invalid(_) => (
             Rejection::Unauthorized,
@@ -120,7 +130,7 @@ pub fn auth_error(auth: &Authenticator, e: &AuthError) -> HttpError {
         ),
     };
     let refused = HttpError::new(reason, status, jsonrpc::TRANSPORT_ERROR, message);
-    match HeaderValue::try_from(auth.metadata.challenge(e)) {
+    match HeaderValue::try_from(auth.metadata.challenge_at(endpoint, e)) {
         Ok(v) => refused.with_header(header::WWW_AUTHENTICATE, v),
         Err(_) => refused,
     }

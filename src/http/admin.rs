@@ -3,10 +3,11 @@
 //!
 //! - `GET /admin/backends`: every backend's state, connection mode, list sizes,
 //!   restarts and last error ([`Supervisor::backends_report`]).
-//! - `GET /admin/catalog[?claims=JSON]`: what a principal with those token claims
-//!   (`iss` and `sub` required; `scope` as in a token) is shown, in the shape
+//! - `GET /admin/catalog[?claims=JSON][&endpoint=NAME]`: what a principal with those
+//!   token claims (`iss` and `sub` required; `scope` as in a token) is shown at that
+//!   `[endpoints.NAME]` (required when endpoints are configured), in the shape
 //!   `mcpgate catalog --json` prints; without `claims`, an unauthenticated host.
-//!   Bad claims: 400 `{"error": "..."}`.
+//!   Bad claims or endpoint: 400 `{"error": "..."}`.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -45,14 +46,21 @@ async fn backends(State(a): State<Admin>) -> Json<Value> {
 }
 
 async fn catalog(State(a): State<Admin>, Query(q): Query<HashMap<String, String>>) -> Response {
-    let principal = match q.get("claims").map(|c| principal(c)).transpose() {
-        Ok(p) => p,
+    let asked = q
+        .get("claims")
+        .map(|c| principal(c))
+        .transpose()
+        .and_then(|p| {
+            let endpoint = a.catalog.endpoint(q.get("endpoint").map(String::as_str))?;
+            Ok((p, endpoint))
+        });
+    match asked {
+        Ok((p, endpoint)) => Json(describe(&a.catalog, &endpoint, p.as_ref())).into_response(),
         Err(e) => {
-            tracing::info!(cause = %e, "admin: /admin/catalog refused bad claims");
-            return (StatusCode::BAD_REQUEST, Json(json!({ "error": e }))).into_response();
+            tracing::info!(cause = %e, "admin: /admin/catalog refused its query");
+            (StatusCode::BAD_REQUEST, Json(json!({ "error": e }))).into_response()
         }
-    };
-    Json(describe(&a.catalog, principal.as_ref())).into_response()
+    }
 }
 
 /// The principal a token with `claims` (a JSON object) would authenticate as.

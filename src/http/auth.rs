@@ -25,10 +25,23 @@ pub fn metadata_routes(auth: Option<&AuthHandle>) -> AxumRouter<AppState> {
     let mut r = AxumRouter::new();
     let Some(handle) = auth else { return r };
     let m = &handle.current().metadata;
-    for path in &m.paths {
-        r = r.route(path, get(endpoint_document));
+    // A virtual endpoint's document wins a path it shares with the gateway's.
+    let mut taken = std::collections::HashSet::new();
+    for (name, e) in &m.endpoints {
+        if taken.insert(e.path.clone()) {
+            let name = name.clone();
+            r = r.route(
+                &e.path,
+                get(move |st: State<AppState>| virtual_document(st, name.clone())),
+            );
+        }
     }
-    if m.root_document.is_some() {
+    for path in &m.paths {
+        if taken.insert(path.clone()) {
+            r = r.route(path, get(endpoint_document));
+        }
+    }
+    if m.root_document.is_some() && taken.insert(WELL_KNOWN.to_owned()) {
         r = r.route(WELL_KNOWN, get(root_document));
     }
     r
@@ -36,6 +49,14 @@ pub fn metadata_routes(auth: Option<&AuthHandle>) -> AxumRouter<AppState> {
 
 async fn endpoint_document(State(st): State<AppState>) -> Json<Value> {
     Json(current(&st).map_or(Value::Null, |a| a.metadata.document.clone()))
+}
+
+async fn virtual_document(State(st): State<AppState>, name: String) -> Json<Value> {
+    Json(
+        current(&st)
+            .and_then(|a| a.metadata.endpoints.get(&name).map(|e| e.document.clone()))
+            .unwrap_or(Value::Null),
+    )
 }
 
 async fn root_document(State(st): State<AppState>) -> Json<Value> {
@@ -66,7 +87,7 @@ pub fn bind(
     }
     let Some(p) = principal else { return Ok(()) };
     session.set_subject_token(Some(p.token().clone()));
-    let key = st.catalog.view_key(Some(p));
+    let key = st.catalog.view_key_at(session.endpoint(), Some(p));
     if session.set_view_key(key) {
         for c in Changed::ALL {
             session.send_unrelated(jsonrpc::notification_bytes(c.method().as_str(), None).into());

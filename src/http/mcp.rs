@@ -116,7 +116,7 @@ async fn frame(
             return Err(invalid("a 2026-07-28 message is never part of a batch"));
         }
         ctx.set_legacy();
-        let session = lookup(st, h, principal.as_ref()).await?;
+        let session = lookup(st, h, principal.as_ref(), ctx.endpoint()).await?;
         ctx.set_session(session.log_id());
         ctx.set_revision(session.version());
         headers::protocol_version(h)?;
@@ -169,7 +169,7 @@ async fn frame(
             return Err(modern_probe_refused(&req.id, "server/discover"));
         }
     }
-    let session = lookup(st, h, principal.as_ref()).await?;
+    let session = lookup(st, h, principal.as_ref(), ctx.endpoint()).await?;
     ctx.set_session(session.log_id());
     ctx.set_revision(session.version());
     headers::protocol_version(h)?;
@@ -325,7 +325,8 @@ async fn initialize(
         .wait_loaded(std::time::Duration::from_secs(10))
         .await;
     let p = principal.map(|p| &**p);
-    let key = st.catalog.view_key(p);
+    let endpoint = ctx.endpoint().clone();
+    let key = st.catalog.view_key_at(&endpoint, p);
     let identity = Identity::mint(st.sessions.epoch());
     let token = SessionToken::new(
         &st.sealer,
@@ -334,8 +335,9 @@ async fn initialize(
         version,
         &capabilities,
     );
-    let id = token.seal(&st.sealer).into();
-    let session = Session::new(id, identity, version, capabilities, client_info);
+    let id = token.seal(&st.sealer, &endpoint).into();
+    let session =
+        Session::new(id, identity, version, capabilities, client_info).at_endpoint(endpoint);
     let session = Arc::new(session.with_principal(p, key.clone()));
     count_drops(st, &session);
     record_new(st, &session).await?;

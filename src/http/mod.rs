@@ -69,6 +69,12 @@ pub struct AppState {
     pub auth: Option<Arc<AuthHandle>>,
 }
 
+/// The endpoint a request came in at: the `[endpoints.NAME]` name, `""` for the
+/// one endpoint at `server.path` of a gateway without `[endpoints]`. Set on each
+/// endpoint's route as a request extension.
+#[derive(Debug, Clone)]
+pub struct Endpoint(pub Arc<str>);
+
 /// Which browser origins and Host headers are accepted (DNS-rebinding guard,
 /// MCP 2025-11-25 transports "Security Warning": an invalid Origin gets 403).
 #[derive(Debug, Clone)]
@@ -117,13 +123,18 @@ impl OriginPolicy {
     }
 }
 
-/// Builds the axum application: the MCP endpoint at `path` and `/healthz`.
+/// Builds the axum application: the MCP endpoint at `server.path` (or, with
+/// `[endpoints]`, one at each endpoint's path instead), the RFC 9728 metadata
+/// documents, `/healthz` and `/readyz`.
 ///
 /// `server` gives the endpoint path, the body size limit (HTTP 413, answered
 /// from `Content-Length` before any body is read) and the body read timeout
 /// (HTTP 408).
-pub fn app(state: AppState, server: &ServerConfig) -> AxumRouter {
-    let path = server.path.as_str();
+pub fn app(
+    state: AppState,
+    server: &ServerConfig,
+    endpoints: &std::collections::BTreeMap<String, crate::config::EndpointConfig>,
+) -> AxumRouter {
     let policy = state.origins.clone();
     let cors = CorsLayer::new()
         .allow_origin(AllowOrigin::predicate(move |origin: &HeaderValue, _| {
@@ -148,8 +159,20 @@ pub fn app(state: AppState, server: &ServerConfig) -> AxumRouter {
         .post(mcp::post)
         .delete(session::delete);
     let metadata = auth::metadata_routes(state.auth.as_deref());
-    AxumRouter::new()
-        .route(path, mcp_route)
+    let mut routes = AxumRouter::new();
+    if endpoints.is_empty() {
+        let here = axum::Extension(Endpoint(Arc::from("")));
+        routes = routes.route(&server.path, mcp_route.clone().layer(here));
+    }
+    for (name, e) in endpoints {
+        let here = axum::Extension(Endpoint(Arc::from(name.as_str())));
+        let path = match e.path.trim_end_matches('/') {
+            "" => "/",
+            p => p,
+        };
+        routes = routes.route(path, mcp_route.clone().layer(here));
+    }
+    routes
         .merge(metadata)
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))

@@ -125,7 +125,7 @@ pub async fn serve(
             return reject(ctx, e);
         }
     };
-    let host = match validate(st, h, &req, principal.as_ref()) {
+    let host = match validate(st, h, &req, principal.as_ref(), ctx.endpoint()) {
         Ok(host) => host,
         Err(e) => return reject(ctx, e),
     };
@@ -154,6 +154,7 @@ fn validate(
     h: &HeaderMap,
     req: &Request,
     principal: Option<&Arc<Principal>>,
+    endpoint: &str,
 ) -> Result<ModernHost, HttpError> {
     let id = &req.id;
     let meta = req.params.as_ref().and_then(|p| p.get("_meta"));
@@ -208,7 +209,7 @@ fn validate(
         capabilities: capabilities.clone(),
         log_level,
         principal: principal.map(|p| p.id()),
-        view_key: st.catalog.view_key(principal.map(|p| &**p)),
+        view_key: st.catalog.view_key_at(endpoint, principal.map(|p| &**p)),
     })
 }
 

@@ -29,7 +29,7 @@ pub(super) fn reject(ctx: RequestContext, e: HttpError) -> Response {
 
 /// The session named by `Mcp-Session-Id`: 400 without the header, 404 when
 /// unknown, expired or ended (the host then re-initializes), or when it belongs
-/// to another principal. A session this process holds costs a map lookup (no
+/// to another principal or another endpoint (`endpoint`, `[endpoints.NAME]`). A session this process holds costs a map lookup (no
 /// crypto, no store); any other id is opened and may be [`restore`]d. With a
 /// shared store, a session in use slides its record's expiry there (at most
 /// once a minute per process, not awaited).
@@ -37,6 +37,7 @@ pub(super) async fn lookup(
     st: &AppState,
     h: &HeaderMap,
     principal: Option<&Arc<Principal>>,
+    endpoint: &str,
 ) -> Result<Arc<Session>, HttpError> {
     match h.get_all(SESSION_ID).iter().count() {
         0 => return Err(HttpError::missing_session()),
@@ -53,8 +54,10 @@ pub(super) async fn lookup(
     // Present but not visible ASCII: no session of ours has such an id.
     let id = headers::session_id(h).ok_or_else(HttpError::unknown_session)?;
     let session = match st.sessions.get(id) {
+        // Opened at another endpoint: unknown here, as its id would not open.
+        Some(held) if held.endpoint() != endpoint => return Err(HttpError::unknown_session()),
         Some(held) => held,
-        None => restore(st, id, principal).await?,
+        None => restore(st, id, principal, endpoint).await?,
     };
     super::auth::bind(st, &session, principal)?;
     if let Some(store) = st.supervisor.shared()
@@ -81,6 +84,7 @@ async fn restore(
     st: &AppState,
     id: &str,
     principal: Option<&Arc<Principal>>,
+    endpoint: &str,
 ) -> Result<Arc<Session>, HttpError> {
     let count = |result: &str| {
         st.metrics
@@ -88,7 +92,7 @@ async fn restore(
             .with_label_values(&[result])
             .inc();
     };
-    let Some(token) = SessionToken::open(&st.sealer, id) else {
+    let Some(token) = SessionToken::open(&st.sealer, id, endpoint) else {
         count("forged");
         return Err(HttpError::unknown_session());
     };
@@ -115,7 +119,8 @@ async fn restore(
         None => (token.caps.to_json(), Value::Null, None),
     };
     let session = Session::new(id.into(), token.identity, token.version, caps, info)
-        .with_principal(p, st.catalog.view_key(p));
+        .at_endpoint(endpoint.into())
+        .with_principal(p, st.catalog.view_key_at(endpoint, p));
     if let Some(level) = level {
         session.set_log_level(level);
     }
@@ -244,7 +249,7 @@ async fn open_stream(
     }
     ctx.set_legacy();
     headers::check_get_accept(h)?;
-    let session = lookup(st, h, a.principal.as_ref()).await?;
+    let session = lookup(st, h, a.principal.as_ref(), ctx.endpoint()).await?;
     ctx.set_session(session.log_id());
     ctx.set_revision(session.version());
     headers::protocol_version(h)?;
@@ -297,7 +302,7 @@ pub async fn delete(State(st): State<AppState>, req: Request) -> Response {
             return Err(e);
         }
         ctx.set_legacy();
-        let session = lookup(&st, &a.parts.headers, a.principal.as_ref()).await?;
+        let session = lookup(&st, &a.parts.headers, a.principal.as_ref(), ctx.endpoint()).await?;
         headers::protocol_version(&a.parts.headers)?;
         Ok::<_, HttpError>(session)
     };

@@ -232,6 +232,8 @@ pub struct RequestContext {
     trace: Option<ServerSpan>,
     /// A `tools/call` answered with `isError: true` (a result, for the metrics).
     tool_error: bool,
+    /// The `[endpoints.NAME]` the request came in at (`""`: `server.path`).
+    endpoint: Arc<str>,
 }
 
 impl RequestContext {
@@ -250,7 +252,18 @@ impl RequestContext {
             audit: Audit::default(),
             trace: None,
             tool_error: false,
+            endpoint: Arc::from(""),
         }
+    }
+
+    /// The request came in at endpoint `name` (`[endpoints.NAME]`).
+    pub fn set_endpoint(&mut self, name: Arc<str>) {
+        self.endpoint = name;
+    }
+
+    /// The endpoint the request came in at (`""`: `server.path`).
+    pub fn endpoint(&self) -> &Arc<str> {
+        &self.endpoint
     }
 
     /// Whether the request has a SERVER span.

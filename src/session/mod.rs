@@ -98,6 +98,9 @@ pub struct Session {
     /// broadcasts name sessions by it.
     store_key: String,
     principal: Option<PrincipalId>,
+    /// The `[endpoints.NAME]` it was opened at (`""`: `server.path`); it is
+    /// unknown at every other endpoint.
+    endpoint: Arc<str>,
     version: ProtocolVersion,
     client_capabilities: Value,
     client_info: Value,
@@ -133,6 +136,7 @@ impl Session {
             id,
             identity,
             principal: None,
+            endpoint: Arc::from(""),
             version,
             client_capabilities,
             client_info,
@@ -160,6 +164,17 @@ impl Session {
         self.live.view_key = Mutex::new(key);
         self.live.subject_token = Mutex::new(principal.map(|p| p.token().clone()));
         self
+    }
+
+    /// Opens the session at endpoint `endpoint` (`[endpoints.NAME]`).
+    pub fn at_endpoint(mut self, endpoint: Arc<str>) -> Self {
+        self.endpoint = endpoint;
+        self
+    }
+
+    /// The endpoint the session belongs to (`""`: `server.path`).
+    pub fn endpoint(&self) -> &str {
+        &self.endpoint
     }
 
     /// The `Mcp-Session-Id` (a bearer secret: never log it, use [`Session::log_id`]).

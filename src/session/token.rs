@@ -32,6 +32,19 @@ use crate::mcp::ProtocolVersion;
 /// session subkey never opens as one).
 pub const AAD: &[u8] = b"mcpgate session id";
 const FMT: u8 = 1;
+
+/// The AAD of a session id at `endpoint`: [`AAD`] alone for `server.path` (ids
+/// of a gateway without `[endpoints]` are unchanged), else `AAD` + `@` + name, so
+/// an id opens only at the endpoint that minted it.
+fn aad(endpoint: &str) -> std::borrow::Cow<'static, [u8]> {
+    if endpoint.is_empty() {
+        return AAD.into();
+    }
+    let mut a = AAD.to_vec();
+    a.push(b'@');
+    a.extend_from_slice(endpoint.as_bytes());
+    a.into()
+}
 const LEN: usize = 45;
 
 /// Who a session is, independent of its id's text.
@@ -160,8 +173,10 @@ impl SessionToken {
         }
     }
 
-    /// The `Mcp-Session-Id` text (one ChaCha20-Poly1305 seal, ~1 µs).
-    pub fn seal(&self, sealer: &Sealer) -> String {
+    /// The `Mcp-Session-Id` text (one ChaCha20-Poly1305 seal, ~1 µs) of a
+    /// session at endpoint `endpoint` (`[endpoints.NAME]`, `""`: `server.path`):
+    /// it opens only at that endpoint ([`aad`]).
+    pub fn seal(&self, sealer: &Sealer, endpoint: &str) -> String {
         let mut p = [0u8; LEN];
         let id = &self.identity;
         p[0] = FMT;
@@ -172,13 +187,14 @@ impl SessionToken {
         p[26..42].copy_from_slice(&self.principal.unwrap_or_default());
         p[42] = version_byte(self.version);
         p[43..45].copy_from_slice(&self.caps.0.to_be_bytes());
-        sealer.seal(Purpose::Session, AAD, &p)
+        sealer.seal(Purpose::Session, &aad(endpoint), &p)
     }
 
-    /// Opens an `Mcp-Session-Id`; `None` when it was not sealed by a key this
-    /// process holds, was altered, or is not of a format it knows.
-    pub fn open(sealer: &Sealer, id: &str) -> Option<SessionToken> {
-        let p = sealer.open(Purpose::Session, AAD, id)?;
+    /// Opens an `Mcp-Session-Id` presented at endpoint `endpoint`; `None` when it
+    /// was not sealed by a key this process holds, was altered, is not of a
+    /// format it knows, or belongs to another endpoint.
+    pub fn open(sealer: &Sealer, id: &str, endpoint: &str) -> Option<SessionToken> {
+        let p = sealer.open(Purpose::Session, &aad(endpoint), id)?;
         if p.len() != LEN || p[0] != FMT || p[1] > 1 {
             return None;
         }
@@ -262,10 +278,10 @@ mod tests {
             ProtocolVersion::V2025_06_18,
             &caps,
         );
-        let id = t.seal(&s);
+        let id = t.seal(&s, "");
         assert_eq!(id.len(), 16 + 1 + 98, "{id}");
         assert!(id.bytes().all(|c| (0x21..=0x7e).contains(&c)), "{id}");
-        let back = SessionToken::open(&s, &id).unwrap();
+        let back = SessionToken::open(&s, &id, "").unwrap();
         assert_eq!(back, t);
         assert_eq!(back.identity.epoch, 7);
         assert!(back.binds(&s, Some(&alice())));
@@ -291,7 +307,7 @@ mod tests {
             ProtocolVersion::LATEST,
             &json!({}),
         );
-        let open = SessionToken::open(&s, &open.seal(&s)).unwrap();
+        let open = SessionToken::open(&s, &open.seal(&s, ""), "").unwrap();
         assert!(open.binds(&s, None) && !open.binds(&s, Some(&alice())));
     }
 
@@ -327,22 +343,32 @@ mod tests {
             ProtocolVersion::LATEST,
             &json!({}),
         );
-        let id = t.seal(&s);
+        let id = t.seal(&s, "");
         for i in 0..id.len() {
             let mut b = id.clone().into_bytes();
             b[i] = if b[i] == b'A' { b'B' } else { b'A' };
             let tampered = String::from_utf8(b).unwrap();
             if tampered != id {
-                assert_eq!(SessionToken::open(&s, &tampered), None, "char {i}");
+                assert_eq!(SessionToken::open(&s, &tampered, ""), None, "char {i}");
             }
         }
-        assert_eq!(SessionToken::open(&sealer(&[("k", 2)]), &id), None);
+        assert_eq!(SessionToken::open(&sealer(&[("k", 2)]), &id, ""), None);
         let cursor = s.seal(Purpose::Cursor, AAD, &[1; LEN]);
         assert_eq!(
-            SessionToken::open(&s, &cursor),
+            SessionToken::open(&s, &cursor, ""),
             None,
             "a cursor is no session id"
         );
+        let at_eng = t.seal(&s, "eng");
+        assert_eq!(SessionToken::open(&s, &at_eng, "eng"), Some(t.clone()));
+        for elsewhere in ["", "ops", "en"] {
+            assert_eq!(
+                SessionToken::open(&s, &at_eng, elsewhere),
+                None,
+                "an id of endpoint eng at {elsewhere:?}"
+            );
+        }
+        assert_eq!(SessionToken::open(&s, &id, "eng"), None);
     }
 
     #[test]
@@ -388,12 +414,12 @@ mod tests {
         let start = cpu();
         let mut id = String::new();
         for _ in 0..n {
-            id = std::hint::black_box(t.seal(&s));
+            id = std::hint::black_box(t.seal(&s, ""));
         }
         let seal = per(start);
         let start = cpu();
         for _ in 0..n {
-            let opened = SessionToken::open(&s, std::hint::black_box(&id));
+            let opened = SessionToken::open(&s, std::hint::black_box(&id), "");
             assert!(opened.is_some_and(|o| o.binds(&s, Some(&alice()))));
         }
         let open = per(start);

@@ -53,11 +53,15 @@ impl ReloadReport {
 /// unauthenticated sessions get their view from it now (an authenticated one
 /// gets it at its next request, which re-derives its view from its token), and
 /// every host is told its lists changed.
-pub fn reload_policy(sup: &Supervisor, policy: &crate::config::PolicyConfig) {
-    sup.catalog.set_policy(policy);
+pub fn reload_policy(
+    sup: &Supervisor,
+    policy: &crate::config::PolicyConfig,
+    endpoints: &std::collections::BTreeMap<String, crate::config::EndpointConfig>,
+) {
+    sup.catalog.set_policy(policy, endpoints);
     for s in sup.sessions.all() {
         if s.principal().is_none() {
-            s.set_view_key(sup.catalog.view_key(None));
+            s.set_view_key(sup.catalog.view_key_at(s.endpoint(), None));
         }
     }
     sup.announce_changes(&Changed::ALL);
