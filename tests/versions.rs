@@ -407,3 +407,77 @@ async fn a_modern_probe_gets_a_non_modern_error_with_its_id_and_falls_back() {
     let init = c.initialize_version("2026-07-28", json!({})).await;
     assert_eq!(init["result"]["protocolVersion"], "2025-11-25", "{init}");
 }
+
+/// Content blocks inside `tools/call` and `prompts/get` results are shaped for the
+/// host's revision, as list items are: `icons` (2025-11-25) never reach a
+/// 2025-06-18 host, and a 2025-03-26 host gets no `resource_link` block (it becomes
+/// text naming the URI) and no `annotations.lastModified` (2025-06-18). A
+/// 2025-03-26 host that declares `elicitation` anyway (its revision has none) is
+/// never sent `elicitation/create`: the backend gets the refusal at once.
+#[tokio::test]
+async fn content_blocks_in_results_are_shaped_for_the_hosts_revision() {
+    let dir = common::TestDir::new();
+    rich_tools(&dir);
+    let gw = TestGateway::start_in(
+        dir,
+        r#"
+        [server]
+        metrics_listen = "off"
+        [backends.fx]
+        type = "stdio"
+        command = "${FAKE_STDIO}"
+        args = ["--tools-json", "${TEST_DIR}/tools.json"]
+        mode = "per_session"
+        "#,
+    )
+    .await;
+    let greet = json!({"name": "fx__greet", "arguments": {"name": "Ada"}});
+    for (version, link, icons, modified) in [
+        ("2025-11-25", true, true, true),
+        ("2025-06-18", true, false, true),
+        ("2025-03-26", false, false, false),
+    ] {
+        let mut s = gw.client();
+        s.initialize_version(version, json!({})).await;
+        let tool = s.call_tool("fx__structured", json!({})).await;
+        let prompt = s.request("prompts/get", greet.clone()).await;
+        let blocks = [
+            tool.result()["content"][1].clone(),
+            prompt.result()["messages"][2]["content"].clone(),
+        ];
+        for b in &blocks {
+            assert_eq!(b["type"] == "resource_link", link, "{version}: {b}");
+            assert_eq!(b.get("icons").is_some(), icons, "{version}: {b}");
+            assert_eq!(
+                b.pointer("/annotations/lastModified").is_some(),
+                modified,
+                "{version}: {b}"
+            );
+            if !link {
+                assert_eq!(b["text"], "static: fx+fx://static", "{version}: {b}");
+            } else {
+                assert_eq!(b["title"], "Static", "{version}: {b}");
+            }
+        }
+        let earlier = &prompt.result()["messages"][1]["content"];
+        assert_eq!(earlier["resource"]["uri"], "fx+fx://item/9", "{version}");
+    }
+
+    let mut old = gw.client();
+    old.initialize_version("2025-03-26", json!({"elicitation": {}}))
+        .await;
+    let started = tokio::time::Instant::now();
+    let r = old.call_tool("fx__ask_elicit", json!({})).await;
+    assert!(started.elapsed() < Duration::from_secs(3));
+    let text = r.result()["content"][0]["text"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(text.starts_with("error:"), "{text}");
+    assert!(
+        r.related
+            .iter()
+            .all(|m| m["method"] != "elicitation/create"),
+        "{:?}",
+        r.related
+    );
+}

@@ -36,7 +36,8 @@ pub fn rewrite_result(
 ) -> Box<RawValue> {
     let needs_uris =
         !uri_prefix.is_empty() && kind != ResultKind::Opaque && raw.get().contains("\"uri");
-    let needs_downgrade = host.needs_tool_result_downgrade() && kind == ResultKind::ToolCall;
+    let needs_downgrade = matches!(kind, ResultKind::ToolCall | ResultKind::Prompt)
+        && version::result_needs_downgrade(host, raw.get());
     if !needs_uris && !needs_downgrade {
         return raw;
     }
@@ -68,8 +69,11 @@ pub fn rewrite_result(
             ResultKind::Opaque => {}
         }
     }
-    if needs_downgrade {
-        version::downgrade_tool_result(&mut v);
+    match kind {
+        _ if !needs_downgrade => {}
+        ResultKind::ToolCall => version::downgrade_tool_result(&mut v, host),
+        ResultKind::Prompt => version::downgrade_prompt_result(&mut v, host),
+        ResultKind::Resource | ResultKind::Opaque => {}
     }
     serde_json::value::to_raw_value(&v).unwrap_or(raw)
 }

@@ -133,21 +133,94 @@ impl ProtocolVersion {
         self == ProtocolVersion::V2025_11_25
     }
 
-    /// Whether a tool result must be downgraded for this revision: 2025-03-26
-    /// knows neither `structuredContent` nor `resource_link` blocks.
-    pub fn needs_tool_result_downgrade(self) -> bool {
-        self < ProtocolVersion::V2025_06_18
+    /// Whether a host of this revision can have client capability `name`: one its
+    /// revision added later is never taken as declared ([`ADDED`]; a 2025-03-26
+    /// host declaring `elicitation` is not sent `elicitation/create`).
+    pub fn knows_client_capability(self, name: &str) -> bool {
+        !ADDED
+            .iter()
+            .any(|&(since, place, n)| place == Place::ClientCapability && n == name && self < since)
     }
 }
 
-/// The server capabilities shown to a host of revision `host`: `tasks` only from
-/// 2025-11-25.
-pub fn shape_capabilities(caps: &mut Value, host: ProtocolVersion) {
-    if !host.has_tasks()
-        && let Some(c) = caps.as_object_mut()
-    {
-        c.remove("tasks");
+/// Where a field of [`ADDED`] lives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Place {
+    /// A list item: tool, prompt, resource, resource template.
+    Item,
+    /// An argument of a prompt (list item).
+    PromptArgument,
+    /// A `CallToolResult`.
+    ToolResult,
+    /// A content block (of a tool result or a prompt message).
+    Block,
+    /// A content block's `annotations`.
+    Annotations,
+    /// The server capabilities of the `initialize` result.
+    ServerCapability,
+    /// The client capabilities of `initialize`.
+    ClientCapability,
+}
+
+/// What each revision added, and where: a host of an earlier revision never sees
+/// it (MCP 2025-06-18 and 2025-11-25 changelogs and schemas). List items, results,
+/// content blocks and capabilities are all shaped from this one table (and
+/// [`ADDED_BLOCKS`] for whole block types).
+const ADDED: [(ProtocolVersion, Place, &str); 11] = [
+    (ProtocolVersion::V2025_06_18, Place::Item, "title"),
+    (ProtocolVersion::V2025_06_18, Place::Item, "outputSchema"),
+    (ProtocolVersion::V2025_06_18, Place::PromptArgument, "title"),
+    (
+        ProtocolVersion::V2025_06_18,
+        Place::ToolResult,
+        "structuredContent",
+    ),
+    (
+        ProtocolVersion::V2025_06_18,
+        Place::Annotations,
+        "lastModified",
+    ),
+    (
+        ProtocolVersion::V2025_06_18,
+        Place::ClientCapability,
+        "elicitation",
+    ),
+    (ProtocolVersion::V2025_11_25, Place::Item, "icons"),
+    (ProtocolVersion::V2025_11_25, Place::Item, "execution"),
+    (ProtocolVersion::V2025_11_25, Place::Block, "icons"),
+    (
+        ProtocolVersion::V2025_11_25,
+        Place::ServerCapability,
+        "tasks",
+    ),
+    (
+        ProtocolVersion::V2025_11_25,
+        Place::ClientCapability,
+        "tasks",
+    ),
+];
+
+/// Content block types by the revision that added them: an older host gets a text
+/// block naming the link instead (`resource_link`, 2025-06-18).
+const ADDED_BLOCKS: [(ProtocolVersion, &str); 1] =
+    [(ProtocolVersion::V2025_06_18, "resource_link")];
+
+/// Removes from `v` (an object) the fields of `place` that `host`'s revision lacks.
+fn strip(v: &mut Value, place: Place, host: ProtocolVersion) {
+    let Some(obj) = v.as_object_mut() else {
+        return;
+    };
+    for &(since, at, name) in &ADDED {
+        if at == place && host < since {
+            obj.remove(name);
+        }
     }
+}
+
+/// The server capabilities shown to a host of revision `host` ([`ADDED`]: `tasks`
+/// only from 2025-11-25).
+pub fn shape_capabilities(caps: &mut Value, host: ProtocolVersion) {
+    strip(caps, Place::ServerCapability, host);
 }
 
 fn array_mut<'a>(v: &'a mut Value, key: &str) -> impl Iterator<Item = &'a mut Value> {
@@ -157,41 +230,70 @@ fn array_mut<'a>(v: &'a mut Value, key: &str) -> impl Iterator<Item = &'a mut Va
         .flatten()
 }
 
-/// A 2025-03-26 host knows neither `structuredContent` nor `resource_link`
-/// blocks: structured output becomes text (it is already mirrored in `content` by
-/// conforming servers) and links become text naming the URI.
-pub fn downgrade_tool_result(v: &mut Value) {
-    if let Some(obj) = v.as_object_mut() {
-        obj.remove("structuredContent");
+/// Whether a `tools/call` or `prompts/get` result (its JSON text `raw`) may hold
+/// something `host`'s revision lacks: a cheap scan for the names in [`ADDED`] and
+/// [`ADDED_BLOCKS`], so that most results are passed on without a parse.
+pub fn result_needs_downgrade(host: ProtocolVersion, raw: &str) -> bool {
+    host < ProtocolVersion::V2025_11_25
+        && (ADDED.iter().any(|&(since, place, name)| {
+            host < since
+                && matches!(place, Place::ToolResult | Place::Block | Place::Annotations)
+                && raw.contains(name)
+        }) || ADDED_BLOCKS
+            .iter()
+            .any(|&(since, kind)| host < since && raw.contains(kind)))
+}
+
+/// A content block for `host`: a block type its revision lacks becomes a text
+/// block naming it (`{name}: {uri}`, the URI still routable), and block and
+/// annotation fields it lacks are removed.
+pub fn downgrade_block(block: &mut Value, host: ProtocolVersion) {
+    let kind = block
+        .get("type")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    if ADDED_BLOCKS
+        .iter()
+        .any(|&(since, k)| k == kind && host < since)
+    {
+        let uri = block.get("uri").and_then(Value::as_str).unwrap_or_default();
+        let name = block.get("name").and_then(Value::as_str).unwrap_or(uri);
+        *block = json!({"type": "text", "text": format!("{name}: {uri}")});
+        return;
     }
+    strip(block, Place::Block, host);
+    if let Some(a) = block.get_mut("annotations") {
+        strip(a, Place::Annotations, host);
+    }
+}
+
+/// A `CallToolResult` for `host`: result fields and content blocks its revision
+/// lacks (2025-03-26: no `structuredContent`, which conforming servers mirror in
+/// `content`, and no `resource_link`; 2025-06-18: no `icons` in blocks).
+pub fn downgrade_tool_result(v: &mut Value, host: ProtocolVersion) {
+    strip(v, Place::ToolResult, host);
     for block in array_mut(v, "content") {
-        if block.get("type").and_then(Value::as_str) == Some("resource_link") {
-            let uri = block.get("uri").and_then(Value::as_str).unwrap_or_default();
-            let name = block.get("name").and_then(Value::as_str).unwrap_or(uri);
-            *block = json!({"type": "text", "text": format!("{name}: {uri}")});
+        downgrade_block(block, host);
+    }
+}
+
+/// A `GetPromptResult` for `host`: each message's content block shaped as in a
+/// tool result.
+pub fn downgrade_prompt_result(v: &mut Value, host: ProtocolVersion) {
+    for msg in array_mut(v, "messages") {
+        if let Some(block) = msg.get_mut("content") {
+            downgrade_block(block, host);
         }
     }
 }
 
 /// Removes from a list item (tool, prompt, resource, template) the fields a host
-/// on `host` does not know: `icons` and `execution` before 2025-11-25; `title`
-/// (also on prompt arguments) and `outputSchema` before 2025-06-18.
+/// on `host` does not know ([`ADDED`]: `icons` and `execution` before 2025-11-25;
+/// `title`, also on prompt arguments, and `outputSchema` before 2025-06-18).
 pub fn downgrade_item(item: &mut Value, host: ProtocolVersion) {
-    let Some(obj) = item.as_object_mut() else {
-        return;
-    };
-    if host < ProtocolVersion::V2025_11_25 {
-        obj.remove("icons");
-        obj.remove("execution");
-    }
-    if host < ProtocolVersion::V2025_06_18 {
-        obj.remove("title");
-        obj.remove("outputSchema");
-        if let Some(args) = obj.get_mut("arguments").and_then(Value::as_array_mut) {
-            for a in args.iter_mut().filter_map(Value::as_object_mut) {
-                a.remove("title");
-            }
-        }
+    strip(item, Place::Item, host);
+    for a in array_mut(item, "arguments") {
+        strip(a, Place::PromptArgument, host);
     }
 }
 
@@ -348,5 +450,41 @@ mod tests {
         let mut v = tool;
         downgrade_item(&mut v, ProtocolVersion::V2025_11_25);
         assert!(v.get("icons").is_some());
+    }
+
+    #[test]
+    fn content_blocks_follow_the_table() {
+        let link = json!({"type": "resource_link", "uri": "a+x://1", "name": "one",
+            "icons": [{"src": "i"}], "annotations": {"priority": 1, "lastModified": "t"}});
+        let raw = json!({"content": [link.clone()], "structuredContent": {}}).to_string();
+        assert!(!result_needs_downgrade(ProtocolVersion::V2025_11_25, &raw));
+        assert!(!result_needs_downgrade(ProtocolVersion::LATEST, &raw));
+        assert!(result_needs_downgrade(ProtocolVersion::V2025_06_18, &raw));
+        let plain = json!({"content": [{"type": "text", "text": "hi"}]}).to_string();
+        assert!(!result_needs_downgrade(
+            ProtocolVersion::V2025_03_26,
+            &plain
+        ));
+
+        let mut mid = link.clone();
+        downgrade_block(&mut mid, ProtocolVersion::V2025_06_18);
+        assert!(mid.get("icons").is_none() && mid["annotations"]["lastModified"] == "t");
+        let mut old = json!({"content": [link], "structuredContent": {}});
+        downgrade_tool_result(&mut old, ProtocolVersion::V2025_03_26);
+        assert_eq!(
+            old,
+            json!({"content": [{"type": "text", "text": "one: a+x://1"}]})
+        );
+        let mut text = json!({"type": "text", "text": "x", "annotations": {"lastModified": "t"}});
+        downgrade_block(&mut text, ProtocolVersion::V2025_03_26);
+        assert_eq!(
+            text,
+            json!({"type": "text", "text": "x", "annotations": {}})
+        );
+
+        assert!(!ProtocolVersion::V2025_03_26.knows_client_capability("elicitation"));
+        assert!(ProtocolVersion::V2025_03_26.knows_client_capability("sampling"));
+        assert!(ProtocolVersion::V2025_06_18.knows_client_capability("elicitation"));
+        assert!(!ProtocolVersion::V2025_06_18.knows_client_capability("tasks"));
     }
 }

@@ -207,11 +207,14 @@ impl Session {
         &self.client_capabilities
     }
 
-    /// Whether the host declared client capability `name` (e.g. `"sampling"`).
+    /// Whether the host declared client capability `name` (e.g. `"sampling"`) and
+    /// its revision has it (`ProtocolVersion::knows_client_capability`).
     pub fn has_capability(&self, name: &str) -> bool {
-        self.client_capabilities
-            .get(name)
-            .is_some_and(|v| !v.is_null())
+        self.version.knows_client_capability(name)
+            && self
+                .client_capabilities
+                .get(name)
+                .is_some_and(|v| !v.is_null())
     }
 
     /// The session's key in the shared store (`cluster::record_key` of its

@@ -374,7 +374,9 @@ impl Server {
             let result = json!({
                 "content": [
                     {"type": "text", "text": "{\"n\":1}"},
-                    {"type": "resource_link", "uri": "fx://static", "name": "static"}
+                    {"type": "resource_link", "uri": "fx://static", "name": "static",
+                     "title": "Static", "icons": [{"src": "https://fx.example/i.png"}],
+                     "annotations": {"priority": 1, "lastModified": "2025-01-01T00:00:00Z"}}
                 ],
                 "structuredContent": {"n": 1}
             });

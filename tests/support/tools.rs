@@ -138,7 +138,10 @@ pub fn get_prompt(params: &Value) -> Result<Value, (i64, String)> {
         .unwrap_or("world");
     Ok(json!({"messages": [
         {"role": "user", "content": {"type": "text", "text": format!("Hello, {who}!")}},
-        {"role": "user", "content": {"type": "resource", "resource": {"uri": "fx://item/9", "text": "item 9"}}}
+        {"role": "user", "content": {"type": "resource", "resource": {"uri": "fx://item/9", "text": "item 9"}}},
+        {"role": "user", "content": {"type": "resource_link", "uri": "fx://static", "name": "static",
+            "title": "Static", "icons": [{"src": "https://fx.example/i.png"}],
+            "annotations": {"audience": ["user"], "lastModified": "2025-01-01T00:00:00Z"}}}
     ]}))
 }
 
