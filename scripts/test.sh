@@ -9,7 +9,7 @@
 #                 cargo build --locked --examples -> debug/examples/mcpgate-fake-stdio
 #   4. redis      tests/cluster/ensure-redis.sh (apt-get install redis-server if missing);
 #                 the shared-store tests (tests/cluster_store.rs) start their own servers
-#   5. cargo-test cargo test --locked
+#   5. cargo-test cargo test --locked --no-fail-fast (every failing test binary is reported)
 #   6. e2e        tests/.venv/bin/python -m pytest tests/e2e -v  (MCPGATE_BIN exported)
 #   7. conformance scripts/conformance.sh      (official MCP conformance suite, 0.1.16: server
 #                 scenarios, then client scenarios with mcpgate as the client; 0.2.0-alpha.12:
@@ -95,7 +95,7 @@ step_build() { cargo build --locked && cargo build --locked --examples; }
 
 step_redis() { tests/cluster/ensure-redis.sh; }
 
-step_cargo_test() { cargo test --locked; }
+step_cargo_test() { cargo test --locked --no-fail-fast; }
 
 step_e2e() {
   # shellcheck disable=SC2086 # PYTEST_ARGS is split on purpose
@@ -130,6 +130,7 @@ step_conformance() {
 # --- runner -----------------------------------------------------------------------------
 
 NAMES=()
+FAILURES=()
 STATES=()  # ok | FAIL | skipped | not run
 DETAILS=()
 declare -A STATE
@@ -201,6 +202,14 @@ run() {
     detail+="exit $rc, "
   fi
   DETAILS+=("${detail}$((SECONDS - start))s")
+  # The lines that name what failed, repeated under the summary: CI shows only the
+  # end of a long log.
+  if ((rc != 0)); then
+    FAILURES+=("$name:")
+    while IFS= read -r line; do FAILURES+=("    $line"); done < <(
+      grep -E '^test .* FAILED$|^FAILED|^(tests/e2e|tests/lb)/.*(FAILED|ERROR)|^error: test failed|failed:|differs' "$log" |
+        sort -u | head -20)
+  fi
 }
 
 echo "mcpgate tests in $ROOT (CARGO_TARGET_DIR=$CARGO_TARGET_DIR)"
@@ -223,6 +232,10 @@ printf '\n===== mcpgate test summary =====\n'
 for i in "${!NAMES[@]}"; do
   printf '  %-12s %-8s %s\n' "${NAMES[$i]}" "${STATES[$i]}" "${DETAILS[$i]}"
 done
+if ((${#FAILURES[@]})); then
+  echo 'what failed:'
+  printf '  %s\n' "${FAILURES[@]}"
+fi
 if ((FAILED)); then echo "RESULT: FAILED"; else echo "RESULT: ok"; fi
 printf 'total: %d passed, %d failed\n' "$TOTAL_PASSED" "$TOTAL_FAILED"
 exit "$FAILED"
