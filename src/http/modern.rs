@@ -37,12 +37,8 @@ use crate::mcp::{
 };
 use crate::request::{Outcome, Rejection, RequestContext};
 use crate::session::{Host, ModernHost, Outbound};
-use crate::streamable_http::{PROTOCOL_VERSION, SESSION_ID};
+use crate::streamable_http::{MCP_METHOD, MCP_NAME, PROTOCOL_VERSION, SESSION_ID};
 
-/// `Mcp-Method`: the method of the request, mirrored for intermediaries.
-const MCP_METHOD: &str = "mcp-method";
-/// `Mcp-Name`: `params.name`, `params.uri` or `params.taskId`, mirrored.
-const MCP_NAME: &str = "mcp-name";
 /// How long a request waits for backends still loading at start.
 pub(super) const LOAD_WAIT: Duration = Duration::from_secs(2);
 /// Most time between two writes on an idle modern stream. A closed connection
