@@ -77,7 +77,8 @@ pub struct Gateway {
 /// Why the gateway could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
-    /// A non-loopback address without `[auth]` (DESIGN decision 10).
+    /// A non-loopback address without `[auth]`: anyone who reaches the port would
+    /// call every backend with the gateway's credentials.
     #[error(
         "refusing to serve {addr} without authentication: configure [auth] issuers, or set [auth] allow_unauthenticated = true"
     )]

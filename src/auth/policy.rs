@@ -1,6 +1,6 @@
 //! The authorization policy (`[policy]`): which backends, tools, prompts and
-//! resources exist for a caller (DESIGN decision 7: what a caller may not call
-//! is also not listed).
+//! resources exist for a caller. What a caller may not call is also not listed,
+//! so a refused name and an absent one look the same to a host.
 //!
 //! A principal maps to a [`ViewKey`]: the set of rules whose `scopes` and
 //! `claims` it satisfies. Everything else depends only on the key, so the router

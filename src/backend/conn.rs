@@ -37,7 +37,7 @@ impl InitInfo {
     }
 }
 
-/// Who a connection belongs to (DESIGN decision 3). The client face does not
+/// Who a connection belongs to (shared or one host session's). The client face does not
 /// know what an owner is; it only needs to know whether every request on the
 /// connection comes from one client, which makes "the only request in flight"
 /// a safe guess for any message the backend sends without saying what it relates

@@ -6,8 +6,8 @@
 //! Source: MCP 2025-11-25 schema (`schema.ts`, method names of every request and
 //! notification) and MCP 2026-07-28 (`server/discover`, `subscriptions/listen`).
 
-pub mod names;
-pub mod version;
+pub(crate) mod names;
+pub(crate) mod version;
 
 use std::fmt;
 

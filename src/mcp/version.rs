@@ -48,10 +48,6 @@ impl ProtocolVersion {
     /// The modern revision.
     pub const MODERN: ProtocolVersion = ProtocolVersion::V2026_07_28;
 
-    /// Assumed when a host sends no `MCP-Protocol-Version` header and nothing else
-    /// tells (MCP 2025-11-25 basic/transports, protocol version header).
-    pub const DEFAULT_HTTP: ProtocolVersion = ProtocolVersion::V2025_03_26;
-
     /// The wire string, e.g. `"2025-11-25"`.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -127,12 +123,6 @@ impl fmt::Display for ProtocolVersion {
 }
 
 impl ProtocolVersion {
-    /// Whether this revision knows the core tasks of 2025-11-25 (2026-07-28 made
-    /// tasks an extension with another wire).
-    pub fn has_tasks(self) -> bool {
-        self == ProtocolVersion::V2025_11_25
-    }
-
     /// Whether a host of this revision can have client capability `name`: one its
     /// revision added later is never taken as declared ([`ADDED`]; a 2025-03-26
     /// host declaring `elicitation` is not sent `elicitation/create`).

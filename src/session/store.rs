@@ -22,7 +22,8 @@ pub struct StoreFull {
     pub limit: usize,
 }
 
-/// Where host sessions live (DESIGN decision 6).
+/// Where host sessions live: in memory, and with `[cluster] redis` in front of
+/// the shared store as its near-cache.
 pub trait SessionStore: Send + Sync + 'static {
     /// Adds a session. Errors with [`StoreFull`] at the cap.
     fn insert(&self, session: Arc<Session>) -> Result<(), StoreFull>;
