@@ -114,7 +114,7 @@ struct RawConfig {
 }
 
 /// `[server]`: the Streamable HTTP endpoint offered to hosts.
-#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct ServerConfig {
     /// Listen address. Default `127.0.0.1:8080` (MCP 2025-11-25 transports: bind
@@ -233,7 +233,7 @@ pub enum ModernFace {
 }
 
 /// `[server.rate_limit]`: a token bucket per client.
-#[derive(Debug, Clone, Copy, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RateLimit {
     /// Sustained requests per second.
