@@ -2,8 +2,8 @@
 //! config file is rewritten and sent SIGHUP. An added endpoint serves at once,
 //! a removed one answers 404 and its sessions end (their GET streams close), a
 //! moved one serves at its new path only, and the sessions of untouched
-//! endpoints go on. With `[auth]`, an added endpoint's RFC 9728 document and
-//! challenge appear with it.
+//! endpoints go on; with a shared store they end for every replica. With
+//! `[auth]`, an added endpoint's RFC 9728 document and challenge appear with it.
 
 mod auth_support;
 mod common;
@@ -167,6 +167,48 @@ async fn server_path_moves_and_gives_way_to_endpoints() {
     );
     let eng = session_at(&gw, "/mcp/eng").await;
     assert_eq!(tools(&eng).await, ["alpha__echo"]);
+}
+
+#[tokio::test]
+async fn a_removed_endpoints_sessions_end_on_every_replica() {
+    use common::store::{TestRedis, at, replica};
+    let redis = TestRedis::start().await;
+    let endpoints = format!(
+        "{}{}",
+        endpoint("eng", "/mcp/eng", "alpha"),
+        endpoint("ops", "/mcp/ops", "alpha")
+    );
+    let alpha = "[backends.alpha]\ntype = \"stdio\"\ncommand = \"${FAKE_STDIO}\"\n";
+    let (a, b) = (
+        replica(Some(&redis), &format!("{alpha}{endpoints}")).await,
+        replica(Some(&redis), &format!("{alpha}{endpoints}")).await,
+    );
+    let ops = session_at(&a, "/mcp/ops").await;
+    let eng = session_at(&a, "/mcp/eng").await;
+    let mut ops_at_b = at(&ops, &b);
+    ops_at_b.url = format!("{}/mcp/ops", b.base);
+    assert_eq!(
+        status(&ops_at_b, "ping").await,
+        200,
+        "served on B from its record"
+    );
+
+    // A reloads without `ops` (B has not yet): the session is gone on B too.
+    let config = std::fs::read_to_string(a.dir.path("gw.toml")).unwrap();
+    let without = config.replace(&endpoint("ops", "/mcp/ops", "alpha"), "");
+    assert_ne!(config, without);
+    a.reload(&without).await;
+    assert_eq!(status(&ops, "ping").await, 404, "the path is gone on A");
+    let ended = common::wait_for(Duration::from_secs(5), || {
+        redis.keys("mcpg:*:rec").len() == 1
+    })
+    .await;
+    assert!(ended, "{:?}", redis.keys("mcpg:*"));
+    let mut fresh = McpClient::new(&format!("{}/mcp/ops", b.base));
+    fresh.session = ops.session.clone();
+    fresh.version = ops.version.clone();
+    assert_eq!(status(&fresh, "ping").await, 404, "ended for B as well");
+    assert_eq!(status(&eng, "ping").await, 200);
 }
 
 const RESOURCE: &str = "https://gw.example.test/mcp";

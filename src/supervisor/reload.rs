@@ -124,11 +124,15 @@ pub async fn end_sessions_at(sup: &Supervisor, endpoints: &BTreeSet<String>) -> 
         .collect();
     for s in &ending {
         sup.sessions.remove(s.id());
+    }
+    // Concurrently: each shared-store end may wait for its deadline.
+    futures_util::future::join_all(ending.iter().map(|s| async move {
         if let Some(store) = &sup.shared {
             store.end(s.store_key()).await;
         }
-    }
-    futures_util::future::join_all(ending.iter().map(|s| sup.end_session(s))).await;
+        sup.end_session(s).await;
+    }))
+    .await;
     ending.len()
 }
 
