@@ -63,6 +63,10 @@ pub struct Metrics {
     pub config_last_reload_successful: IntGauge,
     /// Unix time (seconds) of the last successful configuration load.
     pub config_last_reload_success_timestamp: Gauge,
+    /// 1 while the configuration file holds changes that only a restart applies
+    /// (`server.listen`, `server.metrics_listen`, `[cluster]`, `[telemetry]`):
+    /// the last reload kept the running values. 0 otherwise.
+    pub config_restart_required: IntGauge,
     /// `server.max_sessions`: the session cap (`mcpgate_sessions_active` reaches it).
     pub sessions_max: IntGauge,
     /// Session ids this process had to open because it did not hold the session
@@ -279,6 +283,11 @@ impl Metrics {
                 &r,
                 "mcpgate_config_last_reload_success_timestamp_seconds",
                 "Unix time of the last successful configuration load or reload.",
+            ),
+            config_restart_required: gauge(
+                &r,
+                "mcpgate_config_restart_required",
+                "1 while the configuration file changes settings that need a restart (the running values stay), else 0.",
             ),
             session_restores: counter_vec(
                 &r,

@@ -73,8 +73,9 @@ pub struct Connection {
     pub(super) info: OnceLock<InitInfo>,
     /// Client capabilities declared in `initialize` (kept for re-initialization).
     pub(super) capabilities: Value,
-    /// Per-call timeout for this backend.
-    pub(super) timeout: Duration,
+    /// Per-call timeout for this backend (shared with its spec: a reload may
+    /// change it).
+    timeout: Arc<super::CallTimeout>,
     /// Cancelled when the connection is closed or its transport died.
     pub closed: CancellationToken,
     /// Set when the gateway itself is closing the connection.
@@ -98,7 +99,7 @@ impl Connection {
         owner: Owner,
         handler: Arc<dyn UpstreamHandler>,
         capabilities: Value,
-        timeout: Duration,
+        timeout: Arc<super::CallTimeout>,
         modern: Option<ProtocolVersion>,
     ) -> Self {
         Connection {
@@ -398,7 +399,7 @@ impl Connection {
 
     /// The per-call timeout for this backend.
     pub fn timeout(&self) -> Duration {
-        self.timeout
+        self.timeout.get()
     }
 
     /// Handles one message read from the backend. `related` is the upstream id of

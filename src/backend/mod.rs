@@ -250,14 +250,40 @@ impl Link {
     }
 }
 
+/// A backend's per-call timeout, shared by its spec and every connection to it,
+/// so a reload that changes `server.request_timeout` reaches calls on
+/// connections already open. Nanoseconds (≈ 584 years at most).
+#[derive(Debug)]
+pub struct CallTimeout(std::sync::atomic::AtomicU64);
+
+impl CallTimeout {
+    fn new(d: Duration) -> Self {
+        CallTimeout(std::sync::atomic::AtomicU64::new(nanos(d)))
+    }
+
+    /// The timeout in force.
+    pub fn get(&self) -> Duration {
+        Duration::from_nanos(self.0.load(std::sync::atomic::Ordering::Relaxed))
+    }
+
+    fn set(&self, d: Duration) {
+        self.0.store(nanos(d), std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
 /// A configured backend: how to reach it and how long to wait for it.
 pub struct BackendSpec {
     /// Backend name from the config.
     pub name: Arc<str>,
     /// Its config.
     pub config: BackendConfig,
-    /// Per-call timeout.
-    pub timeout: Duration,
+    /// Per-call timeout: `timeout`, else `server.request_timeout` (followed at a
+    /// reload, [`BackendSpec::set_default_timeout`]).
+    timeout: Arc<CallTimeout>,
     http: Option<reqwest::Client>,
     /// Set once an `http` backend turned out to speak only the legacy transport,
     /// so later connections skip the failing Streamable HTTP attempt.
@@ -301,11 +327,20 @@ impl BackendSpec {
         BackendSpec {
             name: name.into(),
             creds,
-            timeout: config.timeout.unwrap_or(default_timeout),
+            timeout: Arc::new(CallTimeout::new(config.timeout.unwrap_or(default_timeout))),
             config,
             http,
             legacy_detected: std::sync::atomic::AtomicBool::new(false),
             era: Arc::default(),
+        }
+    }
+
+    /// Puts `server.request_timeout` in force for a backend without a `timeout`
+    /// of its own (hot reload): calls started from now on, on every connection,
+    /// use it.
+    pub fn set_default_timeout(&self, default: Duration) {
+        if self.config.timeout.is_none() {
+            self.timeout.set(default);
         }
     }
 
@@ -468,7 +503,7 @@ impl BackendSpec {
             owner,
             handler,
             capabilities,
-            self.timeout,
+            self.timeout.clone(),
             modern,
         );
         let conn = Arc::new(if self.config.era == BackendEra::Auto {

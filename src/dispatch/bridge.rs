@@ -74,7 +74,9 @@ pub(super) struct Bridge {
     parked: Mutex<HashMap<u64, Continuation>>,
     next: AtomicU64,
     key: hmac::Key,
-    ttl: Duration,
+    /// How long a parked continuation waits for its retry, in milliseconds
+    /// (`server.input_required_timeout`; a reload may change it).
+    ttl_ms: AtomicU64,
 }
 
 impl Bridge {
@@ -88,8 +90,17 @@ impl Bridge {
             parked: Mutex::default(),
             next: AtomicU64::new(u64::from_le_bytes(start) >> 1),
             key: hmac::Key::new(hmac::HMAC_SHA256, &key),
-            ttl,
+            ttl_ms: AtomicU64::new(millis(ttl)),
         }
+    }
+
+    /// Sets how long continuations parked from now on wait for their retry.
+    pub fn set_ttl(&self, ttl: Duration) {
+        self.ttl_ms.store(millis(ttl), Ordering::Relaxed);
+    }
+
+    fn ttl(&self) -> Duration {
+        Duration::from_millis(self.ttl_ms.load(Ordering::Relaxed))
     }
 
     /// A new continuation of `call`, before its first round.
@@ -135,10 +146,11 @@ impl Bridge {
             .collect();
         cont.round += 1;
         let id = self.next.fetch_add(1, Ordering::Relaxed);
+        let ttl = self.ttl();
         let state = State {
             c: id,
             r: cont.round,
-            e: now_secs() + self.ttl.as_secs(),
+            e: now_secs() + ttl.as_secs(),
             p: cont.caller.clone(),
             d: cont.digest.clone(),
         };
@@ -148,7 +160,6 @@ impl Bridge {
             p.insert(id, cont);
         }
         let me = Arc::downgrade(self);
-        let ttl = self.ttl;
         tokio::spawn(async move {
             tokio::time::sleep(ttl).await;
             if let Some(b) = me.upgrade() {
@@ -283,6 +294,10 @@ pub(super) fn abandon(cont: Continuation, why: &str) {
         conn.cancel(id, Some(why));
     }
     task.abort();
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 fn now_secs() -> u64 {

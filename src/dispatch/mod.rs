@@ -108,6 +108,12 @@ impl Dispatch {
         })
     }
 
+    /// Sets `server.input_required_timeout` (hot reload): calls answered
+    /// `input_required` from now on wait this long for their retry.
+    pub fn set_input_required_timeout(&self, timeout: std::time::Duration) {
+        self.bridge.set_ttl(timeout);
+    }
+
     /// Answers or routes one request of `host`; `ctx` is finished when the answer
     /// is known (now, or when the backend answers).
     pub async fn handle(

@@ -11,6 +11,7 @@ pub mod limit;
 pub(crate) mod mcp;
 mod modern;
 mod resume;
+mod routes;
 pub mod serve;
 mod session;
 mod sse;
@@ -27,8 +28,10 @@ use tower_http::sensitive_headers::SetSensitiveRequestHeadersLayer;
 use tower_http::timeout::RequestBodyTimeoutLayer;
 
 pub use error::HttpError;
+pub use routes::Routes;
+pub use serve::LiveApp;
 
-use crate::auth::AuthHandle;
+use crate::auth::Authenticator;
 use crate::catalog::Catalog;
 use crate::cluster::Sealer;
 use crate::config::ServerConfig;
@@ -40,11 +43,16 @@ use crate::streamable_http::{is_loopback_name, is_loopback_origin, strip_port};
 use crate::supervisor::Supervisor;
 
 /// The parts the HTTP handlers use, each named: the server face owns no state of
-/// its own beyond its listener rules.
+/// its own beyond its listener rules. One generation: a reload builds the next
+/// one (new `[server]` settings, rules, routes and authenticator, the same
+/// sessions, catalogue and supervisor) and swaps it in whole ([`LiveApp`]), so a
+/// request sees one configuration from its first byte to its answer.
 #[derive(Clone)]
 pub struct AppState {
     /// `[server]` settings.
     pub server: Arc<ServerConfig>,
+    /// Which path is which endpoint or metadata document.
+    pub routes: Arc<Routes>,
     /// Host sessions.
     pub sessions: Arc<dyn SessionStore>,
     /// The catalogue (authorization views).
@@ -65,13 +73,15 @@ pub struct AppState {
     pub limiter: Option<Arc<limit::Limiter>>,
     /// Whose `X-Forwarded-For` names the client (`server.trusted_proxies`).
     pub proxies: Arc<client::TrustedProxies>,
-    /// Bearer validation (`None`: the endpoint is open, see `[auth]`).
-    pub auth: Option<Arc<AuthHandle>>,
+    /// Bearer validation (`None`: the endpoint is open, see `[auth]`): the
+    /// authenticator in force when this generation was built (its keys refresh
+    /// in place).
+    pub auth: Option<Arc<Authenticator>>,
 }
 
 /// The endpoint a request came in at: the `[endpoints.NAME]` name, `""` for the
-/// one endpoint at `server.path` of a gateway without `[endpoints]`. Set on each
-/// endpoint's route as a request extension.
+/// one endpoint at `server.path` of a gateway without `[endpoints]`. Set as a
+/// request extension by the routing table ([`Routes`]).
 #[derive(Debug, Clone)]
 pub struct Endpoint(pub Arc<str>);
 
@@ -123,18 +133,13 @@ impl OriginPolicy {
     }
 }
 
-/// Builds the axum application: the MCP endpoint at `server.path` (or, with
-/// `[endpoints]`, one at each endpoint's path instead), the RFC 9728 metadata
-/// documents, `/healthz` and `/readyz`.
-///
-/// `server` gives the endpoint path, the body size limit (HTTP 413, answered
-/// from `Content-Length` before any body is read) and the body read timeout
-/// (HTTP 408).
-pub fn app(
-    state: AppState,
-    server: &ServerConfig,
-    endpoints: &std::collections::BTreeMap<String, crate::config::EndpointConfig>,
-) -> AxumRouter {
+/// Builds one generation of the axum application from `state`: the MCP
+/// endpoints and RFC 9728 metadata documents of `state.routes`, `/healthz` and
+/// `/readyz`, with `state.server`'s body size limit (HTTP 413, answered from
+/// `Content-Length` before any body is read), body read timeout (HTTP 408) and
+/// CORS origins. Building it cannot fail (paths are looked up literally).
+pub fn app(state: AppState) -> AxumRouter {
+    let server = state.server.clone();
     let policy = state.origins.clone();
     let cors = CorsLayer::new()
         .allow_origin(AllowOrigin::predicate(move |origin: &HeaderValue, _| {
@@ -154,28 +159,10 @@ pub fn app(
             HeaderName::from_static("mcp-protocol-version"),
             header::WWW_AUTHENTICATE,
         ]);
-    let mcp_route = axum::routing::MethodRouter::new()
-        .get(session::get)
-        .post(mcp::post)
-        .delete(session::delete);
-    let metadata = auth::metadata_routes(state.auth.as_deref());
-    let mut routes = AxumRouter::new();
-    if endpoints.is_empty() {
-        let here = axum::Extension(Endpoint(Arc::from("")));
-        routes = routes.route(&server.path, mcp_route.clone().layer(here));
-    }
-    for (name, e) in endpoints {
-        let here = axum::Extension(Endpoint(Arc::from(name.as_str())));
-        let path = match e.path.trim_end_matches('/') {
-            "" => "/",
-            p => p,
-        };
-        routes = routes.route(path, mcp_route.clone().layer(here));
-    }
-    routes
-        .merge(metadata)
+    AxumRouter::new()
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
+        .fallback(routes::routed)
         .layer(DefaultBodyLimit::max(server.max_body_bytes))
         .layer(RequestBodyTimeoutLayer::new(server.body_read_timeout))
         .layer(cors)
