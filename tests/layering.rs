@@ -19,7 +19,7 @@ const LAYERS: &[&[&str]] = &[
     &["supervisor"],
     &["dispatch"],
     &["http"],
-    &["lib", "fuzzing"],
+    &["lib", "reload", "fuzzing"],
 ];
 
 /// The vocabulary pair: `jsonrpc` parses `mcp::Method`, `mcp::version` shapes
