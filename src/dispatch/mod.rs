@@ -9,6 +9,7 @@ mod bridge;
 mod forward;
 mod modern;
 pub(crate) mod rewrite;
+mod shim;
 mod tasks;
 
 use std::sync::Arc;
@@ -79,6 +80,16 @@ fn result(id: &Id, v: &Value) -> Routed {
     Routed::Answer(Ok(jsonrpc::result_value_bytes(id, v).into()))
 }
 
+/// Answers `id` with error `e`, shaped for `host`'s revision.
+fn error_reply(mut ctx: RequestContext, host: &Host, id: &Id, e: &RpcError) -> Reply {
+    let mut error = e.to_error_object();
+    crate::mcp::version::shape_error(&mut error, host.version());
+    let bytes: Bytes = jsonrpc::error_bytes(Some(id), &error).into();
+    ctx.set_bytes_out(bytes.len());
+    ctx.finish_error(Outcome::of(e), error.code);
+    Reply::Now(bytes)
+}
+
 /// A result the gateway answers itself, shaped for `host`'s revision.
 fn local_result(host: &Host, id: &Id, mut v: Value) -> Routed {
     if host.version().is_modern()
@@ -136,14 +147,7 @@ impl Dispatch {
                 ctx.finish(Outcome::Ok);
                 Reply::Now(bytes)
             }
-            Routed::Answer(Err(e)) => {
-                let mut error = e.to_error_object();
-                crate::mcp::version::shape_error(&mut error, host.version());
-                let bytes: Bytes = jsonrpc::error_bytes(Some(&id), &error).into();
-                ctx.set_bytes_out(bytes.len());
-                ctx.finish_error(Outcome::of(&e), error.code);
-                Reply::Now(bytes)
-            }
+            Routed::Answer(Err(e)) => error_reply(ctx, host, &id, &e),
             Routed::Forward(mut up) => {
                 up.digest = digest.unwrap_or_default();
                 self.forward(ctx, host, &id, up)
