@@ -13,7 +13,7 @@ use tokio::sync::mpsc;
 use super::bridge::{self, Continuation};
 use super::rewrite::{expose_error, rewrite_result};
 use super::shim::{self, ShimError};
-use super::{Dispatch, Reply, Upstream};
+use super::{Dispatch, Reply, Upstream, wrap};
 use crate::backend::{BackendError, Caller};
 use crate::error::RpcError;
 use crate::jsonrpc::{self, Id};
@@ -104,9 +104,15 @@ impl Dispatch {
         outcome: Result<Box<RawValue>, BackendError>,
         ours: bool,
     ) {
+        let mut asks = false;
         let outcome = match (&call.host, outcome) {
             (Host::Legacy(_), Ok(raw)) => {
                 result_for_legacy(raw, up.method == Method::ToolsCall).map_err(BackendError::Rpc)
+            }
+            (Host::Modern(m), Ok(raw)) if input::is_input_required(&raw) => {
+                asks = true;
+                let name = &self.catalog.backend(up.backend).spec.name;
+                wrap::pass(&self.bridge, m, up, name, &raw)
             }
             (_, outcome) => outcome,
         };
@@ -119,7 +125,11 @@ impl Dispatch {
                 let raw = self.shape_result(&call.host, up, raw);
                 let bytes = jsonrpc::result_bytes(id, &raw);
                 ctx.set_bytes_out(bytes.len());
-                ctx.finish(Outcome::Ok);
+                ctx.finish(if asks {
+                    Outcome::InputRequired
+                } else {
+                    Outcome::Ok
+                });
                 bytes
             }
             Err(e) => {

@@ -11,6 +11,7 @@ mod modern;
 pub(crate) mod rewrite;
 mod shim;
 mod tasks;
+mod wrap;
 
 use std::sync::Arc;
 
@@ -129,8 +130,18 @@ impl Dispatch {
     ) -> Reply {
         let Request { id, method, params } = req;
         let params = params.unwrap_or_else(|| json!({}));
-        if host.version().is_modern() && params.get("requestState").is_some() {
-            return self.resume(ctx, host, &id, &method, &params);
+        // A retry after input_required: of a call relayed to a 2026-07-28
+        // backend (its state wrapped in ours: routed again, unwrapped below),
+        // else of a bridged call parked here.
+        let mut wrapped = None;
+        if let (Host::Modern(m), Some(state)) = (host, params.get("requestState")) {
+            let state = state.as_str().unwrap_or_default();
+            let principal = m.principal.as_ref();
+            match wrap::open(&self.bridge, state, &method, &params, principal) {
+                Some(Ok(w)) => wrapped = Some(w),
+                Some(Err(e)) => return error_reply(ctx, host, &id, &e),
+                None => return self.resume(ctx, host, &id, &method, &params),
+            }
         }
         if method == Method::SubscriptionsListen && host.version().is_modern() {
             ctx.finish(Outcome::Ok);
@@ -149,6 +160,12 @@ impl Dispatch {
             }
             Routed::Answer(Err(e)) => error_reply(ctx, host, &id, &e),
             Routed::Forward(mut up) => {
+                if let Some(w) = wrapped {
+                    let backend = &self.catalog.backend(up.backend).spec.name;
+                    if let Err(e) = w.apply(backend, &mut up.params) {
+                        return error_reply(ctx, host, &id, &e);
+                    }
+                }
                 up.digest = digest.unwrap_or_default();
                 self.forward(ctx, host, &id, up)
             }
