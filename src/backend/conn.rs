@@ -246,7 +246,8 @@ impl Connection {
         }
         if let Some(version) = self.modern() {
             let level = call.as_ref().and_then(|c| c.log_level());
-            modern::stamp_envelope(&mut params, version, level);
+            let caps = call.as_ref().and_then(|c| c.client_capabilities());
+            modern::stamp_envelope(&mut params, version, caps, level);
         }
         let name = self
             .modern()

@@ -128,6 +128,12 @@ pub trait Caller: Send + Sync + 'static {
     fn log_level(&self) -> Option<LogLevel> {
         None
     }
+    /// The client capabilities a 2026-07-28 backend is told this request's client
+    /// has (`_meta` `clientCapabilities`, MCP 2026-07-28 basic/index): only what
+    /// the caller can carry back to its host. `None` (the default): `{}`, none.
+    fn client_capabilities(&self) -> Option<serde_json::Value> {
+        None
+    }
     /// The request became upstream request `id` on `conn` (it is pending from now
     /// on, so a cancel finds it). `false`: the caller gave up meanwhile, and the
     /// request is not sent.

@@ -213,7 +213,9 @@ pub struct ServerConfig {
     /// probe gets 400 naming the session-based revisions, so clients fall back).
     pub modern: ModernFace,
     /// How long a 2026-07-28 call answered `input_required` waits for the client's
-    /// retry before it is cancelled at the backend. Default 10 minutes.
+    /// retry before it is cancelled at the backend, and how long a session gets to
+    /// answer one round of a 2026-07-28 backend's `input_required` (asked as
+    /// requests on its call's stream) before the call fails. Default 10 minutes.
     #[serde(with = "humantime_serde")]
     #[schemars(schema_with = "schema::duration")]
     pub input_required_timeout: Duration,

@@ -36,6 +36,9 @@ use crate::jsonrpc::{ErrorObject, INTERNAL_ERROR, Id};
 use crate::mcp::{META_SERVER_INFO, Method, implementation};
 use crate::session::{Ask, HostCall};
 
+/// The MAC domain of a continuation's `requestState`.
+const CONTINUATION: &[u8] = b"mcpgate requestState v1\0";
+
 /// The upstream request of a continuation, running in its own task.
 pub(super) type UpstreamTask = JoinHandle<Result<Box<RawValue>, BackendError>>;
 
@@ -99,7 +102,8 @@ impl Bridge {
         self.ttl_ms.store(millis(ttl), Ordering::Relaxed);
     }
 
-    fn ttl(&self) -> Duration {
+    /// How long a continuation waits for its retry (`server.input_required_timeout`).
+    pub fn ttl(&self) -> Duration {
         Duration::from_millis(self.ttl_ms.load(Ordering::Relaxed))
     }
 
@@ -229,27 +233,44 @@ impl Bridge {
         }
     }
 
-    fn tag(&self, body: &[u8]) -> Vec<u8> {
+    fn tag(&self, domain: &[u8], body: &[u8]) -> Vec<u8> {
         let mut mac = hmac::Context::with_key(&self.key);
-        mac.update(b"mcpgate requestState v1\0");
+        mac.update(domain);
         mac.update(body);
         mac.sign().as_ref()[..16].to_vec()
     }
 
     fn seal(&self, state: &State) -> String {
-        let body = serde_json::to_vec(state).unwrap_or_default();
-        format!(
-            "{}.{}",
-            URL_SAFE_NO_PAD.encode(&body),
-            URL_SAFE_NO_PAD.encode(self.tag(&body))
-        )
+        self.seal_as(CONTINUATION, state)
     }
 
     fn open(&self, sealed: &str) -> Option<State> {
+        self.open_as(CONTINUATION, sealed)
+    }
+
+    /// `value` as a `requestState` of kind `domain`: `base64url(json) "."
+    /// base64url(tag)`; it opens only with [`Bridge::open_as`] of the same kind,
+    /// in this process.
+    pub fn seal_as<T: Serialize>(&self, domain: &[u8], value: &T) -> String {
+        let body = serde_json::to_vec(value).unwrap_or_default();
+        format!(
+            "{}.{}",
+            URL_SAFE_NO_PAD.encode(&body),
+            URL_SAFE_NO_PAD.encode(self.tag(domain, &body))
+        )
+    }
+
+    /// What [`Bridge::seal_as`] sealed as kind `domain`; `None` when it was not
+    /// (another kind, another process, altered, garbage).
+    pub fn open_as<T: serde::de::DeserializeOwned>(
+        &self,
+        domain: &[u8],
+        sealed: &str,
+    ) -> Option<T> {
         let (body, tag) = sealed.split_once('.')?;
         let body = URL_SAFE_NO_PAD.decode(body).ok()?;
         let tag = URL_SAFE_NO_PAD.decode(tag).ok()?;
-        let want = self.tag(&body);
+        let want = self.tag(domain, &body);
         // Constant time is not needed for a MAC checked only here, but cheap.
         let equal = want.len() == tag.len()
             && want.iter().zip(&tag).fold(0u8, |a, (x, y)| a | (x ^ y)) == 0;
@@ -300,13 +321,14 @@ fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
-fn now_secs() -> u64 {
+pub(super) fn now_secs() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_secs())
 }
 
-fn caller_digest(principal: Option<&PrincipalId>) -> String {
+/// A digest of who calls (issuer and subject), bound into every `requestState`.
+pub(super) fn caller_digest(principal: Option<&PrincipalId>) -> String {
     let who = principal.map_or(String::new(), |p| format!("{}\0{}", p.issuer, p.subject));
     hex(&Sha256::digest(who.as_bytes())[..12])
 }

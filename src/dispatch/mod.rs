@@ -9,7 +9,9 @@ mod bridge;
 mod forward;
 mod modern;
 pub(crate) mod rewrite;
+mod shim;
 mod tasks;
+mod wrap;
 
 use std::sync::Arc;
 
@@ -79,6 +81,16 @@ fn result(id: &Id, v: &Value) -> Routed {
     Routed::Answer(Ok(jsonrpc::result_value_bytes(id, v).into()))
 }
 
+/// Answers `id` with error `e`, shaped for `host`'s revision.
+fn error_reply(mut ctx: RequestContext, host: &Host, id: &Id, e: &RpcError) -> Reply {
+    let mut error = e.to_error_object();
+    crate::mcp::version::shape_error(&mut error, host.version());
+    let bytes: Bytes = jsonrpc::error_bytes(Some(id), &error).into();
+    ctx.set_bytes_out(bytes.len());
+    ctx.finish_error(Outcome::of(e), error.code);
+    Reply::Now(bytes)
+}
+
 /// A result the gateway answers itself, shaped for `host`'s revision.
 fn local_result(host: &Host, id: &Id, mut v: Value) -> Routed {
     if host.version().is_modern()
@@ -124,8 +136,18 @@ impl Dispatch {
     ) -> Reply {
         let Request { id, method, params } = req;
         let params = params.unwrap_or_else(|| json!({}));
-        if host.version().is_modern() && params.get("requestState").is_some() {
-            return self.resume(ctx, host, &id, &method, &params);
+        // A retry after input_required: of a call relayed to a 2026-07-28
+        // backend (its state wrapped in ours: routed again, unwrapped below),
+        // else of a bridged call parked here.
+        let mut wrapped = None;
+        if let (Host::Modern(m), Some(state)) = (host, params.get("requestState")) {
+            let state = state.as_str().unwrap_or_default();
+            let principal = m.principal.as_ref();
+            match wrap::open(&self.bridge, state, &method, &params, principal) {
+                Some(Ok(w)) => wrapped = Some(w),
+                Some(Err(e)) => return error_reply(ctx, host, &id, &e),
+                None => return self.resume(ctx, host, &id, &method, &params),
+            }
         }
         if method == Method::SubscriptionsListen && host.version().is_modern() {
             ctx.finish(Outcome::Ok);
@@ -142,15 +164,14 @@ impl Dispatch {
                 ctx.finish(Outcome::Ok);
                 Reply::Now(bytes)
             }
-            Routed::Answer(Err(e)) => {
-                let mut error = e.to_error_object();
-                crate::mcp::version::shape_error(&mut error, host.version());
-                let bytes: Bytes = jsonrpc::error_bytes(Some(&id), &error).into();
-                ctx.set_bytes_out(bytes.len());
-                ctx.finish_error(Outcome::of(&e), error.code);
-                Reply::Now(bytes)
-            }
+            Routed::Answer(Err(e)) => error_reply(ctx, host, &id, &e),
             Routed::Forward(mut up) => {
+                if let Some(w) = wrapped {
+                    let backend = &self.catalog.backend(up.backend).spec.name;
+                    if let Err(e) = w.apply(backend, &mut up.params) {
+                        return error_reply(ctx, host, &id, &e);
+                    }
+                }
                 up.digest = digest.unwrap_or_default();
                 self.forward(ctx, host, &id, up)
             }
