@@ -19,7 +19,6 @@ use std::time::Duration;
 use axum::body::{Body, Bytes};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use base64::Engine;
 use futures_util::stream;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
@@ -37,7 +36,7 @@ use crate::mcp::{
 };
 use crate::request::{Outcome, Rejection, RequestContext};
 use crate::session::{Host, ModernHost, Outbound};
-use crate::streamable_http::{MCP_METHOD, MCP_NAME, PROTOCOL_VERSION, SESSION_ID};
+use crate::streamable_http::{PROTOCOL_VERSION, SESSION_ID, check_metadata};
 
 /// How long a request waits for backends still loading at start.
 pub(super) const LOAD_WAIT: Duration = Duration::from_secs(2);
@@ -243,11 +242,10 @@ fn unsupported_version(id: &Id, requested: &str) -> HttpError {
 }
 
 /// The standard headers against the body (MCP 2026-07-28 streamable-http,
-/// request metadata and server validation): `MCP-Protocol-Version` equal to the
-/// `_meta` version, `Mcp-Method` equal to the method, `Mcp-Name` equal to
-/// `params.name` / `params.uri` / `params.taskId` where the method has one.
+/// request metadata and server validation; the rule is
+/// [`streamable_http::check_metadata`](crate::streamable_http::check_metadata)).
 fn check_headers(h: &HeaderMap, req: &Request, requested: &str) -> Result<(), HttpError> {
-    let mismatch = |what: String| {
+    check_metadata(h, &req.method, req.params.as_ref(), requested).map_err(|what| {
         refuse(
             Rejection::HeaderMismatch,
             StatusCode::BAD_REQUEST,
@@ -255,84 +253,7 @@ fn check_headers(h: &HeaderMap, req: &Request, requested: &str) -> Result<(), Ht
             &req.id,
             format!("Header mismatch: {what}"),
         )
-    };
-    let one = |name: &str| -> Result<Option<String>, HttpError> {
-        let mut values = h.get_all(name).iter();
-        let Some(v) = values.next() else {
-            return Ok(None);
-        };
-        if values.next().is_some() {
-            return Err(mismatch(format!("more than one {name} header")));
-        }
-        let v = v
-            .to_str()
-            .map_err(|_| mismatch(format!("{name} is not visible ASCII")))?;
-        decode_header(v.trim())
-            .map(Some)
-            .ok_or_else(|| mismatch(format!("{name} has a malformed =?base64?…?= value")))
-    };
-    match one(PROTOCOL_VERSION)? {
-        Some(v) if v == requested => {}
-        Some(v) => {
-            return Err(mismatch(format!(
-                "MCP-Protocol-Version {v:?} but params._meta names {requested:?}"
-            )));
-        }
-        None => return Err(mismatch("MCP-Protocol-Version is required".into())),
-    }
-    match one(MCP_METHOD)? {
-        Some(m) if m == req.method.as_str() => {}
-        Some(m) => {
-            return Err(mismatch(format!(
-                "Mcp-Method {m:?} but the body's method is {:?}",
-                req.method.as_str()
-            )));
-        }
-        None => return Err(mismatch("Mcp-Method is required".into())),
-    }
-    let Some(key) = name_param(&req.method) else {
-        return Ok(());
-    };
-    let want = req
-        .params
-        .as_ref()
-        .and_then(|p| p.get(key))
-        .and_then(Value::as_str);
-    match (one(MCP_NAME)?, want) {
-        (Some(n), Some(w)) if n == w => Ok(()),
-        (None, _) => Err(mismatch("Mcp-Name is required".into())),
-        (Some(n), Some(w)) => Err(mismatch(format!(
-            "Mcp-Name {n:?} but params.{key} is {w:?}"
-        ))),
-        (Some(n), None) => Err(mismatch(format!(
-            "Mcp-Name {n:?} but the body has no params.{key}"
-        ))),
-    }
-}
-
-/// The `params` member `Mcp-Name` mirrors for `method`, if any.
-fn name_param(method: &Method) -> Option<&'static str> {
-    match method {
-        Method::ToolsCall | Method::PromptsGet => Some("name"),
-        Method::ResourcesRead => Some("uri"),
-        Method::TasksGet | Method::TasksCancel => Some("taskId"),
-        _ => None,
-    }
-}
-
-/// A header value, with the `=?base64?…?=` form decoded (values that are not
-/// plain visible ASCII travel that way). `None`: malformed.
-fn decode_header(v: &str) -> Option<String> {
-    let Some(inner) = v
-        .strip_prefix("=?base64?")
-        .and_then(|r| r.strip_suffix("?="))
-    else {
-        return Some(v.to_owned());
-    };
-    let bytes = base64::engine::general_purpose::STANDARD
-        .decode(inner)
-        .ok()?;
-    String::from_utf8(bytes).ok()
+    })
 }
 
 /// The answer to a forwarded request: JSON when it comes within `window` with
@@ -490,16 +411,5 @@ mod tests {
         }
         let response = msg(r#"{"jsonrpc":"2.0","id":1,"result":{}}"#);
         assert_eq!(era_of(&response, &with_version("2026-07-28")), Era::Legacy);
-    }
-
-    #[test]
-    fn decodes_base64_header_values() {
-        assert_eq!(decode_header("plain").as_deref(), Some("plain"));
-        let enc = base64::engine::general_purpose::STANDARD.encode("wetter-übersicht");
-        assert_eq!(
-            decode_header(&format!("=?base64?{enc}?=")).as_deref(),
-            Some("wetter-übersicht")
-        );
-        assert_eq!(decode_header("=?base64?!!!?="), None);
     }
 }

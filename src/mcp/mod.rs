@@ -31,6 +31,10 @@ pub const META_LOG_LEVEL: &str = "io.modelcontextprotocol/logLevel";
 /// `_meta` key of the server's identity in 2026-07-28 results (MCP 2026-07-28 basic/index).
 pub const META_SERVER_INFO: &str = "io.modelcontextprotocol/serverInfo";
 
+/// `_meta` key tying a `subscriptions/listen` stream's messages to it: the
+/// listen request's JSON-RPC id (MCP 2026-07-28 basic/patterns/subscriptions).
+pub const META_SUBSCRIPTION_ID: &str = "io.modelcontextprotocol/subscriptionId";
+
 /// The four per-request keys of a 2026-07-28 envelope; the gateway's own hop to a
 /// backend carries its own, never the host's.
 pub const META_ENVELOPE: [&str; 4] = [
