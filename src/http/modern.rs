@@ -133,7 +133,7 @@ pub async fn serve(
     match reply {
         Reply::Now(bytes) => {
             st.metrics.bytes_out.inc_by(bytes.len() as u64);
-            json_response(bytes)
+            answer(bytes)
         }
         Reply::Stream(rx) => {
             let server = &st.server;
@@ -256,6 +256,42 @@ fn check_headers(h: &HeaderMap, req: &Request, requested: &str) -> Result<(), Ht
     })
 }
 
+/// A JSON answer, its status by its error code (MCP 2026-07-28 basic/index,
+/// error codes; streamable-http): 400 for -32021 (a capability the request did
+/// not declare, whether the gateway or the backend found it), 200 for results and
+/// the in-band errors (-32601 is refused before dispatch, with 404). Once an SSE
+/// stream has started the status is 200 whatever the response.
+fn answer(body: Bytes) -> Response {
+    let status = match error_code(&body) {
+        Some(jsonrpc::MISSING_CLIENT_CAPABILITY) => StatusCode::BAD_REQUEST,
+        _ => StatusCode::OK,
+    };
+    let mut resp = json_response(body);
+    *resp.status_mut() = status;
+    resp
+}
+
+/// The `error.code` of a JSON-RPC response. Only bodies small enough to be an
+/// error are read (results can be megabytes and never change the status).
+fn error_code(body: &[u8]) -> Option<i64> {
+    const ERROR_MAX: usize = 16 * 1024;
+    #[derive(serde::Deserialize)]
+    struct Response {
+        error: Option<Code>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Code {
+        code: i64,
+    }
+    if body.len() > ERROR_MAX {
+        return None;
+    }
+    serde_json::from_slice::<Response>(body)
+        .ok()?
+        .error
+        .map(|e| e.code)
+}
+
 /// The answer to a forwarded request: JSON when it comes within `window` with
 /// nothing related before it, else an SSE stream of the related messages and the
 /// answer. No event ids: 2026-07-28 streams are not resumable. Dropping the body
@@ -269,7 +305,7 @@ async fn respond(
     let first = match tokio::time::timeout(window, rx.recv()).await {
         Ok(Some(Outbound::Final(body))) => {
             st.metrics.bytes_out.inc_by(body.len() as u64);
-            return json_response(body);
+            return answer(body);
         }
         Ok(Some(m)) => Some(m),
         Ok(None) | Err(_) => None,
