@@ -13,6 +13,7 @@ use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
+use super::listen;
 use super::modern::{self, EraCache};
 use super::{BackendError, Caller, Link, UpstreamHandler};
 use crate::jsonrpc::{self, ErrorObject, Id, Message, Notification};
@@ -90,6 +91,8 @@ pub struct Connection {
     pub(super) modern: Mutex<Option<ProtocolVersion>>,
     /// The backend's cached era, forgotten when this connection finds it wrong.
     era_cache: Option<Arc<EraCache>>,
+    /// A modern backend's listen (list changes, resource subscriptions).
+    pub(super) watch: super::listen::Watch,
 }
 
 impl Connection {
@@ -118,6 +121,7 @@ impl Connection {
             closing: std::sync::atomic::AtomicBool::new(false),
             last_used: Mutex::new(tokio::time::Instant::now()),
             close_reason: OnceLock::new(),
+            watch: super::listen::Watch::default(),
         }
     }
 
@@ -234,7 +238,9 @@ impl Connection {
         let method = match self.modern().map(|_| modern::stateless(method)) {
             Some(modern::Stateless::Send(m)) => m,
             Some(modern::Stateless::Answer(v)) => return Ok(v),
-            Some(modern::Stateless::Refuse(e)) => return Err(BackendError::Rpc(e)),
+            Some(modern::Stateless::Watch(on)) => {
+                return listen::resource(self, params.as_ref(), on);
+            }
             None => method,
         };
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
@@ -427,6 +433,9 @@ impl Connection {
                 }
             }
             Message::Notification(n) => {
+                let Some(n) = listen::intercept(self, n) else {
+                    return;
+                };
                 let call = self.related_call(&n, related);
                 self.handler.on_notification(self, call, n);
             }
@@ -470,7 +479,9 @@ impl Connection {
         if matches!(self.owner, Owner::Shared) && !guess_shared {
             return None;
         }
-        let mut calls = p.values().filter_map(|e| e.call.as_ref());
+        let mut calls = p
+            .values()
+            .filter_map(|e| e.call.as_ref().filter(|c| !c.background()));
         let only = calls.next()?;
         calls.next().is_none().then(|| only.clone())
     }

@@ -4,6 +4,7 @@ mod conn;
 pub(crate) mod events;
 mod handshake;
 mod http;
+mod listen;
 mod modern;
 mod slot;
 mod sse;
@@ -16,6 +17,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 pub use conn::{Connection, InitInfo, Owner};
+pub use listen::watch_lists;
 pub use slot::{Slot, backoff};
 
 use self::modern::{Era, EraCache, Verdict};
@@ -144,6 +146,11 @@ pub trait Caller: Send + Sync + 'static {
     /// it); `None` (the default): not traced.
     fn trace_parent(&self) -> Option<opentelemetry::Context> {
         None
+    }
+    /// The connection's own background request (a listen), never the call a
+    /// backend message is guessed to relate to; `false` by default.
+    fn background(&self) -> bool {
+        false
     }
 }
 
