@@ -48,7 +48,9 @@ async fn send(c: &McpClient, body: &Value, headers: &[(String, String)]) -> comm
     c.post(&extra, body.to_string()).await
 }
 
-/// The built-in demo backend, per session (as in the embedded default config).
+/// The built-in demo backend, per session (as in the embedded default config),
+/// spoken to as a legacy backend: this file is about the bridge (the demo serves
+/// 2026-07-28 too, and `auto` would find that).
 fn demo() -> String {
     format!(
         r#"
@@ -59,6 +61,7 @@ fn demo() -> String {
         command = "{}"
         args = ["demo-server"]
         mode = "per_session"
+        era = "legacy"
         "#,
         env!("CARGO_BIN_EXE_mcpgate")
     )
