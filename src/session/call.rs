@@ -203,13 +203,17 @@ impl HostCall {
         self.asked.notify_one();
     }
 
-    /// Resolves when a backend request was queued with [`HostCall::ask`] (at once
-    /// if one is queued already).
+    /// Resolves when a backend request is queued with [`HostCall::ask`] (at once
+    /// if one is queued already). A wake-up with nothing queued is not one: asks
+    /// that came while nobody waited (gathered into the previous round) leave a
+    /// stored permit behind, which must not end the next round empty.
     pub async fn asked(&self) {
-        if self.asks.lock().is_ok_and(|a| !a.is_empty()) {
-            return;
+        loop {
+            if self.asks.lock().is_ok_and(|a| !a.is_empty()) {
+                return;
+            }
+            self.asked.notified().await;
         }
-        self.asked.notified().await;
     }
 
     /// Takes the queued backend requests.
