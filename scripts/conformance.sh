@@ -14,7 +14,9 @@
 #             started with --http first and its endpoint exported under that name.
 #             So a new gateway target is just a new conformance-NAME.toml.
 #             gw-stdio-default fronts the demo server over stdio in the default
-#             connection mode: its pass set must be the one of gw-stdio (per_session).
+#             connection mode and era (auto: it finds the demo modern, so legacy hosts
+#             go through the shim): its pass set must be the one of gw-stdio
+#             (per_session, legacy).
 # Optional baseline per target: tests/e2e/configs/conformance-TARGET.expected-failures.yml
 # (the suite's --expected-failures format: "server: [scenario, ...]").
 #
@@ -26,8 +28,8 @@
 # the checks of the scenarios the revision scores (extensions and pending scenarios are
 # run and shown, never counted, as in the suite's own verdict; scripts/conformance_tally.py).
 # Optional baseline per run: tests/e2e/configs/conformance-TARGET-REVISION.expected-failures.yml,
-# else conformance-REVISION.expected-failures.yml (per check, "<scenario>:<check-id>"; only
-# for checks that need fixture tools no backend has: each entry says which). The suite
+# else conformance-REVISION.expected-failures.yml (per check, "<scenario>:<check-id>";
+# only for checks that cannot pass on that target: each entry says why). The suite
 # fails a run on an unexpected failure, a warning, or a baseline entry that now passes.
 #
 # Client scenarios, CONFORMANCE_CLIENT_SCENARIOS (comma-separated; default
@@ -421,7 +423,7 @@ printf '\n===== conformance summary (0.1.16 --suite %s; requirement sets: TARGET
 ((${#SUMMARY[@]})) || SUMMARY+=("no targets (CONFORMANCE_TARGETS is empty)")
 for line in "${SUMMARY[@]}"; do printf '  %s\n' "$line"; done
 printf 'conformance client scenarios (auth/* skipped, see above): %d passed, %d failed\n' "$CLIENT_PASSED" "$CLIENT_FAILED"
-printf 'conformance expected failures (baselined checks that need fixture tools no backend has, not counted): %d\n' "$NEXT_EXPECTED"
+printf 'conformance expected failures (baselined checks that cannot pass on their target, each file says why; not counted): %d\n' "$NEXT_EXPECTED"
 printf 'conformance: %d passed, %d failed\n' "$TOTAL_PASSED" "$TOTAL_FAILED"
 OVERALL=$STATUS
 exit "$STATUS"
