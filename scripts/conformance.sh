@@ -21,12 +21,14 @@
 # (the suite's --expected-failures format: "server: [scenario, ...]").
 #
 # Requirement-set runs (0.2.0-alpha.12), CONFORMANCE_NEXT_RUNS (comma-separated TARGET@REVISION;
-# default "demo@2025-11-25,gw-stdio@2025-11-25,gw-stdio@2026-07-28,gw-http@2025-11-25,
-# gw-http@2026-07-28"; empty = none). Targets as above, each started afresh per run. Not by
-# default: demo@2026-07-28 (the demo serves the session-based revisions only, so nearly
-# every 2026 check fails there by design; run it to see what the gateway adds). Counted:
-# the checks of the scenarios the revision scores (extensions and pending scenarios are
-# run and shown, never counted, as in the suite's own verdict; scripts/conformance_tally.py).
+# default: both revisions against each of demo, gw-stdio, gw-http, gw-stdio-modern and
+# gw-http-modern; empty = none). Targets as above, each started afresh per run. The demo
+# server is dual-era, so the gateway is checked over it both ways: gw-stdio and gw-http
+# pin it to era = "legacy" (2026-07-28 hosts through the bridge), gw-stdio-modern and
+# gw-http-modern to era = "modern" (2026-07-28 hosts through the relay, legacy hosts
+# through the shim); demo@REVISION is what the demo scores by itself. Counted: the
+# checks of the scenarios the revision scores (extensions and pending scenarios are run
+# and shown, never counted, as in the suite's own verdict; scripts/conformance_tally.py).
 # Optional baseline per run: tests/e2e/configs/conformance-TARGET-REVISION.expected-failures.yml,
 # else conformance-REVISION.expected-failures.yml (per check, "<scenario>:<check-id>";
 # only for checks that cannot pass on that target: each entry says why). The suite
@@ -69,7 +71,10 @@ PER_TARGET_TIMEOUT="${CONFORMANCE_TIMEOUT:-600}"
 CONFIG_DIR="$ROOT/tests/e2e/configs"
 SUITE_JS="$ROOT/tests/node_modules/@modelcontextprotocol/conformance/dist/index.js"
 NEXT_JS="$ROOT/tests/node_modules/conformance-next/dist/index.js"
-NEXT_RUNS="${CONFORMANCE_NEXT_RUNS-demo@2025-11-25,gw-stdio@2025-11-25,gw-stdio@2026-07-28,gw-http@2025-11-25,gw-http@2026-07-28}"
+NEXT_DEFAULT="demo@2025-11-25,demo@2026-07-28,gw-stdio@2025-11-25,gw-stdio@2026-07-28"
+NEXT_DEFAULT+=",gw-http@2025-11-25,gw-http@2026-07-28,gw-stdio-modern@2025-11-25"
+NEXT_DEFAULT+=",gw-stdio-modern@2026-07-28,gw-http-modern@2025-11-25,gw-http-modern@2026-07-28"
+NEXT_RUNS="${CONFORMANCE_NEXT_RUNS-$NEXT_DEFAULT}"
 TALLY="$ROOT/scripts/conformance_tally.py"
 STARTUP_TIMEOUT=30
 
