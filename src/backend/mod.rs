@@ -21,10 +21,13 @@ pub use listen::watch_lists;
 pub use slot::{Slot, backoff};
 
 use self::modern::{Era, EraCache, Verdict};
+use ::http::{HeaderName, HeaderValue};
+
 use crate::auth::upstream::UpstreamCredentials;
 use crate::config::{BackendConfig, BackendEra, Transport};
 use crate::jsonrpc::{self, ErrorObject, Notification, Request};
 use crate::mcp::{LogLevel, Method, ProtocolVersion};
+use crate::streamable_http::ParamHeaders;
 
 /// How long a new HTTP connection waits for its standalone GET stream to open.
 const GET_STREAM_WAIT: Duration = Duration::from_secs(1);
@@ -116,6 +119,17 @@ impl BackendError {
     }
 }
 
+/// What a request to a 2026-07-28 HTTP backend mirrors from its body into
+/// headers besides `Mcp-Method` (MCP 2026-07-28 basic/transports/streamable-http,
+/// request metadata and custom headers). Empty toward legacy and stdio backends.
+#[derive(Debug, Default)]
+pub(crate) struct Mirrored {
+    /// `Mcp-Name`: `params.name`, `params.uri` or `params.taskId`, the backend's own.
+    pub name: Option<String>,
+    /// `Mcp-Param-*`, by the backend's schema from the final arguments.
+    pub params: Vec<(HeaderName, HeaderValue)>,
+}
+
 /// The caller of one upstream request, opaque to the client face (for the
 /// gateway: the host request being served). The connection asks it what it needs
 /// to send the request, and hands it back to the [`UpstreamHandler`] with every
@@ -145,6 +159,12 @@ pub trait Caller: Send + Sync + 'static {
     /// The trace the upstream request continues (its CLIENT span is a child of
     /// it); `None` (the default): not traced.
     fn trace_parent(&self) -> Option<opentelemetry::Context> {
+        None
+    }
+    /// The `x-mcp-header` annotations of the tool this request calls, mirrored
+    /// into `Mcp-Param-*` headers toward 2026-07-28 HTTP backends (MCP
+    /// 2026-07-28 streamable-http, custom headers); `None` (the default): none.
+    fn param_headers(&self) -> Option<Arc<ParamHeaders>> {
         None
     }
     /// The connection's own background request (a listen), never the call a
@@ -197,12 +217,12 @@ impl Link {
         conn: &Arc<Connection>,
         id: u64,
         method: &Method,
-        name: Option<&str>,
+        mirrored: &Mirrored,
         bytes: Vec<u8>,
     ) -> Result<(), BackendError> {
         match self {
             Link::Stdio(l) => l.send(&conn.backend, bytes).await,
-            Link::Http(l) => l.send_request(conn, id, method, name, bytes).await,
+            Link::Http(l) => l.send_request(conn, id, method, mirrored, bytes).await,
             Link::Sse(l) => l.send(bytes).await,
         }
     }

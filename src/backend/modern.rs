@@ -12,7 +12,6 @@
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::Duration;
 
-use base64::Engine;
 use reqwest::header::HeaderValue;
 use serde_json::value::RawValue;
 use serde_json::{Value, json};
@@ -238,18 +237,10 @@ pub(crate) fn mcp_name(method: &Method, params: Option<&Value>) -> Option<String
     Some(params?.get(key)?.as_str()?.to_owned())
 }
 
-/// A header value for `s`: as is when it is plain visible ASCII, else the
-/// `=?base64?…?=` form (MCP 2026-07-28 basic/transports/streamable-http).
+/// A header value for `s` by the 2026-07-28 value encoding
+/// ([`encode_header_value`](crate::streamable_http::encode_header_value)).
 pub(crate) fn header_value(s: &str) -> Option<HeaderValue> {
-    let plain = !s.is_empty()
-        && s.bytes().all(|b| (0x20..0x7f).contains(&b))
-        && !s.starts_with("=?base64?")
-        && s.trim() == s;
-    if plain {
-        return HeaderValue::from_str(s).ok();
-    }
-    let encoded = base64::engine::general_purpose::STANDARD.encode(s.as_bytes());
-    HeaderValue::from_str(&format!("=?base64?{encoded}?=")).ok()
+    HeaderValue::from_str(&crate::streamable_http::encode_header_value(s)).ok()
 }
 
 /// The handshake's equivalent from a `DiscoverResult` (MCP 2026-07-28

@@ -41,6 +41,7 @@ impl Dispatch {
         let token = jsonrpc::progress_token(Some(&up.params)).cloned();
         let call =
             HostCall::new(host.clone(), id.clone(), token, tx).with_trace(ctx.trace_context());
+        let call = call.with_param_headers(up.headers.clone());
         let call = Arc::new(call);
         match host {
             // A legacy host cancels by id: the call must be findable, and its id

@@ -26,6 +26,7 @@ use crate::mcp::{ListKind, LogLevel, Method};
 use crate::relay::Relay;
 use crate::request::{Outcome, RequestContext};
 use crate::session::{Host, Outbound, Session};
+use crate::streamable_http::ParamHeaders;
 use crate::supervisor::Supervisor;
 use rewrite::ResultKind;
 
@@ -52,6 +53,9 @@ struct Upstream {
     /// For a 2026-07-28 call: the digest of the host's own params, which a retry
     /// answering `input_required` must match.
     digest: String,
+    /// The called tool's `x-mcp-header` annotations, mirrored toward 2026-07-28
+    /// HTTP backends.
+    headers: Option<Arc<ParamHeaders>>,
 }
 
 /// What the route phase decided.
@@ -310,6 +314,7 @@ impl Dispatch {
             kind,
             task: None,
             digest: String::new(),
+            headers: route.headers.clone(),
         }))
     }
 
@@ -336,6 +341,7 @@ impl Dispatch {
             kind: ResultKind::Resource,
             task: None,
             digest: String::new(),
+            headers: None,
         }))
     }
 
@@ -384,6 +390,7 @@ impl Dispatch {
             kind: ResultKind::Opaque,
             task: None,
             digest: String::new(),
+            headers: None,
         }))
     }
 
@@ -505,6 +512,7 @@ impl Dispatch {
             kind,
             task: Some(exposed),
             digest: String::new(),
+            headers: None,
         }))
     }
 }

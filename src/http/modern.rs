@@ -129,6 +129,9 @@ pub async fn serve(
     // A stateless client may call before it lists (no handshake waits for the
     // backends at start, as `initialize` does): give them a bounded moment.
     st.supervisor.wait_loaded(LOAD_WAIT).await;
+    if let Err(e) = check_params(st, h, &req, &host) {
+        return reject(ctx, e);
+    }
     let reply = st.dispatch.handle(ctx, &host, req).await;
     match reply {
         Reply::Now(bytes) => {
@@ -254,6 +257,36 @@ fn check_headers(h: &HeaderMap, req: &Request, requested: &str) -> Result<(), Ht
             format!("Header mismatch: {what}"),
         )
     })
+}
+
+/// A `tools/call`'s `Mcp-Param-*` headers against the called tool's
+/// `x-mcp-header` annotations ([`ParamHeaders::check`](crate::streamable_http::ParamHeaders::check); MCP 2026-07-28
+/// streamable-http, custom headers: whoever reads the body refuses a disagreement
+/// with 400 and -32020). A tool the caller cannot see is left to the dispatcher's
+/// unknown-tool error.
+fn check_params(st: &AppState, h: &HeaderMap, req: &Request, host: &Host) -> Result<(), HttpError> {
+    if req.method != Method::ToolsCall {
+        return Ok(());
+    }
+    let params = req.params.as_ref();
+    let Some(name) = params.and_then(|p| p.get("name")).and_then(Value::as_str) else {
+        return Ok(());
+    };
+    let view = st.catalog.view_for_key(&host.view_key());
+    let Some(headers) = view.tools.get(name).and_then(|r| r.headers.as_ref()) else {
+        return Ok(());
+    };
+    headers
+        .check(h, params.and_then(|p| p.get("arguments")))
+        .map_err(|what| {
+            refuse(
+                Rejection::HeaderMismatch,
+                StatusCode::BAD_REQUEST,
+                jsonrpc::HEADER_MISMATCH,
+                &req.id,
+                format!("Header mismatch: {what}"),
+            )
+        })
 }
 
 /// A JSON answer, its status by its error code (MCP 2026-07-28 basic/index,

@@ -16,6 +16,7 @@ use super::Host;
 use crate::backend::{Caller, Connection};
 use crate::jsonrpc::Id;
 use crate::mcp::Method;
+use crate::streamable_http::ParamHeaders;
 
 /// A server→client request a backend sent during a 2026-07-28 host's call. Such a
 /// host never receives a JSON-RPC request: the gateway answers it
@@ -64,6 +65,8 @@ pub struct HostCall {
     cancelled: CancellationToken,
     /// The host request's trace, continued by the upstream request.
     trace: Option<opentelemetry::Context>,
+    /// The called tool's `x-mcp-header` annotations ([`Caller::param_headers`]).
+    param_headers: Option<Arc<ParamHeaders>>,
 }
 
 impl HostCall {
@@ -86,7 +89,14 @@ impl HostCall {
             last_progress: Mutex::new(None),
             cancelled: CancellationToken::new(),
             trace: None,
+            param_headers: None,
         }
+    }
+
+    /// The call is to a tool with these `x-mcp-header` annotations.
+    pub fn with_param_headers(mut self, headers: Option<Arc<ParamHeaders>>) -> Self {
+        self.param_headers = headers;
+        self
     }
 
     /// The call continues trace `trace` upstream ([`Caller::trace_parent`]).
@@ -255,6 +265,10 @@ impl Caller for HostCall {
             caps,
             self.host.version(),
         ))
+    }
+
+    fn param_headers(&self) -> Option<Arc<ParamHeaders>> {
+        self.param_headers.clone()
     }
 
     fn started(&self, conn: &Arc<Connection>, id: u64) -> bool {

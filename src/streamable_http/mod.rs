@@ -8,6 +8,7 @@
 
 mod events;
 mod metadata;
+mod params;
 
 use std::sync::Arc;
 
@@ -18,6 +19,7 @@ use crate::mcp::ProtocolVersion;
 
 pub use events::{Attached, EventLog, Frame, KEEP_ALIVE, RETRY_MS, ResumeError, parse_id};
 pub use metadata::{check_metadata, decode_header_value, name_param};
+pub use params::{ParamHeader, ParamHeaders, encode_header_value};
 
 /// `Mcp-Session-Id` (spelled `MCP-Session-Id` in 2025-11-25; header names are
 /// case-insensitive).

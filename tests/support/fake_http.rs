@@ -172,6 +172,14 @@ impl FakeHttp {
         }
     }
 
+    /// Adds raw tool definition `tool` (answered `called {name}`) without
+    /// announcing it: for tools a test needs before the gateway lists.
+    pub fn add_tool(&self, tool: Value) {
+        if let Ok(mut t) = self.inner.catalog.extra_tools.lock() {
+            t.push(tool);
+        }
+    }
+
     /// Adds a tool and announces it with `notifications/tools/list_changed` on
     /// every open GET stream (unrelated to any request); returns how many
     /// streams it went to.
