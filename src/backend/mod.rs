@@ -4,7 +4,7 @@ mod conn;
 pub(crate) mod events;
 mod handshake;
 mod http;
-mod modern;
+pub(crate) mod modern;
 mod slot;
 mod sse;
 mod stdio;

@@ -246,7 +246,11 @@ fn unsupported_version(id: &Id, requested: &str) -> HttpError {
 /// request metadata and server validation): `MCP-Protocol-Version` equal to the
 /// `_meta` version, `Mcp-Method` equal to the method, `Mcp-Name` equal to
 /// `params.name` / `params.uri` / `params.taskId` where the method has one.
-fn check_headers(h: &HeaderMap, req: &Request, requested: &str) -> Result<(), HttpError> {
+pub(crate) fn check_headers(
+    h: &HeaderMap,
+    req: &Request,
+    requested: &str,
+) -> Result<(), HttpError> {
     let mismatch = |what: String| {
         refuse(
             Rejection::HeaderMismatch,
@@ -322,7 +326,7 @@ fn name_param(method: &Method) -> Option<&'static str> {
 
 /// A header value, with the `=?base64?…?=` form decoded (values that are not
 /// plain visible ASCII travel that way). `None`: malformed.
-fn decode_header(v: &str) -> Option<String> {
+pub(crate) fn decode_header(v: &str) -> Option<String> {
     let Some(inner) = v
         .strip_prefix("=?base64?")
         .and_then(|r| r.strip_suffix("?="))
