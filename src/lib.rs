@@ -174,6 +174,8 @@ impl Gateway {
             catalog.clone(),
             supervisor.clone(),
             relay.clone(),
+            sealer.clone(),
+            &metrics,
         );
         let limiter = server
             .rate_limit

@@ -92,6 +92,12 @@ pub struct Metrics {
     /// `answer` (a host's answer to a request another replica relayed),
     /// `cancel` (a host's cancel of a request this replica does not run).
     pub cluster_forwarded: IntCounterVec,
+    /// 2026-07-28 retries carrying a `requestState` the gateway issued, by
+    /// `kind` (`continuation`: a call parked by the bridge; `wrapped`: a
+    /// 2026-07-28 backend's state wrapped in ours) and `result` (`resumed`,
+    /// `invalid`: -32602, `elsewhere`: the continuation is on another replica,
+    /// `gone`: no longer parked).
+    pub input_required_retries: IntCounterVec,
 }
 
 /// The source revision baked in at build time (`MCPGATE_REVISION=$(git rev-parse
@@ -328,6 +334,12 @@ impl Metrics {
                 "Work handed to another replica through the shared store, by kind (answer, cancel).",
                 &["kind"],
             ),
+            input_required_retries: counter_vec(
+                &r,
+                "mcpgate_input_required_retries_total",
+                "2026-07-28 retries carrying a requestState the gateway issued, by kind (continuation, wrapped) and result (resumed, invalid, elsewhere, gone).",
+                &["kind", "result"],
+            ),
             registry: r,
         };
         m.build_info
@@ -335,6 +347,14 @@ impl Metrics {
             .set(1);
         for result in ["success", "failure"] {
             m.config_reloads.with_label_values(&[result]);
+        }
+        for result in ["resumed", "invalid", "elsewhere", "gone"] {
+            m.input_required_retries
+                .with_label_values(&["continuation", result]);
+        }
+        for result in ["resumed", "invalid"] {
+            m.input_required_retries
+                .with_label_values(&["wrapped", result]);
         }
         m
     }

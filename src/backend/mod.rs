@@ -5,7 +5,7 @@ pub(crate) mod events;
 mod handshake;
 mod http;
 mod listen;
-mod modern;
+pub(crate) mod modern;
 mod slot;
 mod sse;
 mod stdio;

@@ -20,9 +20,11 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
 use crate::catalog::{Catalog, View, inject_overrides};
+use crate::cluster::Sealer;
 use crate::error::RpcError;
 use crate::jsonrpc::{self, Id, Request};
 use crate::mcp::{ListKind, LogLevel, Method};
+use crate::metrics::Metrics;
 use crate::relay::Relay;
 use crate::request::{Outcome, RequestContext};
 use crate::session::{Host, Outbound, Session};
@@ -109,15 +111,32 @@ impl Dispatch {
     /// The dispatch over `catalog`, opening connections through `supervisor`.
     /// `input_required_timeout`: how long a call answered `input_required` waits
     /// for its retry before it is cancelled upstream (MCP 2026-07-28 mrtr: never
-    /// assume the retry comes).
+    /// assume the retry comes). `sealer` (the `[cluster]` keys) seals every
+    /// `requestState` the gateway issues, so a state opens on every replica with
+    /// the same keys; a continuation names the replica holding it (the shared
+    /// store's tag, or a random id of this process). Retries are counted in
+    /// `metrics.input_required_retries`.
     pub fn new(
         input_required_timeout: std::time::Duration,
         catalog: Arc<Catalog>,
         supervisor: Arc<Supervisor>,
         relay: Arc<Relay>,
+        sealer: Arc<Sealer>,
+        metrics: &Metrics,
     ) -> Arc<Dispatch> {
+        let replica = supervisor.shared().map(|s| s.tag().to_owned());
+        let bridge = bridge::Bridge::new(
+            input_required_timeout,
+            sealer,
+            replica.as_deref(),
+            metrics.input_required_retries.clone(),
+        );
+        tracing::debug!(
+            replica = bridge.replica(),
+            "input_required continuations are parked under this replica name"
+        );
         Arc::new(Dispatch {
-            bridge: Arc::new(bridge::Bridge::new(input_required_timeout)),
+            bridge: Arc::new(bridge),
             catalog,
             supervisor,
             relay,
@@ -172,7 +191,7 @@ impl Dispatch {
             Routed::Forward(mut up) => {
                 if let Some(w) = wrapped {
                     let backend = &self.catalog.backend(up.backend).spec.name;
-                    if let Err(e) = w.apply(backend, &mut up.params) {
+                    if let Err(e) = w.apply(&self.bridge, backend, &mut up.params) {
                         return error_reply(ctx, host, &id, &e);
                     }
                 }

@@ -10,8 +10,8 @@
 //!   an input request the client did not declare; the backend was only told what
 //!   the host declared, so an honest backend never trips it).
 //! - **Wrap.** mcpgate's state = the sealed `{backend, caller digest, call digest,
-//!   expiry, the backend's state verbatim (or none)}` (`Bridge::seal_as`, its own
-//!   MAC domain). It binds the state to the principal — behind one shared backend
+//!   expiry, the backend's state verbatim (or none)}` (`Bridge::seal_as`: the
+//!   `[cluster]` keys, `Purpose::Value`, AAD [`WRAPPED`]). It binds the state to the principal — behind one shared backend
 //!   credential the backend cannot tell users apart, so one user could otherwise
 //!   replay another's state — and to the call and the backend. It is always
 //!   issued, also when the backend gave no state of its own. The backend's state
@@ -24,16 +24,23 @@
 //!   to a relayed round, they get a prefix of their own and are taken out of
 //!   `inputResponses` before the retry goes upstream.
 //!
-//! The seal uses the bridge's per-process key: until `requestState` is sealed with
-//! the `[cluster]` keys, a wrapped state opens only in the process that issued
-//! it (another replica answers -32602, never a second execution).
+//! **Any replica.** The wrap holds nothing in the process: the sealed state
+//! carries all the gateway needs, and it is sealed with the `[cluster]` keys, so
+//! a retry is served by whichever replica it reaches (every replica with the same
+//! keys opens it; old keys open, the first seals). The backend must then accept
+//! its own state wherever the retry reaches it: an HTTP backend is one server
+//! anyway; a stdio backend runs one child per replica, which holds only if its
+//! state does not depend on that child (sealed with a key of its own
+//! configuration, not one drawn at its start). Without `[cluster]` keys the
+//! gateway's key is drawn at start, and a wrapped state opens only in the
+//! process that issued it (another one answers -32602, never a second execution).
 
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use super::Upstream;
-use super::bridge::{Bridge, call_digest, caller_digest};
+use super::bridge::{Bridge, Kind, call_digest, caller_digest};
 use crate::auth::PrincipalId;
 use crate::backend::BackendError;
 use crate::error::RpcError;
@@ -41,8 +48,8 @@ use crate::jsonrpc::{ErrorObject, INTERNAL_ERROR, MISSING_CLIENT_CAPABILITY};
 use crate::mcp::{Method, input};
 use crate::session::ModernHost;
 
-/// The MAC domain of a wrapped `requestState`.
-const WRAPPED: &[u8] = b"mcpgate wrapped requestState v1\0";
+/// The AAD of a wrapped `requestState` (never opens as a continuation's).
+pub(super) const WRAPPED: &[u8] = b"mcpgate/requestState/wrapped/v1";
 
 /// The sealed part of a wrapped `requestState`.
 #[derive(Serialize, Deserialize)]
@@ -135,6 +142,7 @@ pub(super) fn open(
 ) -> Option<Result<Unwrapped, RpcError>> {
     let state: Wrapped = bridge.open_as(WRAPPED, request_state)?;
     let bad = |why: &str| {
+        bridge.count(Kind::Wrapped, "invalid");
         Some(Err(RpcError::invalid_params(format!(
             "Invalid requestState: {why}"
         ))))
@@ -155,13 +163,21 @@ impl Unwrapped {
     /// Puts the backend's own state (or none) in place of mcpgate's in the
     /// params of the routed retry, after checking that it goes to the backend
     /// that issued it (`backend`: the routed backend's configured name). The
-    /// host's `inputResponses` go on unchanged. Errors: -32602 for another backend.
-    pub(super) fn apply(self, backend: &str, params: &mut Value) -> Result<(), RpcError> {
+    /// host's `inputResponses` go on unchanged. Errors: -32602 for another
+    /// backend. Counted in `bridge`'s retries either way.
+    pub(super) fn apply(
+        self,
+        bridge: &Bridge,
+        backend: &str,
+        params: &mut Value,
+    ) -> Result<(), RpcError> {
         if self.0.b != backend {
+            bridge.count(Kind::Wrapped, "invalid");
             return Err(RpcError::invalid_params(
                 "Invalid requestState: issued by another server",
             ));
         }
+        bridge.count(Kind::Wrapped, "resumed");
         if let Some(p) = params.as_object_mut() {
             match self.0.s {
                 Some(s) => p.insert("requestState".into(), s.into()),
@@ -176,11 +192,10 @@ impl Unwrapped {
 mod tests {
     use super::*;
     use serde_json::json;
-    use std::time::Duration;
 
-    #[tokio::test]
-    async fn a_wrapped_state_opens_only_for_its_caller_call_and_backend() {
-        let bridge = Bridge::new(Duration::from_secs(60));
+    #[test]
+    fn a_wrapped_state_opens_only_for_its_caller_call_and_backend() {
+        let bridge = super::super::bridge::tests::bridge(&[("k1", 1)], "a");
         let params = json!({"name": "t", "arguments": {"x": 1}});
         let state = Wrapped {
             b: "up".into(),
@@ -194,7 +209,7 @@ mod tests {
         let mut retry = json!({"name": "t", "arguments": {"x": 1}, "requestState": sealed,
             "inputResponses": {"k": {"action": "accept"}}});
         let unwrapped = open(&sealed, &retry).expect("wrapped").expect("valid");
-        unwrapped.apply("up", &mut retry).unwrap();
+        unwrapped.apply(&bridge, "up", &mut retry).unwrap();
         assert_eq!(retry["requestState"], "inner \"state\" é");
         assert_eq!(retry["inputResponses"]["k"]["action"], "accept");
         let other_call = json!({"name": "t", "arguments": {"x": 2}});
@@ -212,10 +227,20 @@ mod tests {
         );
         assert!(by_other.unwrap().is_err());
         let unwrapped = open(&sealed, &params).unwrap().expect("valid");
-        assert!(unwrapped.apply("other", &mut json!({})).is_err());
+        assert!(unwrapped.apply(&bridge, "other", &mut json!({})).is_err());
         assert!(open("garbage", &params).is_none(), "not a wrapped state");
         let expired = Wrapped { e: 1, ..state };
-        let sealed = bridge.seal_as(WRAPPED, &expired);
-        assert!(open(&sealed, &params).unwrap().is_err());
+        let expired = bridge.seal_as(WRAPPED, &expired);
+        assert!(open(&expired, &params).unwrap().is_err());
+        // Another replica with the same keys opens it; other keys do not, and a
+        // wrapped state is never taken for a continuation's.
+        let elsewhere = super::super::bridge::tests::bridge(&[("k2", 2), ("k1", 1)], "b");
+        let there = super::open(&elsewhere, &sealed, &Method::ToolsCall, &params, None);
+        assert!(there.expect("wrapped").is_ok());
+        let other_keys = super::super::bridge::tests::bridge(&[("k2", 2)], "b");
+        assert!(super::open(&other_keys, &sealed, &Method::ToolsCall, &params, None).is_none());
+        let as_continuation: Option<Value> =
+            bridge.open_as(super::super::bridge::CONTINUATION, &sealed);
+        assert!(as_continuation.is_none());
     }
 }

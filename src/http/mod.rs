@@ -9,7 +9,7 @@ mod error;
 pub(crate) mod headers;
 pub mod limit;
 pub(crate) mod mcp;
-mod modern;
+pub(crate) mod modern;
 mod resume;
 mod routes;
 pub mod serve;

@@ -247,7 +247,11 @@ fn unsupported_version(id: &Id, requested: &str) -> HttpError {
 /// The standard headers against the body (MCP 2026-07-28 streamable-http,
 /// request metadata and server validation; the rule is
 /// [`streamable_http::check_metadata`](crate::streamable_http::check_metadata)).
-fn check_headers(h: &HeaderMap, req: &Request, requested: &str) -> Result<(), HttpError> {
+pub(crate) fn check_headers(
+    h: &HeaderMap,
+    req: &Request,
+    requested: &str,
+) -> Result<(), HttpError> {
     check_metadata(h, &req.method, req.params.as_ref(), requested).map_err(|what| {
         refuse(
             Rejection::HeaderMismatch,

@@ -8,14 +8,21 @@ Tools: `greet` (form elicitation), `add` (sampling), `where` (roots), `all_at_on
 in one round), `two_steps` (an elicitation, then a sampling request built from its answer: two
 rounds).
 
+The SDK seals its `requestState` under a key drawn at start (one process only) unless
+`MRTR_STATE_KEY` (text of at least 32 bytes) is set: then every process started with the same key opens what
+another sealed, as the SDK asks of multi-instance deployments (tests/lb runs one child per
+gateway replica).
+
 Run: `python mrtr_server.py` (stdio).
 """
 
 from __future__ import annotations
 
+import os
 from typing import Annotated
 
 from mcp.server.mcpserver import Elicit, ListRoots, MCPServer, Resolve, Sample
+from mcp.server.request_state import RequestStateSecurity
 from mcp_types import CreateMessageResult, ListRootsResult, SamplingMessage, TextContent
 from pydantic import BaseModel
 
@@ -46,7 +53,10 @@ def _text(result: CreateMessageResult) -> str:
     return content.text if isinstance(content, TextContent) else str(content)
 
 
-server = MCPServer("py-mrtr")
+_key = os.environ.get("MRTR_STATE_KEY")
+server = MCPServer(
+    "py-mrtr", request_state_security=RequestStateSecurity(keys=[_key]) if _key else None
+)
 
 
 @server.tool()
