@@ -21,8 +21,8 @@ pub use slot::{Slot, backoff};
 use self::modern::{Era, EraCache, Verdict};
 use crate::auth::upstream::UpstreamCredentials;
 use crate::config::{BackendConfig, BackendEra, Transport};
-use crate::jsonrpc::{self, ErrorObject, Notification, Request};
-use crate::mcp::{LogLevel, Method, ProtocolVersion};
+use crate::jsonrpc::{self, ErrorObject};
+use crate::mcp::{LogLevel, Method, Notification, ProtocolVersion, Request};
 
 /// How long a new HTTP connection waits for its standalone GET stream to open.
 const GET_STREAM_WAIT: Duration = Duration::from_secs(1);

@@ -11,8 +11,8 @@ use serde_json::{Value, json};
 
 use super::{Relay, notification};
 use crate::backend::Connection;
-use crate::jsonrpc::{self, ErrorObject, Id, Notification, Request, Response};
-use crate::mcp::{Method, input, names};
+use crate::jsonrpc::{self, ErrorObject, Id, Response};
+use crate::mcp::{Message, Method, Notification, Request, input, names};
 use crate::session::{Ask, ClientRequest, HostAnswer, HostCall, Session};
 
 impl Relay {
@@ -286,7 +286,7 @@ impl Relay {
     /// (`message`: the host's JSON-RPC response).
     pub fn answer_forwarded(&self, session: &Arc<Session>, message: &str) {
         match jsonrpc::parse_message(message.as_bytes()) {
-            Ok(jsonrpc::Message::Response(r)) => self.handle_response(session, r),
+            Ok(Message::Response(r)) => self.handle_response(session, r),
             _ => tracing::debug!("a forwarded answer that is not a response; ignored"),
         }
     }
