@@ -14,9 +14,9 @@ use crate::catalog::cursor::CursorKey;
 use crate::cluster::Sealer;
 use crate::config::Config;
 use crate::dispatch::rewrite::{ResultKind, rewrite_result};
-use crate::jsonrpc::{self, Message};
-use crate::mcp::names;
+use crate::jsonrpc;
 use crate::mcp::version::ProtocolVersion;
+use crate::mcp::{Message, names};
 use crate::session::{MemoryStore, SessionStore, SessionToken};
 use crate::streamable_http::EventLog;
 

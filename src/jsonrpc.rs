@@ -1,7 +1,9 @@
 //! JSON-RPC 2.0 envelope: message classification, ids and standard error objects.
 //!
 //! MCP (2025-11-25 basic/index) carries every message as a JSON-RPC 2.0 request,
-//! notification or response. This module only classifies the envelope; `params`
+//! notification or response. This module only classifies the envelope and knows no
+//! MCP vocabulary: a method name is parsed into whatever [`MethodName`] the caller
+//! asks for (the gateway's is `mcp::Method`, see `mcp::Message`); `params`
 //! stay a `serde_json::Value` (small, and the router rewrites a few fields in them)
 //! and a response's `result` stays a [`RawValue`] so that large results pass through
 //! without being parsed unless the router has to rewrite something inside them.
@@ -14,8 +16,6 @@ use serde::{Deserialize, Serialize, Serializer};
 use serde_json::Value;
 use serde_json::error::Category;
 use serde_json::value::RawValue;
-
-use crate::mcp::Method;
 
 /// Parse error: the body is not JSON (JSON-RPC 2.0 §5.1).
 pub const PARSE_ERROR: i64 = -32700;
@@ -125,22 +125,38 @@ impl ErrorObject {
     }
 }
 
-/// A request: has a method and a non-null id.
+/// What a message's method name becomes when the message is classified: parsed
+/// once, by the vocabulary above the envelope (`mcp::Method`). Parsing never fails:
+/// a vocabulary keeps names it does not know (JSON-RPC 2.0 §4: any string is a
+/// method name).
+pub trait MethodName {
+    /// The method named `name` on the wire, e.g. `"tools/call"`.
+    fn from_name(name: &str) -> Self;
+}
+
+/// The name verbatim, for code that needs no vocabulary.
+impl MethodName for String {
+    fn from_name(name: &str) -> Self {
+        name.to_owned()
+    }
+}
+
+/// A request: has a method (parsed into `M`) and a non-null id.
 #[derive(Debug, Clone)]
-pub struct Request {
+pub struct Request<M> {
     /// Request id, unique per requestor within a session.
     pub id: Id,
     /// Method, e.g. `tools/call` (parsed once, when the message is framed).
-    pub method: Method,
+    pub method: M,
     /// Parameters (an object when present).
     pub params: Option<Value>,
 }
 
-/// A notification: has a method and no id.
+/// A notification: has a method (parsed into `M`) and no id.
 #[derive(Debug, Clone)]
-pub struct Notification {
+pub struct Notification<M> {
     /// Method, e.g. `notifications/progress`.
-    pub method: Method,
+    pub method: M,
     /// Parameters (an object when present).
     pub params: Option<Value>,
 }
@@ -154,13 +170,13 @@ pub struct Response {
     pub outcome: Result<Box<RawValue>, ErrorObject>,
 }
 
-/// One JSON-RPC message of any kind.
+/// One JSON-RPC message of any kind, its method parsed into `M`.
 #[derive(Debug)]
-pub enum Message {
+pub enum Message<M> {
     /// A request.
-    Request(Request),
+    Request(Request<M>),
     /// A notification.
-    Notification(Notification),
+    Notification(Notification<M>),
     /// A response (result or error).
     Response(Response),
 }
@@ -224,14 +240,14 @@ fn present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
 /// JSON that is not a JSON-RPC 2.0 message (wrong `jsonrpc`, `null` or fractional id,
 /// non-string method, non-object params, a response with both or neither of
 /// `result`/`error`).
-pub fn parse_message(text: &[u8]) -> Result<Message, EnvelopeError> {
+pub fn parse_message<M: MethodName>(text: &[u8]) -> Result<Message<M>, EnvelopeError> {
     let raw: &RawValue =
         serde_json::from_slice(text).map_err(|e| EnvelopeError::Parse(e.to_string()))?;
     classify_raw(raw)
 }
 
 /// Classifies one already-parsed JSON value (used for batch elements).
-pub fn classify_raw(raw: &RawValue) -> Result<Message, EnvelopeError> {
+pub fn classify_raw<M: MethodName>(raw: &RawValue) -> Result<Message<M>, EnvelopeError> {
     // serde's derived struct impl would also take an array of the fields in order.
     if !raw.get().trim_start().starts_with('{') {
         return Err(EnvelopeError::Invalid {
@@ -281,12 +297,12 @@ pub fn classify_raw(raw: &RawValue) -> Result<Message, EnvelopeError> {
         }
         return match id {
             None => Ok(Message::Notification(Notification {
-                method: Method::parse(&method),
+                method: M::from_name(&method),
                 params: env.params,
             })),
             Some(Ok(id)) => Ok(Message::Request(Request {
                 id,
-                method: Method::parse(&method),
+                method: M::from_name(&method),
                 params: env.params,
             })),
             Some(Err(true)) => Err(invalid("id must not be null")),
@@ -416,7 +432,7 @@ pub fn progress_token(params: Option<&Value>) -> Option<&Value> {
 mod tests {
     use super::*;
 
-    fn parse(s: &str) -> Result<Message, EnvelopeError> {
+    fn parse(s: &str) -> Result<Message<String>, EnvelopeError> {
         parse_message(s.as_bytes())
     }
 

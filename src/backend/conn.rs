@@ -16,8 +16,8 @@ use tracing::Instrument;
 use super::listen;
 use super::modern::{self, EraCache};
 use super::{BackendError, Caller, Link, Mirrored, UpstreamHandler};
-use crate::jsonrpc::{self, ErrorObject, Id, Message, Notification};
-use crate::mcp::{Method, ProtocolVersion};
+use crate::jsonrpc::{self, ErrorObject, Id};
+use crate::mcp::{Message, Method, Notification, ProtocolVersion};
 use crate::telemetry::ClientSpan;
 
 /// What the backend said about itself in its `initialize` result.

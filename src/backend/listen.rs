@@ -27,8 +27,8 @@ use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 
 use super::{BackendError, Caller, Connection, backoff};
-use crate::jsonrpc::{METHOD_NOT_FOUND, Notification};
-use crate::mcp::{Changed, META_SUBSCRIPTION_ID, Method};
+use crate::jsonrpc::METHOD_NOT_FOUND;
+use crate::mcp::{Changed, META_SUBSCRIPTION_ID, Method, Notification};
 
 /// How long one listen request may stay open before it is renewed.
 const LISTEN_LIMIT: Duration = Duration::from_secs(3600);

@@ -25,8 +25,8 @@ use ::http::{HeaderName, HeaderValue};
 
 use crate::auth::upstream::UpstreamCredentials;
 use crate::config::{BackendConfig, BackendEra, Transport};
-use crate::jsonrpc::{self, ErrorObject, Notification, Request};
-use crate::mcp::{LogLevel, Method, ProtocolVersion};
+use crate::jsonrpc::{self, ErrorObject};
+use crate::mcp::{LogLevel, Method, Notification, ProtocolVersion, Request};
 use crate::streamable_http::ParamHeaders;
 
 /// How long a new HTTP connection waits for its standalone GET stream to open.

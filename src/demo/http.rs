@@ -24,10 +24,9 @@ use axum::routing::post;
 use bytes::Bytes;
 use futures_util::StreamExt;
 use mcpgate::jsonrpc::{
-    self, EnvelopeError, ErrorObject, INVALID_REQUEST, Message, Request, SESSION_NOT_FOUND,
-    TRANSPORT_ERROR,
+    self, EnvelopeError, ErrorObject, INVALID_REQUEST, SESSION_NOT_FOUND, TRANSPORT_ERROR,
 };
-use mcpgate::mcp::{Method, ProtocolVersion};
+use mcpgate::mcp::{Message, Method, ProtocolVersion, Request};
 use mcpgate::streamable_http::{
     Attached, EVENT_STREAM, JSON, LAST_EVENT_ID, SESSION_ID, accepts, is_json, new_session_id,
 };

@@ -22,10 +22,9 @@ use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use futures_util::stream;
 use mcpgate::jsonrpc::{
-    self, ErrorObject, HEADER_MISMATCH, INVALID_PARAMS, INVALID_REQUEST, Message, Request,
-    TRANSPORT_ERROR,
+    self, ErrorObject, HEADER_MISMATCH, INVALID_PARAMS, INVALID_REQUEST, TRANSPORT_ERROR,
 };
-use mcpgate::mcp::ProtocolVersion;
+use mcpgate::mcp::{Message, ProtocolVersion, Request};
 use mcpgate::streamable_http::{EVENT_STREAM, JSON, PROTOCOL_VERSION, SESSION_ID, check_metadata};
 use serde_json::Value;
 use tokio::sync::mpsc;

@@ -16,11 +16,11 @@
 use axum::http::StatusCode;
 use mcpgate::jsonrpc::{
     ErrorObject, HEADER_MISMATCH, INVALID_PARAMS, METHOD_NOT_FOUND, MISSING_CLIENT_CAPABILITY,
-    RESOURCE_NOT_FOUND, Request, UNSUPPORTED_PROTOCOL_VERSION,
+    RESOURCE_NOT_FOUND, UNSUPPORTED_PROTOCOL_VERSION,
 };
 use mcpgate::mcp::{
     LogLevel, META_CLIENT_CAPABILITIES, META_LOG_LEVEL, META_PROTOCOL_VERSION, META_SERVER_INFO,
-    Method, ProtocolVersion,
+    Method, ProtocolVersion, Request,
 };
 use serde_json::{Map, Value, json};
 

@@ -14,11 +14,8 @@ use serde_json::value::RawValue;
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
-use mcpgate::jsonrpc::{
-    self, ErrorObject, INTERNAL_ERROR, INVALID_REQUEST, Id, Message, Notification, Request,
-    Response,
-};
-use mcpgate::mcp::{LogLevel, Method, ProtocolVersion};
+use mcpgate::jsonrpc::{self, ErrorObject, INTERNAL_ERROR, INVALID_REQUEST, Id, Response};
+use mcpgate::mcp::{LogLevel, Message, Method, Notification, ProtocolVersion, Request};
 
 use crate::demo::context::CallContext;
 use crate::demo::handlers;

@@ -29,10 +29,10 @@ use super::sse::json_response;
 use super::{AppState, HttpError};
 use crate::auth::Principal;
 use crate::dispatch::Reply;
-use crate::jsonrpc::{self, Id, Message, Request};
+use crate::jsonrpc::{self, Id};
 use crate::mcp::{
-    LogLevel, META_CLIENT_CAPABILITIES, META_LOG_LEVEL, META_PROTOCOL_VERSION, Method,
-    ProtocolVersion,
+    LogLevel, META_CLIENT_CAPABILITIES, META_LOG_LEVEL, META_PROTOCOL_VERSION, Message, Method,
+    ProtocolVersion, Request,
 };
 use crate::request::{Outcome, Rejection, RequestContext};
 use crate::session::{Host, ModernHost, Outbound};

@@ -13,6 +13,8 @@ pub(crate) mod version;
 
 use std::fmt;
 
+use crate::jsonrpc;
+
 pub use version::ProtocolVersion;
 
 /// `_meta` key that marks a 2026-07-28 ("modern") request and names its revision
@@ -193,6 +195,23 @@ impl fmt::Display for Method {
         f.write_str(self.as_str())
     }
 }
+
+/// The envelope parses a method name into a `Method` once, when a message is framed.
+impl jsonrpc::MethodName for Method {
+    fn from_name(name: &str) -> Self {
+        Method::parse(name)
+    }
+}
+
+/// An MCP request: the JSON-RPC envelope with its method parsed into [`Method`].
+pub type Request = jsonrpc::Request<Method>;
+
+/// An MCP notification: the JSON-RPC envelope with its method parsed into [`Method`].
+pub type Notification = jsonrpc::Notification<Method>;
+
+/// An MCP message of any kind, as [`jsonrpc::parse_message`] and
+/// [`jsonrpc::classify_raw`] frame it for the gateway.
+pub type Message = jsonrpc::Message<Method>;
 
 /// The four paginated lists (MCP 2025-11-25 server/utilities/pagination).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

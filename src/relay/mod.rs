@@ -26,8 +26,8 @@ use crate::backend::{Caller, Connection, UpstreamHandler};
 use crate::catalog::Catalog;
 use crate::cluster::SharedStore;
 use crate::config::ConnectionMode;
-use crate::jsonrpc::{self, ErrorObject, Notification, Request};
-use crate::mcp::{Method, names};
+use crate::jsonrpc::{self, ErrorObject};
+use crate::mcp::{Method, Notification, Request, names};
 use crate::metrics::Metrics;
 use crate::session::{HostCall, Session, SessionStore};
 

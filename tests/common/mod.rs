@@ -58,6 +58,7 @@ pub fn fake_stdio() -> &'static str {
             .unwrap_or_else(|e| panic!("{}: {e}: {build}", path.display()));
         for src in [
             "tests/support/fake_stdio.rs",
+            "tests/support/tasks.rs",
             "tests/support/tools.rs",
             "tests/support/modern.rs",
         ] {
