@@ -11,6 +11,7 @@ pub mod fake_http;
 pub mod fake_sse;
 #[path = "../support/modern.rs"]
 pub mod modern;
+pub mod modern_host;
 pub mod served;
 pub mod store;
 #[path = "../support/tools.rs"]
