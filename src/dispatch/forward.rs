@@ -251,7 +251,8 @@ impl Dispatch {
         };
         let missing = cont.answer(params.get("inputResponses").and_then(Value::as_object));
         let (tx, rx) = mpsc::channel(CALL_QUEUE);
-        cont.call.rebind(tx);
+        cont.call
+            .rebind(tx, jsonrpc::progress_token(Some(params)).cloned());
         let me = self.clone();
         let id = id.clone();
         let span = tracing::Span::current();
