@@ -115,6 +115,15 @@ impl Dispatch {
                 let name = &self.catalog.backend(up.backend).spec.name;
                 wrap::pass(&self.bridge, m, up, name, &raw)
             }
+            // 2026-07-28 has no -32042: the URLs are asked, the call replayed.
+            (Host::Modern(m), Err(BackendError::Rpc(e)))
+                if e.code == jsonrpc::URL_ELICITATION_REQUIRED =>
+            {
+                let name = &self.catalog.backend(up.backend).spec.name;
+                let asked = wrap::url_required(&self.bridge, m, up, name, &e);
+                asks = asked.is_ok();
+                asked
+            }
             (_, outcome) => outcome,
         };
         let bytes = match outcome {

@@ -394,7 +394,39 @@ async def test_the_gateway_refuses_what_a_request_did_not_declare(shared: Bridge
                           inputResponses={key: {"action": "decline"}}, requestState=asked["requestState"])
     assert answer["result"]["resultType"] == "complete", answer
     assert answer["result"]["content"][0]["text"].startswith("❌ User declined to open the URL"), answer
+
+    # The backend's -32042 for a host that did not declare URL mode: -32021 naming it (the
+    # 2026-07-28 code for a missing client capability), never -32042.
+    _, answer = _raw_call(shared.url, 6, "ev__trigger-url-elicitation",
+                          {"url": "https://example.com/z", "errorPath": True}, {"elicitation": {"form": {}}})
+    assert answer["error"]["code"] == -32021, answer
+    assert answer["error"]["data"] == {"requiredCapabilities": {"elicitation": {"url": {}}}}, answer
     assert_clean_backend_hop(shared)
+
+
+# --------------------------------------------------------------------------- URL elicitation required (-32042)
+
+
+async def test_url_elicitation_required_becomes_input_required(pooled: Bridged) -> None:
+    """server-everything's error path: `trigger-url-elicitation` with `errorPath` first answers
+    -32042 (URLElicitationRequired, MCP 2025-11-25) naming a prerequisite URL, and proceeds when
+    the same call comes again (asking for its own URL). 2026-07-28 has no -32042: the host is
+    asked the prerequisite as a URL input request, and its retry re-issues the original call
+    (dual-era.md R24)."""
+    host = Host()  # elicitation only: no startup ask from the backend
+    args = {"url": "https://example.com/after", "errorPath": True}
+    async with host.client(pooled.url, MODERN, sample=False, roots=False) as client:
+        done = await client.call_tool("ev__trigger-url-elicitation", args)
+    assert host.asked == [
+        {"kind": "elicitation", "mode": "url", "url": "https://modelcontextprotocol.io",
+         "message": "Open this link to satisfy the prerequisite, then retry the request."},
+        {"kind": "elicitation", "mode": "url", "url": "https://example.com/after",
+         "message": "Please open the link to complete this action."}], host.asked
+    assert not done.is_error and "✅ User completed the URL elicitation flow." in texts(done), done
+    calls = pooled.calls_to("trigger-url-elicitation")
+    assert [c[1]["params"] for c in calls] == [{"name": "trigger-url-elicitation", "arguments": args}] * 2, calls
+    assert len({child for child, *_ in calls}) == 1, "the retry reached another backend process"
+    assert_clean_backend_hop(pooled)
 
 
 # --------------------------------------------------------------------------- cancel
