@@ -8,11 +8,13 @@ its client something mid-call, the gateway parks the call and answers the host
 `input_required`; the SDK answers and retries, and the backend gets the host's answer as the
 answer to its own request. Cases: form elicitation (`trigger-elicitation-request`), sampling
 (`trigger-sampling-request`), roots (`get-roots-list`), URL elicitation
-(`trigger-url-elicitation`, request path), progress (`trigger-long-running-operation`),
-cancel (the host abandons the call: its response stream closes), `subscriptions/listen`
-(`toggle-subscriber-updates`, `gzip-file-as-resource`), and the capability gate (a kind the
-request did not declare is never asked), the gate also on raw 2026-07-28 HTTP, where the SDK
-cannot leave out one elicitation mode.
+(`trigger-url-elicitation`: the request path, and the error path whose -32042 the gateway turns
+into `input_required`), progress (`trigger-long-running-operation`, also across an
+`input_required` round), cancel (the host abandons the call: its response stream closes), a
+retry that never comes, `subscriptions/listen` (`toggle-subscriber-updates`,
+`gzip-file-as-resource`), and the capability gate (a kind the request did not declare is never
+asked), the gate also on raw 2026-07-28 HTTP, where the SDK cannot leave out one elicitation
+mode.
 
 Connection modes, and why two are used:
 - The default (`mode = "auto"` for stdio): server-everything asks `roots/list` 350 ms after its
@@ -121,7 +123,8 @@ def _lines(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def _start(start_gateway: StartGateway, everything: StdioCommand, tmp_path: Path, mode: str | None) -> Bridged:
+def _start(start_gateway: StartGateway, everything: StdioCommand, tmp_path: Path, mode: str | None,
+           **server: Any) -> Bridged:
     logs = tmp_path / "backend"
     logs.mkdir()
     inner = " ".join(shlex.quote(a) for a in [everything.command, *everything.args])
@@ -131,7 +134,8 @@ def _start(start_gateway: StartGateway, everything: StdioCommand, tmp_path: Path
     if mode is not None:
         backend["mode"] = mode
     metrics = f"127.0.0.1:{support.free_port()}"
-    gateway = start_gateway(support.gateway_toml({"ev": backend}, {"path": "/mcp", "metrics_listen": metrics}))
+    gateway = start_gateway(support.gateway_toml({"ev": backend}, {"path": "/mcp", "metrics_listen": metrics,
+                                                                   **server}))
     return Bridged(gateway, f"http://{metrics}/metrics", logs)
 
 
@@ -477,6 +481,41 @@ async def test_closing_the_response_stream_cancels_the_backend_call(pooled: Brid
         assert texts(done) == "Echo: after the cancel", done
     [(echoed_by, *_)] = pooled.calls_to("echo")
     assert echoed_by == child, "the next call needed another backend process"
+
+
+async def test_a_retry_that_never_comes_cancels_the_backend_call(
+    start_gateway: StartGateway, everything: StdioCommand, tmp_path: Path
+) -> None:
+    """The host is answered `input_required` and walks away: after `input_required_timeout`
+    the parked backend call is cancelled upstream and its backend session serves the next call;
+    a late retry is refused, never run again."""
+    bridged = _start(start_gateway, everything, tmp_path, None, input_required_timeout="1s")
+    _wait_stateful(bridged)
+    form = {"elicitation": {"form": {}}}  # no roots: no startup ask on its backend session
+    _, answer = _raw_call(bridged.url, 1, "ev__trigger-elicitation-request", {}, form)
+    asked = answer["result"]
+    assert asked["resultType"] == "input_required", answer
+    [(child, request, _, _)] = bridged.calls_to("trigger-elicitation-request")
+    with anyio.fail_after(10):
+        while True:
+            sent, _ = bridged.children()[child]
+            cancels = [m for m in sent if m.get("method") == "notifications/cancelled"]
+            if cancels:
+                break
+            await anyio.sleep(0.1)
+    assert [c["params"]["requestId"] for c in cancels] == [request["id"]], cancels
+    [key] = asked["inputRequests"]
+    _, late = _raw_call(bridged.url, 2, "ev__trigger-elicitation-request", {}, form,
+                        inputResponses={key: {"action": "accept", "content": {"name": "Late"}}},
+                        requestState=asked["requestState"])
+    # -32602 "expired" once the state's expiry (whole seconds) passed, else -32603: no longer parked.
+    assert "result" not in late and late["error"]["code"] in (-32602, -32603), late
+    assert bridged.metric("mcpgate_input_required_retries_total", kind="continuation", result="resumed") == 0
+    _, echo = _raw_call(bridged.url, 3, "ev__echo", {"message": "next"}, form)
+    assert echo["result"]["content"][0]["text"] == "Echo: next", echo
+    [(echoed_by, *_)] = bridged.calls_to("echo")
+    assert echoed_by == child, "the abandoned call kept its backend session"
+    assert len(bridged.calls_to("trigger-elicitation-request")) == 1, "the late retry ran the call again"
 
 
 # --------------------------------------------------------------------------- subscriptions/listen
