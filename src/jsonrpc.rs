@@ -39,6 +39,9 @@ pub const UNSUPPORTED_PROTOCOL_VERSION: i64 = -32022;
 pub const HEADER_MISMATCH: i64 = -32020;
 /// The request needs a client capability it did not declare (MCP 2026-07-28 basic/index).
 pub const MISSING_CLIENT_CAPABILITY: i64 = -32021;
+/// MCP 2025-11-25 client/elicitation: the request needs URL elicitations first,
+/// `data.elicitations[]`. Removed in 2026-07-28 (never sent to a modern host).
+pub const URL_ELICITATION_REQUIRED: i64 = -32042;
 
 /// A JSON-RPC request id: an integer or a string, never `null` (MCP basic/index).
 ///

@@ -329,7 +329,7 @@ fn relay_progress(conn: &Connection, call: Option<Arc<HostCall>>, mut params: Va
         return;
     };
     let (Some(token), Some(progress)) = (
-        call.progress_token.clone(),
+        call.progress_token(),
         params.get("progress").and_then(Value::as_f64),
     ) else {
         return;

@@ -50,8 +50,10 @@ pub struct HostCall {
     pub host: Host,
     /// The host's id for the request.
     pub id: Id,
-    /// The host's progress token, if it asked for progress.
-    pub progress_token: Option<Value>,
+    /// The progress token of the host request being answered, if it asked for
+    /// progress: a 2026-07-28 retry after `input_required` is a request of its
+    /// own, with a token of its own ([`HostCall::rebind`]).
+    progress_token: Mutex<Option<Value>>,
     /// Where related messages and the response go: one HTTP response stream per
     /// round of a 2026-07-28 call answered `input_required` and retried.
     sink: Mutex<mpsc::Sender<Outbound>>,
@@ -80,7 +82,7 @@ impl HostCall {
         HostCall {
             host,
             id,
-            progress_token,
+            progress_token: Mutex::new(progress_token),
             sink: Mutex::new(sink),
             upstream: Mutex::new(None),
             asks: Mutex::new(Vec::new()),
@@ -186,11 +188,23 @@ impl HostCall {
     }
 
     /// A new round of the call (a retry with `inputResponses`): its messages go
-    /// to `sink` from now on.
-    pub fn rebind(&self, sink: mpsc::Sender<Outbound>) {
+    /// to `sink` from now on, and its progress carries `progress_token`, the
+    /// retry's own (none: the retry asked for no progress, and gets none). MCP
+    /// 2026-07-28 basic/patterns/mrtr: the retry is a new request; a progress
+    /// notification names the request that asked for it.
+    pub fn rebind(&self, sink: mpsc::Sender<Outbound>, progress_token: Option<Value>) {
         if let Ok(mut s) = self.sink.lock() {
             *s = sink;
         }
+        if let Ok(mut t) = self.progress_token.lock() {
+            *t = progress_token;
+        }
+    }
+
+    /// The progress token of the host request being answered, if it asked for
+    /// progress.
+    pub fn progress_token(&self) -> Option<Value> {
+        self.progress_token.lock().ok().and_then(|t| t.clone())
     }
 
     /// Lets backend requests be put to the host as `input_required` (a
@@ -248,7 +262,7 @@ impl HostCall {
 
 impl Caller for HostCall {
     fn wants_progress(&self) -> bool {
-        self.progress_token.is_some()
+        self.progress_token().is_some()
     }
 
     fn log_level(&self) -> Option<crate::mcp::LogLevel> {
