@@ -468,13 +468,15 @@ async def test_closing_the_response_stream_cancels_the_backend_call(pooled: Brid
             assert time.monotonic() < deadline, f"in flight {inflight}, cancelled {cancelled}"
             await anyio.sleep(0.05)
 
-        # The backend: told to cancel that very request; it never answers it (waited past the
-        # three seconds the operation would have taken).
+        # The backend: told to cancel that very request (waited past the three seconds the
+        # operation would have taken). server-everything's tool ignores the abort and its SDK
+        # sometimes still answers: a late answer is the backend's, and the gateway drops it
+        # (the call above was never answered; the metrics say cancelled, nothing in flight).
         await anyio.sleep(max(0.0, began + 3.5 - time.monotonic()))
-        [(child, request, sent, answered)] = pooled.calls_to("trigger-long-running-operation")
+        [(child, request, sent, _answered)] = pooled.calls_to("trigger-long-running-operation")
         cancels = [m for m in sent if m.get("method") == "notifications/cancelled"]
         assert [c["params"]["requestId"] for c in cancels] == [request["id"]], cancels
-        assert not [m for m in answered if m.get("id") == request["id"]], answered
+        assert pooled.metric("mcpgate_upstream_inflight", backend="ev") == 0
 
         # The backend session is free again: the host's next call goes to the same process.
         done = await client.call_tool("ev__echo", {"message": "after the cancel"})
