@@ -368,9 +368,7 @@ async fn open_session(
     client_info: Value,
     principal: Option<&Arc<Principal>>,
 ) -> Result<Arc<Session>, HttpError> {
-    st.supervisor
-        .wait_loaded(std::time::Duration::from_secs(10))
-        .await;
+    st.supervisor.wait_loaded(modern::LOAD_WAIT).await;
     let p = principal.map(|p| &**p);
     let endpoint = ctx.endpoint().clone();
     let key = st.catalog.view_key_at(&endpoint, p);

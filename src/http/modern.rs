@@ -38,8 +38,13 @@ use crate::request::{Outcome, Rejection, RequestContext};
 use crate::session::{Host, ModernHost, Outbound};
 use crate::streamable_http::{PROTOCOL_VERSION, SESSION_ID, check_metadata};
 
-/// How long a request waits for backends still loading at start.
-pub(super) const LOAD_WAIT: Duration = Duration::from_secs(2);
+/// How long a request waits for backends still loading at start (until every
+/// backend's first connection attempt is over): `initialize`, and any request
+/// of a session restored on a process that has just started, which a load
+/// balancer may send before readiness (a rolling restart, `option persist`).
+/// One bound for both, so that a session sees the whole catalogue either way
+/// (a slow stdio child takes seconds to list its tools).
+pub(super) const LOAD_WAIT: Duration = Duration::from_secs(10);
 /// Most time between two writes on an idle modern stream. A closed connection
 /// is noticed only when a write fails, and closing the stream is how a modern
 /// client cancels: a comment every second finds a gone client within ~2 s.

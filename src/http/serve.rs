@@ -27,7 +27,9 @@
 //! when it arrives, so a reload (new routes, limits, rules) applies from the
 //! next request on, on connections already open too; a request in progress
 //! finishes with the generation it started with. The header read timeout is
-//! read per accepted connection.
+//! read per accepted connection. It counts the requests it is answering (from
+//! arrival to the response head, [`LiveApp::answering`]), so that a shutdown can
+//! tell when no request is left that could still reach a backend.
 //!
 //! HTTP/1.1 only. hyper-util's automatic HTTP/1-or-2 detection first waits for
 //! the 24-byte HTTP/2 preface with no timer at all, so a client sending `PRI` and
@@ -35,8 +37,11 @@
 //! HTTP/2 from browsers ends at the TLS-terminating load balancer.
 
 use std::convert::Infallible;
+use std::future::Future;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -59,17 +64,53 @@ use tower::Service;
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
 
 /// The application a listener serves, replaceable while it serves.
-pub struct LiveApp(ArcSwap<AxumRouter>);
+pub struct LiveApp {
+    app: ArcSwap<AxumRouter>,
+    /// Requests between their arrival and their response head.
+    answering: AtomicUsize,
+}
 
 impl LiveApp {
     /// Serves `app` until it is replaced.
     pub fn new(app: AxumRouter) -> Arc<LiveApp> {
-        Arc::new(LiveApp(ArcSwap::from_pointee(app)))
+        Arc::new(LiveApp {
+            app: ArcSwap::from_pointee(app),
+            answering: AtomicUsize::new(0),
+        })
     }
 
     /// Requests that arrive from now on go to `app`.
     pub fn replace(&self, app: AxumRouter) {
-        self.0.store(Arc::new(app));
+        self.app.store(Arc::new(app));
+    }
+
+    /// How many requests have arrived and not yet got their response head (an
+    /// SSE answer counts until its head is sent, not while it streams). A
+    /// request counted here may still start a backend call; once the listener
+    /// is stopped and this is 0, no new call can start.
+    pub fn answering(&self) -> usize {
+        self.answering.load(Ordering::Acquire)
+    }
+}
+
+/// The future of one request, counted in [`LiveApp::answering`] until it
+/// resolves or is dropped.
+struct Answering {
+    inner: RouteFuture<Infallible>,
+    app: Arc<LiveApp>,
+}
+
+impl Future for Answering {
+    type Output = Result<Response, Infallible>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        Pin::new(&mut self.inner).poll(cx)
+    }
+}
+
+impl Drop for Answering {
+    fn drop(&mut self) {
+        self.app.answering.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -84,7 +125,7 @@ struct Current {
 impl Service<axum::http::Request<Incoming>> for Current {
     type Response = Response;
     type Error = Infallible;
-    type Future = RouteFuture<Infallible>;
+    type Future = Answering;
 
     fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
         Poll::Ready(Ok(()))
@@ -93,8 +134,12 @@ impl Service<axum::http::Request<Incoming>> for Current {
     fn call(&mut self, mut req: axum::http::Request<Incoming>) -> Self::Future {
         req.extensions_mut()
             .insert(ConnectInfo::<SocketAddr>(self.peer));
-        let mut app = AxumRouter::clone(&self.app.0.load());
-        app.call(req)
+        let mut app = AxumRouter::clone(&self.app.app.load());
+        self.app.answering.fetch_add(1, Ordering::AcqRel);
+        Answering {
+            inner: app.call(req),
+            app: self.app.clone(),
+        }
     }
 }
 
