@@ -55,9 +55,12 @@ def round_robin_cfg(tmp_path: Path) -> Path:
 
 
 def replica_config() -> str:
-    """The shipped default config (the demo backend, legacy) plus a 2026-07-28 backend
-    (`mrtr`, the Python server) and short list pages."""
+    """The shipped default config with its demo backend pinned to the legacy era (the demo
+    serves 2026-07-28 too, and `auto` would find that: the bridge case needs a legacy
+    backend), plus a 2026-07-28 backend (`mrtr`, the Python server) and short list pages."""
     base = support.DEFAULT_CONFIG.read_text().replace("[server]\n", "[server]\npage_size = 4\n", 1)
+    base = base.replace("[backends.demo]\n", '[backends.demo]\nera = "legacy"\n', 1)
+    assert 'era = "legacy"' in base, "the default config's demo backend table moved"
     mrtr = {
         "type": "stdio",
         "command": support.venv_python(),
