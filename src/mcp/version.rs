@@ -369,16 +369,46 @@ pub fn result_for_legacy(
 
 /// A JSON-RPC error shaped for a host of revision `host`: 2026-07-28 has no
 /// `-32002` (resource not found is `-32602`, with `data.uri` kept; MCP 2026-07-28
-/// server/resources, error handling).
+/// server/resources, error handling), and a session-based host expects `-32002`
+/// for it (MCP 2025-11-25 server/resources, error handling): a `-32602` naming a
+/// `data.uri` is a 2026-07-28 backend's "resource not found".
 pub fn shape_error(error: &mut crate::jsonrpc::ErrorObject, host: ProtocolVersion) {
-    if host.is_modern() && error.code == crate::jsonrpc::RESOURCE_NOT_FOUND {
-        error.code = crate::jsonrpc::INVALID_PARAMS;
+    use crate::jsonrpc::{INVALID_PARAMS, RESOURCE_NOT_FOUND};
+    if host.is_modern() && error.code == RESOURCE_NOT_FOUND {
+        error.code = INVALID_PARAMS;
+    } else if !host.is_modern()
+        && error.code == INVALID_PARAMS
+        && error.data.as_ref().and_then(|d| d.get("uri")).is_some()
+    {
+        error.code = RESOURCE_NOT_FOUND;
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn resource_not_found_is_each_eras_own_code() {
+        use crate::jsonrpc::{ErrorObject, INVALID_PARAMS, RESOURCE_NOT_FOUND};
+        let not_found = |code| {
+            let mut e = ErrorObject::new(code, "Resource not found");
+            e.data = Some(json!({"uri": "x://gone"}));
+            e
+        };
+        let mut e = not_found(RESOURCE_NOT_FOUND);
+        shape_error(&mut e, ProtocolVersion::V2026_07_28);
+        assert_eq!(e.code, INVALID_PARAMS);
+        let mut e = not_found(INVALID_PARAMS);
+        shape_error(&mut e, ProtocolVersion::V2025_11_25);
+        assert_eq!(e.code, RESOURCE_NOT_FOUND);
+        let mut plain = ErrorObject::new(INVALID_PARAMS, "bad arguments");
+        shape_error(&mut plain, ProtocolVersion::V2025_11_25);
+        assert_eq!(
+            plain.code, INVALID_PARAMS,
+            "no uri: a plain invalid-params error"
+        );
+    }
 
     #[test]
     fn modern_fields_never_reach_legacy_hosts() {
