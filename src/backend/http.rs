@@ -199,7 +199,7 @@ impl HttpLink {
             let sent_session = self.session();
             let resp = self.post(conn, body.clone(), Some((method, name))).await?;
             if conn.modern().is_some() && !resp.status().is_success() {
-                return self.refused_modern(conn, id, resp).await;
+                return Box::pin(self.refused_modern(conn, id, resp)).await;
             }
             let status = resp.status();
             if status == StatusCode::NOT_FOUND
@@ -208,7 +208,7 @@ impl HttpLink {
                 && !retried
             {
                 tracing::info!(backend = %self.backend, "backend ended our session (404); re-initializing");
-                self.reinitialize(conn, sent_session).await?;
+                Box::pin(self.reinitialize(conn, sent_session)).await?;
                 retried = true;
                 continue;
             }

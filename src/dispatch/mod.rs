@@ -170,9 +170,13 @@ impl Dispatch {
             (Method::CompletionComplete, _) => self.route_completion(ctx, host, id, params),
             (Method::ServerDiscover, Host::Modern(_)) => {
                 let found = modern::discover(&self.catalog, &self.supervisor, host, id);
-                return Routed::Answer(found.await);
+                return Routed::Answer(Box::pin(found).await);
             }
-            (_, Host::Legacy(session)) => self.route_legacy(ctx, session, id, method, params).await,
+            // Boxed, as `discover` above: their futures (backend round trips,
+            // the shared store) would otherwise make every request's future larger.
+            (_, Host::Legacy(session)) => {
+                Box::pin(self.route_legacy(ctx, session, id, method, params)).await
+            }
             (other, Host::Modern(_)) => Err(RpcError::MethodNotFound(other.as_str().to_owned())),
         };
         match routed {

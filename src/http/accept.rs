@@ -69,13 +69,14 @@ pub async fn accept(st: &AppState, req: Request) -> Result<Accepted, HttpError> 
         None => None,
         Some(handle) => {
             let auth = handle.current();
-            let result = auth
-                .authenticate_at(
-                    &endpoint,
-                    presented.as_ref().map(HeaderValue::as_bytes),
-                    parts.uri.query(),
-                )
-                .await;
+            // Boxed: the validation future (JWKS and introspection fetches) is
+            // large, and an open endpoint should not carry it.
+            let result = Box::pin(auth.authenticate_at(
+                &endpoint,
+                presented.as_ref().map(HeaderValue::as_bytes),
+                parts.uri.query(),
+            ))
+            .await;
             match result {
                 Ok(p) => Some(Arc::new(p)),
                 Err(e) => {

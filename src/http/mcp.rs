@@ -52,9 +52,12 @@ pub async fn post(State(st): State<AppState>, req: Request) -> Response {
         Ok(f) => f,
         Err(e) => return reject(ctx, e),
     };
+    // The paths other than one request on a session are boxed: an async fn's
+    // future is as large as its largest await point, and this one is moved
+    // (copied) into a box by axum on every request.
     match framed {
         Framed::Initialize(req) => {
-            match initialize(&st, &mut ctx, &req, principal.as_ref()).await {
+            match Box::pin(initialize(&st, &mut ctx, &req, principal.as_ref())).await {
                 Ok((resp, outcome)) => {
                     ctx.finish(outcome);
                     resp
@@ -65,7 +68,7 @@ pub async fn post(State(st): State<AppState>, req: Request) -> Response {
         Framed::Batch(session, items) => {
             st.supervisor.wait_loaded(modern::LOAD_WAIT).await;
             ctx.finish(Outcome::Ok);
-            batch(&st, &session, items).await
+            Box::pin(batch(&st, &session, items)).await
         }
         Framed::One(session, Message::Notification(n)) => {
             st.relay.handle_notification(&session, &n);
@@ -89,7 +92,7 @@ pub async fn post(State(st): State<AppState>, req: Request) -> Response {
             }
             Err(e) => reject(ctx, e),
         },
-        Framed::Modern(h, msg) => modern::serve(&st, ctx, &h, msg, principal).await,
+        Framed::Modern(h, msg) => Box::pin(modern::serve(&st, ctx, &h, msg, principal)).await,
     }
 }
 
