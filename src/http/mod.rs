@@ -105,9 +105,9 @@ impl OriginPolicy {
     /// Whether a browser `Origin` may use the endpoint: configured origins, or any
     /// loopback origin when the gateway itself listens on loopback.
     pub fn origin_allowed(&self, origin: &str) -> bool {
-        let origin = origin.to_ascii_lowercase();
+        let origin = lower(origin);
         self.any
-            || self.allowed.contains(&origin)
+            || self.allowed.iter().any(|a| *a == origin)
             || (self.loopback_bind && is_loopback_origin(&origin))
     }
 
@@ -117,9 +117,18 @@ impl OriginPolicy {
         if !self.loopback_bind {
             return true;
         }
-        let host = host.to_ascii_lowercase();
+        let host = lower(host);
         let name = strip_port(&host);
         is_loopback_name(name) || self.hosts.iter().any(|h| *h == host || h == name)
+    }
+}
+
+/// `s` in lower case, copied only if it has upper-case letters.
+fn lower(s: &str) -> std::borrow::Cow<'_, str> {
+    if s.bytes().any(|b| b.is_ascii_uppercase()) {
+        s.to_ascii_lowercase().into()
+    } else {
+        s.into()
     }
 }
 
