@@ -24,7 +24,7 @@ use super::sse::{Mirror, json_response, stream_reply};
 use super::{AppState, HttpError};
 use crate::auth::Principal;
 use crate::config::ModernFace;
-use crate::dispatch::Reply;
+use crate::dispatch::{Call, Reply};
 use crate::jsonrpc::{self, EnvelopeError, ErrorObject, Message, Request as RpcRequest};
 use crate::mcp::version::shape_capabilities;
 use crate::mcp::{Method, ProtocolVersion};
@@ -231,7 +231,11 @@ async fn answer(
         }
         Reply::Stream(rx) => {
             let times = (server.json_response_window, server.sse_keep_alive);
-            stream_reply(rx, session, slot, times, &st.metrics, mirror).await
+            stream_reply(rx.into(), session, slot, times, &st.metrics, mirror).await
+        }
+        Reply::Call(call) => {
+            let times = (server.json_response_window, server.sse_keep_alive);
+            stream_reply(call, session, slot, times, &st.metrics, mirror).await
         }
     }
 }
@@ -410,14 +414,17 @@ async fn batch(
                 ctx.set_rpc_id(&req.id);
                 ctx.set_session(session.log_id());
                 ctx.set_revision(session.version());
-                match st.dispatch.handle(ctx, &host, req).await {
-                    Reply::Now(b) => answers.push(b.to_vec()),
-                    Reply::Stream(mut rx) => {
-                        while let Some(m) = rx.recv().await {
-                            if let Outbound::Final(b) = m {
-                                answers.push(b.to_vec());
-                            }
-                        }
+                let mut call = match st.dispatch.handle(ctx, &host, req).await {
+                    Reply::Now(b) => {
+                        answers.push(b.to_vec());
+                        continue;
+                    }
+                    Reply::Stream(rx) => Call::from(rx),
+                    Reply::Call(call) => call,
+                };
+                while let Some(m) = call.recv().await {
+                    if let Outbound::Final(b) = m {
+                        answers.push(b.to_vec());
                     }
                 }
             }
