@@ -1,5 +1,6 @@
 //! Client face: MCP client connections to backends over stdio and Streamable HTTP.
 
+mod client;
 mod conn;
 pub(crate) mod events;
 mod handshake;
@@ -258,7 +259,10 @@ pub struct BackendSpec {
     pub config: BackendConfig,
     /// Per-call timeout.
     pub timeout: Duration,
+    /// reqwest: the legacy HTTP+SSE transport, and Streamable HTTP behind a proxy.
     http: Option<reqwest::Client>,
+    /// The Streamable HTTP client ([`client::HttpClient`]).
+    client: Option<client::HttpClient>,
     /// Set once an `http` backend turned out to speak only the legacy transport,
     /// so later connections skip the failing Streamable HTTP attempt.
     legacy_detected: std::sync::atomic::AtomicBool,
@@ -294,6 +298,12 @@ impl BackendSpec {
             }
             Transport::Stdio { .. } => None,
         };
+        let client = match &config.transport {
+            Transport::Http { .. } => Some(client::HttpClient::new(proxy_configured(), || {
+                http.clone().unwrap_or_default()
+            })),
+            Transport::Sse { .. } | Transport::Stdio { .. } => None,
+        };
         let creds = config
             .upstream_auth
             .as_ref()
@@ -304,6 +314,7 @@ impl BackendSpec {
             timeout: config.timeout.unwrap_or(default_timeout),
             config,
             http,
+            client,
             legacy_detected: std::sync::atomic::AtomicBool::new(false),
             era: Arc::default(),
         }
@@ -476,7 +487,7 @@ impl BackendSpec {
         } else {
             conn
         });
-        let client = || self.http.clone().unwrap_or_default();
+        let reqwest = || self.http.clone().unwrap_or_default();
         let link = match &transport {
             Transport::Stdio {
                 command,
@@ -496,7 +507,9 @@ impl BackendSpec {
                     headers,
                     self.config.headers_file.as_deref(),
                 )?;
-                let mut link = http::HttpLink::new(&self.name, client(), url, &headers)?;
+                let client =
+                    (self.client.clone()).unwrap_or_else(|| client::HttpClient::Proxied(reqwest()));
+                let mut link = http::HttpLink::new(&self.name, client, url, &headers)?;
                 link.creds = self.creds.clone();
                 Link::Http(Box::new(link))
             }
@@ -507,7 +520,7 @@ impl BackendSpec {
                     self.config.headers_file.as_deref(),
                 )?;
                 Link::Sse(Box::new(
-                    sse::SseLink::open(&conn, client(), url, &headers).await?,
+                    sse::SseLink::open(&conn, reqwest(), url, &headers).await?,
                 ))
             }
         };
