@@ -202,12 +202,15 @@ impl EnvelopeError {
 }
 
 /// Wire shape used only to classify; `id` distinguishes "absent" from `null`.
+/// `jsonrpc` and `method` are borrowed from the text (checked, not kept).
 #[derive(Deserialize)]
-struct Envelope {
-    jsonrpc: Option<Box<RawValue>>,
+struct Envelope<'a> {
+    #[serde(borrow)]
+    jsonrpc: Option<&'a RawValue>,
     #[serde(default, deserialize_with = "present")]
     id: Option<Value>,
-    method: Option<Value>,
+    #[serde(borrow)]
+    method: Option<&'a RawValue>,
     params: Option<Value>,
     result: Option<Box<RawValue>>,
     error: Option<Value>,
@@ -225,30 +228,56 @@ fn present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
 /// non-string method, non-object params, a response with both or neither of
 /// `result`/`error`).
 pub fn parse_message(text: &[u8]) -> Result<Message, EnvelopeError> {
-    let raw: &RawValue =
-        serde_json::from_slice(text).map_err(|e| EnvelopeError::Parse(e.to_string()))?;
-    classify_raw(raw)
+    // One pass for a well-formed object; a failure is classified against a
+    // skim of the whole text, as if the skim had come first.
+    if text.trim_ascii_start().first() != Some(&b'{') {
+        return Err(skim(text).err().unwrap_or_else(not_an_object));
+    }
+    match serde_json::from_slice::<Envelope<'_>>(text) {
+        Ok(env) => classify(env),
+        Err(e) => Err(skim(text).err().unwrap_or_else(|| envelope_error(&e))),
+    }
 }
 
-/// Classifies one already-parsed JSON value (used for batch elements).
-pub fn classify_raw(raw: &RawValue) -> Result<Message, EnvelopeError> {
-    // serde's derived struct impl would also take an array of the fields in order.
-    if !raw.get().trim_start().starts_with('{') {
-        return Err(EnvelopeError::Invalid {
-            id: None,
-            reason: "a JSON-RPC message must be a JSON object".into(),
-        });
+/// Whether `text` is one JSON value (the skim: syntax only, nothing built).
+fn skim(text: &[u8]) -> Result<(), EnvelopeError> {
+    serde_json::from_slice::<&RawValue>(text)
+        .map(|_| ())
+        .map_err(|e| EnvelopeError::Parse(e.to_string()))
+}
+
+fn not_an_object() -> EnvelopeError {
+    EnvelopeError::Invalid {
+        id: None,
+        reason: "a JSON-RPC message must be a JSON object".into(),
     }
-    let env: Envelope = serde_json::from_str(raw.get()).map_err(|e| match e.classify() {
-        // Text the skimming first pass let through but a full parse rejects: a
-        // lone surrogate escape, nesting deeper than serde_json's limit.
+}
+
+/// A full parse's failure on text the skim accepts.
+fn envelope_error(e: &serde_json::Error) -> EnvelopeError {
+    match e.classify() {
+        // Text the skim let through but a full parse rejects: a lone
+        // surrogate escape, nesting deeper than serde_json's limit.
         Category::Syntax | Category::Eof | Category::Io => EnvelopeError::Parse(e.to_string()),
         // An object with a duplicate member, for example.
         Category::Data => EnvelopeError::Invalid {
             id: None,
             reason: e.to_string().into(),
         },
-    })?;
+    }
+}
+
+/// Classifies one already-parsed JSON value (used for batch elements).
+pub fn classify_raw(raw: &RawValue) -> Result<Message, EnvelopeError> {
+    // serde's derived struct impl would also take an array of the fields in order.
+    if !raw.get().trim_start().starts_with('{') {
+        return Err(not_an_object());
+    }
+    let env: Envelope<'_> = serde_json::from_str(raw.get()).map_err(|e| envelope_error(&e))?;
+    classify(env)
+}
+
+fn classify(env: Envelope<'_>) -> Result<Message, EnvelopeError> {
     let id = match &env.id {
         None => None,
         Some(v) => match Id::from_value(v) {
@@ -264,11 +293,11 @@ pub fn classify_raw(raw: &RawValue) -> Result<Message, EnvelopeError> {
         id: readable_id.clone(),
         reason: reason.into(),
     };
-    if env.jsonrpc.as_deref().map(RawValue::get) != Some("\"2.0\"") {
+    if env.jsonrpc.map(RawValue::get) != Some("\"2.0\"") {
         return Err(invalid("jsonrpc must be \"2.0\""));
     }
     if let Some(method) = env.method {
-        let Value::String(method) = method else {
+        let Some(method) = method_name(method) else {
             return Err(invalid("method must be a string"));
         };
         if env.result.is_some() || env.error.is_some() {
@@ -307,6 +336,19 @@ pub fn classify_raw(raw: &RawValue) -> Result<Message, EnvelopeError> {
         _ => return Err(invalid("a message needs a method, a result or an error")),
     };
     Ok(Message::Response(Response { id, outcome }))
+}
+
+/// A `method` member's string (escapes decoded); `None` for any other JSON type.
+fn method_name(raw: &RawValue) -> Option<Cow<'_, str>> {
+    if !raw.get().starts_with('"') {
+        return None;
+    }
+    match serde_json::from_str::<&str>(raw.get()) {
+        Ok(plain) => Some(Cow::Borrowed(plain)),
+        Err(_) => serde_json::from_str::<String>(raw.get())
+            .ok()
+            .map(Cow::Owned),
+    }
 }
 
 /// Serializes a request.
@@ -441,6 +483,13 @@ mod tests {
             }
             other => panic!("unexpected {other:?}"),
         }
+        // A defect found before a syntax error further on: not JSON, so -32700.
+        let unterminated = r#"{"jsonrpc":"2.0","id":1,"id":2,"method":"ping""#;
+        assert!(
+            matches!(parse(unterminated), Err(EnvelopeError::Parse(_))),
+            "{unterminated}"
+        );
+        assert!(matches!(parse("[1"), Err(EnvelopeError::Parse(_))));
         for not_object in [r#"["2.0", 1, "ping"]"#, "7"] {
             match parse(not_object) {
                 Err(EnvelopeError::Invalid { reason, .. }) => {
@@ -484,6 +533,15 @@ mod tests {
                 outcome: Err(_)
             }))
         ));
+    }
+
+    #[test]
+    fn reads_escaped_method_names() {
+        let escaped = parse(r#"{"jsonrpc":"2.0","id":1,"method":"tools\/call"}"#).unwrap();
+        let Message::Request(r) = escaped else {
+            panic!("not a request")
+        };
+        assert_eq!(r.method, Method::ToolsCall);
     }
 
     #[test]
