@@ -15,6 +15,7 @@ pub mod serve;
 mod session;
 mod sse;
 
+use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
@@ -22,6 +23,7 @@ use axum::Router as AxumRouter;
 use axum::extract::DefaultBodyLimit;
 use axum::http::{HeaderName, HeaderValue, Method, header};
 use axum::routing::get;
+use tower::Service;
 use tower_http::cors::{AllowOrigin, CorsLayer};
 use tower_http::sensitive_headers::SetSensitiveRequestHeadersLayer;
 use tower_http::timeout::RequestBodyTimeoutLayer;
@@ -143,7 +145,14 @@ pub fn app(
     state: AppState,
     server: &ServerConfig,
     endpoints: &std::collections::BTreeMap<String, crate::config::EndpointConfig>,
-) -> AxumRouter {
+) -> impl Service<
+    axum::http::Request<hyper::body::Incoming>,
+    Response = axum::response::Response,
+    Error = Infallible,
+    Future: Send + 'static,
+> + Clone
++ Send
++ 'static {
     let policy = state.origins.clone();
     let cors = CorsLayer::new()
         .allow_origin(AllowOrigin::predicate(move |origin: &HeaderValue, _| {
@@ -163,35 +172,48 @@ pub fn app(
             HeaderName::from_static("mcp-protocol-version"),
             header::WWW_AUTHENTICATE,
         ]);
-    let mcp_route = axum::routing::MethodRouter::new()
-        .get(session::get)
-        .post(mcp::post)
-        .delete(session::delete);
     let metadata = auth::metadata_routes(state.auth.as_deref());
     let mut routes = AxumRouter::new();
     if endpoints.is_empty() {
-        let here = axum::Extension(Endpoint(Arc::from("")));
-        routes = routes.route(&server.path, mcp_route.clone().layer(here));
+        routes = routes.route(&server.path, mcp_route(""));
     }
     for (name, e) in endpoints {
-        let here = axum::Extension(Endpoint(Arc::from(name.as_str())));
         let path = match e.path.trim_end_matches('/') {
             "" => "/",
             p => p,
         };
-        routes = routes.route(path, mcp_route.clone().layer(here));
+        routes = routes.route(path, mcp_route(name));
     }
-    routes
+    let router = routes
         .merge(metadata)
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
-        .layer(DefaultBodyLimit::max(server.max_body_bytes))
-        .layer(RequestBodyTimeoutLayer::new(server.body_read_timeout))
-        .layer(cors)
+        .with_state(state);
+    // Around the router, not `Router::layer`: that wraps every route in a boxed
+    // service of each layer, cloned (with its future boxed) for every request.
+    tower::ServiceBuilder::new()
         .layer(SetSensitiveRequestHeadersLayer::new([
             header::AUTHORIZATION,
         ]))
-        .with_state(state)
+        .layer(cors)
+        .layer(RequestBodyTimeoutLayer::new(server.body_read_timeout))
+        .layer(DefaultBodyLimit::max(server.max_body_bytes))
+        .service(router)
+}
+
+/// `GET`, `POST` and `DELETE` of the MCP endpoint `name` (`""`: `server.path`),
+/// each request carrying its [`Endpoint`].
+fn mcp_route(name: &str) -> axum::routing::MethodRouter<AppState> {
+    let here = Endpoint(Arc::from(name));
+    let at = move |mut req: axum::extract::Request| {
+        req.extensions_mut().insert(here.clone());
+        req
+    };
+    let (get_at, post_at, delete_at) = (at.clone(), at.clone(), at);
+    axum::routing::MethodRouter::new()
+        .get(move |st, req| session::get(st, get_at(req)))
+        .post(move |st, req| mcp::post(st, post_at(req)))
+        .delete(move |st, req| session::delete(st, delete_at(req)))
 }
 
 /// `GET /readyz`: 200 when ready, 503 otherwise, with per-backend state.

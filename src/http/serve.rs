@@ -28,10 +28,10 @@
 //! nothing more would stall it; hosts reach the endpoint over HTTP/1.1, and
 //! HTTP/2 from browsers ends at the TLS-terminating load balancer.
 
+use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use axum::Router as AxumRouter;
 use axum::extract::ConnectInfo;
 use hyper::body::Incoming;
 use hyper::server::conn::http1;
@@ -40,7 +40,7 @@ use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
-use tower::ServiceExt;
+use tower::{Service, ServiceExt};
 
 /// Pause after a failed `accept` (typically `EMFILE`: out of file descriptors),
 /// so that the loop does not spin while connections drain.
@@ -53,12 +53,21 @@ const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
 ///
 /// Each request carries the peer address as `ConnectInfo<SocketAddr>`, as with
 /// axum's `into_make_service_with_connect_info`.
-pub async fn serve(
+pub async fn serve<S>(
     listener: TcpListener,
-    app: AxumRouter,
+    app: S,
     header_read_timeout: Duration,
     stop: CancellationToken,
-) {
+) where
+    S: Service<
+            axum::http::Request<Incoming>,
+            Response = axum::response::Response,
+            Error = Infallible,
+            Future: Send + 'static,
+        > + Clone
+        + Send
+        + 'static,
+{
     let mut builder = http1::Builder::new();
     builder
         .timer(TokioTimer::new())
