@@ -16,7 +16,8 @@
 #                 the 2025-11-25 and 2026-07-28 requirement sets)
 #   8. lb          tests/lb/ensure-haproxy.sh (apt-get install haproxy if missing), then
 #                 tests/.venv/bin/python -m pytest tests/lb -v  (two gateways behind the
-#                 shipped deploy/haproxy/haproxy.cfg)
+#                 shipped deploy/haproxy/haproxy.cfg, and behind a round-robin variant
+#                 without affinity for 2026-07-28 traffic)
 #   9. lint-deploy scripts/lint-deploy.sh      (hadolint, yamllint, kubernetes-validate,
 #                 ShellCheck, haproxy -c, promtool, check-config of the deploy configs)
 #  10. bench-lint cargo fmt --check and cargo clippy --all-targets -D warnings of bench/

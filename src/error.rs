@@ -52,6 +52,22 @@ pub enum RpcError {
     /// The request is not acceptable in this state (-32600).
     #[error("{0}")]
     InvalidRequest(Cow<'static, str>),
+    /// A 2026-07-28 retry (`requestState` and `inputResponses`) of a bridged
+    /// call whose continuation another replica holds (-32603, `data.holder`,
+    /// `data.replica` and `data.action`: what the client can do). The call is
+    /// never run again here (dual-era.md R33).
+    #[error("continuation not on this replica")]
+    ContinuationElsewhere {
+        /// The replica that parked the continuation.
+        holder: String,
+        /// The replica that received the retry.
+        replica: String,
+    },
+    /// A 2026-07-28 retry of a bridged call whose continuation is no longer
+    /// parked: already resumed (a replayed `requestState`), expired or
+    /// cancelled (-32603).
+    #[error("continuation not found: already resumed, expired or cancelled")]
+    ContinuationGone,
     /// The backend failed or answered with an error (passed on unchanged, or
     /// -32603 with `data.backend`).
     #[error(transparent)]
@@ -70,6 +86,9 @@ impl RpcError {
             RpcError::ResourceNotFound { .. } => jsonrpc::RESOURCE_NOT_FOUND,
             RpcError::MethodNotFound(_) | RpcError::Unsupported(_) => jsonrpc::METHOD_NOT_FOUND,
             RpcError::InvalidRequest(_) => jsonrpc::INVALID_REQUEST,
+            RpcError::ContinuationElsewhere { .. } | RpcError::ContinuationGone => {
+                jsonrpc::INTERNAL_ERROR
+            }
             RpcError::Backend(e) => e.to_error_object().code,
         }
     }
@@ -80,6 +99,16 @@ impl RpcError {
             RpcError::Backend(e) => e.to_error_object(),
             RpcError::ResourceNotFound { uri } => {
                 ErrorObject::new(self.code(), self.to_string()).with_data(json!({ "uri": uri }))
+            }
+            RpcError::ContinuationElsewhere { holder, replica } => {
+                ErrorObject::new(self.code(), self.to_string()).with_data(json!({
+                    "holder": holder,
+                    "replica": replica,
+                    "action": "This call waits for its answers on the replica that asked \
+                               (holder); a retry can be served only there. Send the call \
+                               again without requestState and inputResponses to start it \
+                               over; the waiting one is cancelled when it expires.",
+                }))
             }
             _ => ErrorObject::new(self.code(), self.to_string()),
         }

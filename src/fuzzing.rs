@@ -215,6 +215,64 @@ pub fn bearer(data: &[u8]) {
     }
 }
 
+/// A 2026-07-28 request as the modern face sees it: header lines (`name: value`),
+/// a blank line, the body. The era classifier and the header ladder
+/// (`MCP-Protocol-Version`, `Mcp-Method`, `Mcp-Name` with its `=?base64?…?=`
+/// form) never panic; a header the ladder accepts mirrors the body; and every
+/// value the client face would send as a header decodes back to itself.
+pub fn modern_request(data: &[u8]) {
+    let split = data
+        .windows(2)
+        .position(|w| w == b"\n\n")
+        .unwrap_or(data.len());
+    let (head, body) = (&data[..split], data.get(split + 2..).unwrap_or_default());
+    let mut h = axum::http::HeaderMap::new();
+    for line in head.split(|&b| b == b'\n') {
+        let Some(colon) = line.iter().position(|&b| b == b':') else {
+            continue;
+        };
+        let (Ok(name), Ok(value)) = (
+            axum::http::HeaderName::from_bytes(&line[..colon]),
+            axum::http::HeaderValue::from_bytes(line[colon + 1..].trim_ascii()),
+        ) else {
+            continue;
+        };
+        if let Ok(text) = value.to_str() {
+            let sent = crate::backend::modern::header_value(text);
+            if let Some(sent) = sent {
+                let back = crate::http::modern::decode_header(sent.to_str().unwrap());
+                assert_eq!(back.as_deref(), Some(text), "header value round trip");
+            }
+        }
+        h.append(name, value);
+    }
+    let _ = crate::http::modern::refuse_get_or_delete(&h);
+    let Ok(msg) = jsonrpc::parse_message(body) else {
+        return;
+    };
+    let _ = crate::http::modern::era_of(&msg, &h);
+    let (Message::Request(req), Some(claim)) = (&msg, crate::http::modern::claim(&msg)) else {
+        return;
+    };
+    let requested = claim.as_str().unwrap_or("2026-07-28");
+    if crate::http::modern::check_headers(&h, req, requested).is_ok() {
+        let version = h.get("mcp-protocol-version").and_then(|v| v.to_str().ok());
+        let decoded = version.and_then(|v| crate::http::modern::decode_header(v.trim()));
+        assert_eq!(
+            decoded.as_deref(),
+            Some(requested),
+            "accepted version header"
+        );
+        let method = h.get("mcp-method").and_then(|v| v.to_str().ok());
+        let decoded = method.and_then(|v| crate::http::modern::decode_header(v.trim()));
+        assert_eq!(
+            decoded.as_deref(),
+            Some(req.method.as_str()),
+            "accepted method header"
+        );
+    }
+}
+
 #[cfg(test)]
 mod tests {
     //! Every committed seed (fuzz/seeds/TARGET), and every input a fuzzer
@@ -243,5 +301,6 @@ mod tests {
         replay("names_and_uris", super::names_and_uris);
         replay("config", super::config);
         replay("bearer", super::bearer);
+        replay("modern_request", super::modern_request);
     }
 }

@@ -24,6 +24,7 @@ pub mod logging;
 pub mod mcp;
 mod metrics;
 mod relay;
+mod reload;
 mod request;
 mod session;
 pub mod streamable_http;
@@ -34,6 +35,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use arc_swap::{ArcSwap, ArcSwapOption};
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -42,9 +44,9 @@ pub use supervisor::ReloadReport;
 
 use crate::auth::{AuthHandle, Authenticator};
 use crate::catalog::Catalog;
-use crate::config::Config;
+use crate::config::{Config, ServerConfig};
 use crate::dispatch::Dispatch;
-use crate::http::{AppState, OriginPolicy};
+use crate::http::{AppState, LiveApp, OriginPolicy};
 use crate::metrics::Metrics;
 use crate::relay::Relay;
 use crate::session::{MemoryStore, SessionStore};
@@ -61,23 +63,32 @@ pub struct Gateway {
     catalog: Arc<Catalog>,
     metrics: Arc<Metrics>,
     auth: Option<Arc<AuthHandle>>,
-    /// `[auth]`, `[policy]` and `server.path` in force (`Debug` text), to tell
-    /// what a reload changes.
-    applied: std::sync::Mutex<Applied>,
-    /// The `[cluster]` in force (keys are read once, at start).
-    cluster: config::ClusterConfig,
-    /// The `[telemetry]` the process started with (the trace pipeline is main's).
-    telemetry: config::TelemetryConfig,
-    shutdown_grace: Duration,
-    drain_delay: Duration,
+    /// `[server]` in force, shared with the supervisor (a reload replaces it).
+    server: Arc<ArcSwap<ServerConfig>>,
+    /// The server face in force, and the generation it was built from (the
+    /// next one is built from it: `src/reload.rs`).
+    face: Arc<LiveApp<http::Face>>,
+    state: std::sync::Mutex<AppState>,
+    /// The metrics listener's application (admin endpoints on or off).
+    metrics_face: Option<Arc<LiveApp>>,
+    /// The rate limiter in force, for the idle reaper.
+    limiter: Arc<ArcSwapOption<http::limit::Limiter>>,
+    /// Wakes the idle reaper to take a new `session_idle_timeout` at once.
+    reaper: Arc<tokio::sync::Notify>,
+    /// The configuration in force; settings that need a restart keep the
+    /// values the process started with.
+    running: std::sync::Mutex<Config>,
+    /// One reload at a time.
+    reloading: tokio::sync::Mutex<()>,
     stop: CancellationToken,
-    server: JoinHandle<()>,
+    server_task: JoinHandle<()>,
 }
 
 /// Why the gateway could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
-    /// A non-loopback address without `[auth]` (DESIGN decision 10).
+    /// A non-loopback address without `[auth]`: anyone who reaches the port would
+    /// call every backend with the gateway's credentials.
     #[error(
         "refusing to serve {addr} without authentication: configure [auth] issuers, or set [auth] allow_unauthenticated = true"
     )]
@@ -128,6 +139,7 @@ impl Gateway {
             })
             .map(|a| AuthHandle::start(a, &stop));
         let server = Arc::new(config.server.clone());
+        let live_server = Arc::new(ArcSwap::new(server.clone()));
         let metrics = Arc::new(Metrics::new());
         metrics.config_loaded(server.max_sessions);
         let sealer = Arc::new(sealer_for(&config.cluster));
@@ -146,7 +158,7 @@ impl Gateway {
             shared.as_ref().map(|(store, _)| store.clone()),
         );
         let supervisor = Supervisor::new(
-            server.clone(),
+            live_server.clone(),
             catalog.clone(),
             sessions.clone(),
             relay.clone(),
@@ -162,13 +174,21 @@ impl Gateway {
             catalog.clone(),
             supervisor.clone(),
             relay.clone(),
+            sealer.clone(),
+            &metrics,
         );
         let limiter = server
             .rate_limit
             .and_then(http::limit::Limiter::new)
             .map(Arc::new);
+        let auth_now = auth.as_ref().map(|h| h.current());
         let state = AppState {
             server: server.clone(),
+            routes: Arc::new(http::Routes::new(
+                &server.path,
+                &config.endpoints,
+                auth_now.as_deref(),
+            )),
             sessions: sessions.clone(),
             catalog: catalog.clone(),
             dispatch,
@@ -183,152 +203,65 @@ impl Gateway {
                 &server.allowed_origins,
                 &server.allowed_hosts,
             )),
-            auth: auth.clone(),
+            auth: auth_now,
         };
-        let app = http::app(state, &server, &config.endpoints);
+        let face = LiveApp::new(http::app(state.clone()));
+        let limiter = Arc::new(ArcSwapOption::new(limiter));
+        let header_timeout = {
+            let live = live_server.clone();
+            move || live.load().header_read_timeout
+        };
         let server_task = tokio::spawn(http::serve::serve(
             listener,
-            app,
-            server.header_read_timeout,
+            face.clone(),
+            header_timeout.clone(),
             stop.clone(),
         ));
+        let reaper = Arc::new(tokio::sync::Notify::new());
         tokio::spawn(reap_idle(
             supervisor.clone(),
-            idle_period(&catalog, server.session_idle_timeout),
-            limiter,
+            Reaping {
+                catalog: catalog.clone(),
+                server: live_server.clone(),
+                limiter: limiter.clone(),
+                wake: reaper.clone(),
+            },
             stop.clone(),
         ));
-        let metrics_addr = match server.metrics_listen {
+        let (metrics_addr, metrics_face) = match server.metrics_listen {
             Some(addr) => {
-                let admin = server.admin_endpoints.then(|| http::admin::Admin {
-                    supervisor: supervisor.clone(),
-                    catalog: catalog.clone(),
-                });
-                let app = http::metrics_app(metrics.clone(), sessions.clone(), admin);
-                serve_metrics(addr, app, server.header_read_timeout, stop.clone()).await
+                let app = LiveApp::new(metrics_app(
+                    &server,
+                    &metrics,
+                    &sessions,
+                    &supervisor,
+                    &catalog,
+                ));
+                let bound = serve_metrics(addr, app.clone(), header_timeout, stop.clone()).await;
+                (bound, bound.map(|_| app))
             }
-            None => None,
+            None => (None, None),
         };
         tracing::info!(addr = %local_addr, path = %config.server.path, backends = config.backends.len(), "mcpgate listening");
         Ok(Gateway {
             auth,
-            applied: std::sync::Mutex::new(Applied::of(&config)),
             local_addr,
             metrics_addr,
             sessions,
             supervisor,
             catalog,
             metrics,
-            cluster: config.cluster.clone(),
-            telemetry: config.telemetry.clone(),
-            shutdown_grace: server.shutdown_grace,
-            drain_delay: server.drain_delay,
+            server: live_server,
+            face,
+            state: std::sync::Mutex::new(state),
+            metrics_face,
+            limiter,
+            reaper,
+            running: std::sync::Mutex::new(config),
+            reloading: tokio::sync::Mutex::new(()),
             stop,
-            server: server_task,
+            server_task,
         })
-    }
-
-    /// Applies a new, already validated configuration (hot reload): `[auth]`
-    /// (issuers, audiences, JWKS settings, required scopes) and `[policy]` are
-    /// replaced whole, and added, removed and changed backends take effect
-    /// without touching the sessions of the others. Sessions stay; a host whose
-    /// view changed is told its lists changed. Returns what changed.
-    ///
-    /// Refused, changing nothing (`report.refused`, logged, counted as a failed
-    /// reload): turning `[auth]` on or off, moving the resource's metadata
-    /// path, or changing the endpoints' names or paths: these need a restart
-    /// (what each endpoint serves, its scopes and tools, reloads with `[policy]`). `[server]` and `[cluster]` changes are logged
-    /// as needing a restart and otherwise ignored.
-    pub async fn reload(&self, config: &Config) -> ReloadReport {
-        if config.cluster != self.cluster {
-            tracing::warn!(
-                "[cluster] changed (session keys or lifetime); it takes effect at the next restart"
-            );
-        }
-        if config.telemetry != self.telemetry {
-            tracing::warn!("[telemetry] changed; it takes effect at the next restart");
-        }
-        let next = Applied::of(config);
-        let (auth_changed, policy_changed) = {
-            let now = self.applied.lock().unwrap_or_else(|e| e.into_inner());
-            if now.endpoint_paths != next.endpoint_paths {
-                let why = format!(
-                    "the endpoints' paths would change from {} to {}",
-                    now.endpoint_paths, next.endpoint_paths
-                );
-                drop(now);
-                tracing::error!(cause = %why, "configuration reload refused; nothing changed (restart to apply it)");
-                self.metrics.reload_failed();
-                return ReloadReport::refused(why);
-            }
-            (now.auth != next.auth, now.policy != next.policy)
-        };
-        let new_auth = match self.prepare_auth(config, auth_changed || policy_changed) {
-            Ok(a) => a,
-            Err(why) => {
-                tracing::error!(cause = %why, "configuration reload refused; nothing changed (restart to apply it)");
-                self.metrics.reload_failed();
-                return ReloadReport::refused(why);
-            }
-        };
-        let mut report = supervisor::reload(&self.supervisor, config).await;
-        if let (Some(handle), Some(new)) = (&self.auth, new_auth) {
-            // Checked by prepare_auth: the metadata paths are the same.
-            if let Err(why) = handle.replace(new) {
-                tracing::error!(cause = %why, "[auth] not replaced");
-            }
-            report.auth = auth_changed;
-        }
-        if policy_changed {
-            supervisor::reload_policy(&self.supervisor, &config.policy, &config.endpoints);
-            report.policy = true;
-        }
-        *self.applied.lock().unwrap_or_else(|e| e.into_inner()) = next;
-        if report.auth || report.policy {
-            tracing::info!(
-                auth = report.auth,
-                policy = report.policy,
-                "authorization settings reloaded"
-            );
-        }
-        self.metrics.reload_succeeded();
-        report
-    }
-
-    /// The authenticator a reload would put in force (`None`: nothing to
-    /// replace), checked against the one running.
-    ///
-    /// Errors: `[auth]` turned on or off, or its metadata path moved.
-    fn prepare_auth(
-        &self,
-        config: &Config,
-        changed: bool,
-    ) -> Result<Option<Arc<Authenticator>>, String> {
-        let new = config.auth.as_ref().and_then(|a| {
-            Authenticator::new(a, &config.policy, &config.server.path, &config.endpoints)
-        });
-        match (&self.auth, new) {
-            (None, None) => Ok(None),
-            (Some(_), None) => Err("[auth] would be turned off".into()),
-            (None, Some(_)) => Err("[auth] would be turned on".into()),
-            (Some(_), Some(_)) if !changed => Ok(None),
-            (Some(handle), Some(new)) => {
-                let paths = handle.current().metadata.all_paths();
-                if paths != new.metadata.all_paths() {
-                    return Err(format!(
-                        "the protected resource metadata would move from {paths:?} to {:?}",
-                        new.metadata.all_paths()
-                    ));
-                }
-                Ok(Some(new))
-            }
-        }
-    }
-
-    /// Records a new configuration that was refused (it did not load or
-    /// validate): the running one stays (`mcpgate_config_reloads_total`).
-    pub fn reload_refused(&self) {
-        self.metrics.reload_failed();
     }
 
     /// What a host with these token `claims` (`None`: unauthenticated) is shown,
@@ -407,14 +340,18 @@ impl Gateway {
     pub async fn shutdown(self) {
         let start = tokio::time::Instant::now();
         self.supervisor.begin_shutdown();
+        let (drain_delay, grace) = {
+            let server = self.server.load();
+            (server.drain_delay, server.shutdown_grace)
+        };
         tracing::info!(
-            drain_delay = ?self.drain_delay,
-            grace = ?self.shutdown_grace,
+            drain_delay = ?drain_delay,
+            grace = ?grace,
             in_flight = self.supervisor.calls_in_flight(),
             "draining: readiness is 503, new sessions are refused"
         );
-        let grace_end = start + self.shutdown_grace;
-        tokio::time::sleep_until((start + self.drain_delay).min(grace_end)).await;
+        let grace_end = start + grace;
+        tokio::time::sleep_until((start + drain_delay).min(grace_end)).await;
         while self.supervisor.calls_in_flight() > 0 {
             if tokio::time::Instant::now() >= grace_end {
                 tracing::warn!(
@@ -427,7 +364,7 @@ impl Gateway {
         }
         self.supervisor.shutdown().await;
         self.stop.cancel();
-        let _ = tokio::time::timeout(Duration::from_secs(5), self.server).await;
+        let _ = tokio::time::timeout(Duration::from_secs(5), self.server_task).await;
         tracing::info!("stopped");
     }
 }
@@ -478,6 +415,15 @@ async fn shared_store(
     Ok(Some((store, events)))
 }
 
+/// What the idle reaper reads at each round (a reload may change each).
+struct Reaping {
+    catalog: Arc<Catalog>,
+    server: Arc<ArcSwap<ServerConfig>>,
+    limiter: Arc<ArcSwapOption<http::limit::Limiter>>,
+    /// Notified by a reload: the period is computed again.
+    wake: Arc<tokio::sync::Notify>,
+}
+
 /// How often idle sessions and connections are looked for: a quarter of the
 /// shortest idle limit, within 100 ms to 30 s.
 fn idle_period(catalog: &Catalog, session_idle_timeout: Duration) -> Duration {
@@ -490,32 +436,43 @@ fn idle_period(catalog: &Catalog, session_idle_timeout: Duration) -> Duration {
     (shortest / 4).clamp(Duration::from_millis(100), Duration::from_secs(30))
 }
 
-async fn reap_idle(
-    supervisor: Arc<Supervisor>,
-    period: Duration,
-    limiter: Option<Arc<http::limit::Limiter>>,
-    stop: CancellationToken,
-) {
-    let mut tick = tokio::time::interval(period);
+async fn reap_idle(supervisor: Arc<Supervisor>, reaping: Reaping, stop: CancellationToken) {
     loop {
+        let idle = reaping.server.load().session_idle_timeout;
         tokio::select! {
-            _ = tick.tick() => {
+            _ = tokio::time::sleep(idle_period(&reaping.catalog, idle)) => {
                 supervisor.expire_idle().await;
-                if let Some(l) = &limiter {
+                if let Some(l) = &*reaping.limiter.load() {
                     l.forget_idle();
                 }
             }
+            () = reaping.wake.notified() => {}
             _ = stop.cancelled() => return,
         }
     }
+}
+
+/// The metrics listener's application for `server` (`admin_endpoints`).
+fn metrics_app(
+    server: &ServerConfig,
+    metrics: &Arc<Metrics>,
+    sessions: &Arc<dyn SessionStore>,
+    supervisor: &Arc<Supervisor>,
+    catalog: &Arc<Catalog>,
+) -> axum::Router {
+    let admin = server.admin_endpoints.then(|| http::admin::Admin {
+        supervisor: supervisor.clone(),
+        catalog: catalog.clone(),
+    });
+    http::metrics_app(metrics.clone(), sessions.clone(), admin)
 }
 
 /// Serves `/metrics` on its own listener. A failure to bind is logged and the
 /// gateway keeps serving without it.
 async fn serve_metrics(
     addr: SocketAddr,
-    app: axum::Router,
-    header_read_timeout: Duration,
+    app: Arc<LiveApp>,
+    header_read_timeout: impl Fn() -> Duration + Send + 'static,
     stop: CancellationToken,
 ) -> Option<SocketAddr> {
     let listener = match TcpListener::bind(addr).await {
@@ -531,29 +488,4 @@ async fn serve_metrics(
         tracing::info!(%addr, "metrics listening");
     }
     local
-}
-
-/// The reloadable authorization settings in force, as `Debug` text (the config
-/// types have no `PartialEq`; their `Debug` shows every field).
-struct Applied {
-    auth: String,
-    /// `[policy]` and what each endpoint serves (reloadable together).
-    policy: String,
-    /// The endpoints' names and paths (the routes: fixed until a restart).
-    endpoint_paths: String,
-}
-
-impl Applied {
-    fn of(config: &Config) -> Applied {
-        let paths: Vec<(&str, &str)> = config
-            .endpoints
-            .iter()
-            .map(|(n, e)| (n.as_str(), e.path.trim_end_matches('/')))
-            .collect();
-        Applied {
-            auth: format!("{:?}", config.auth),
-            policy: format!("{:?} {:?}", config.policy, config.endpoints),
-            endpoint_paths: format!("{paths:?}"),
-        }
-    }
 }

@@ -267,7 +267,7 @@ async fn serve(path: Option<PathBuf>, listen: Option<SocketAddr>) -> anyhow::Res
             .context("starting the gateway")?,
     );
     let watcher = match path {
-        Some(path) => tokio::spawn(watch_config(gateway.clone(), path)),
+        Some(path) => tokio::spawn(watch_config(gateway.clone(), path, listen)),
         None => tokio::spawn(std::future::pending()),
     };
     shutdown_signal().await;
@@ -359,7 +359,8 @@ async fn catalog(
 /// Reloads the configuration on SIGHUP and when the file's content changes
 /// (polled every 2 s, by content, so a Kubernetes ConfigMap's symlink swap is
 /// seen). An invalid new file is logged and the running configuration kept.
-async fn watch_config(gateway: Arc<mcpgate::Gateway>, path: PathBuf) {
+/// `listen` (`--listen`) overrides every file, as it did at start.
+async fn watch_config(gateway: Arc<mcpgate::Gateway>, path: PathBuf, listen: Option<SocketAddr>) {
     use tokio::signal::unix::{SignalKind, signal};
     let fingerprint = |p: &std::path::Path| std::fs::read(p).ok().map(|b| sha_of(&b));
     let mut last = fingerprint(&path);
@@ -378,7 +379,10 @@ async fn watch_config(gateway: Arc<mcpgate::Gateway>, path: PathBuf) {
             }
         };
         match Config::load(&path) {
-            Ok(config) => {
+            Ok(mut config) => {
+                if let Some(addr) = listen {
+                    config.server.listen = addr;
+                }
                 tracing::info!(trigger = why, path = %path.display(), "reloading configuration");
                 gateway.reload(&config).await;
             }

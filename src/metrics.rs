@@ -63,6 +63,10 @@ pub struct Metrics {
     pub config_last_reload_successful: IntGauge,
     /// Unix time (seconds) of the last successful configuration load.
     pub config_last_reload_success_timestamp: Gauge,
+    /// 1 while the configuration file holds changes that only a restart applies
+    /// (`server.listen`, `server.metrics_listen`, `[cluster]`, `[telemetry]`):
+    /// the last reload kept the running values. 0 otherwise.
+    pub config_restart_required: IntGauge,
     /// `server.max_sessions`: the session cap (`mcpgate_sessions_active` reaches it).
     pub sessions_max: IntGauge,
     /// Session ids this process had to open because it did not hold the session
@@ -88,6 +92,12 @@ pub struct Metrics {
     /// `answer` (a host's answer to a request another replica relayed),
     /// `cancel` (a host's cancel of a request this replica does not run).
     pub cluster_forwarded: IntCounterVec,
+    /// 2026-07-28 retries carrying a `requestState` the gateway issued, by
+    /// `kind` (`continuation`: a call parked by the bridge; `wrapped`: a
+    /// 2026-07-28 backend's state wrapped in ours) and `result` (`resumed`,
+    /// `invalid`: -32602, `elsewhere`: the continuation is on another replica,
+    /// `gone`: no longer parked).
+    pub input_required_retries: IntCounterVec,
 }
 
 /// The source revision baked in at build time (`MCPGATE_REVISION=$(git rev-parse
@@ -280,6 +290,11 @@ impl Metrics {
                 "mcpgate_config_last_reload_success_timestamp_seconds",
                 "Unix time of the last successful configuration load or reload.",
             ),
+            config_restart_required: gauge(
+                &r,
+                "mcpgate_config_restart_required",
+                "1 while the configuration file changes settings that need a restart (the running values stay), else 0.",
+            ),
             session_restores: counter_vec(
                 &r,
                 "mcpgate_session_restores_total",
@@ -319,6 +334,12 @@ impl Metrics {
                 "Work handed to another replica through the shared store, by kind (answer, cancel).",
                 &["kind"],
             ),
+            input_required_retries: counter_vec(
+                &r,
+                "mcpgate_input_required_retries_total",
+                "2026-07-28 retries carrying a requestState the gateway issued, by kind (continuation, wrapped) and result (resumed, invalid, elsewhere, gone).",
+                &["kind", "result"],
+            ),
             registry: r,
         };
         m.build_info
@@ -326,6 +347,14 @@ impl Metrics {
             .set(1);
         for result in ["success", "failure"] {
             m.config_reloads.with_label_values(&[result]);
+        }
+        for result in ["resumed", "invalid", "elsewhere", "gone"] {
+            m.input_required_retries
+                .with_label_values(&["continuation", result]);
+        }
+        for result in ["resumed", "invalid"] {
+            m.input_required_retries
+                .with_label_values(&["wrapped", result]);
         }
         m
     }

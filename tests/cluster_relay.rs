@@ -5,7 +5,8 @@
 //! completes the call on A (through A's inbox, one Redis command; none when it
 //! is POSTed to A); the inbox reader reconnects after its connection is cut and
 //! reads what was written meanwhile; an answer for a replica that is gone is
-//! dropped with a log line; a `notifications/cancelled` POSTed to B
+//! dropped with a log line; the same for a request A asked on behalf of a
+//! 2026-07-28 backend's `input_required` (the shim); a `notifications/cancelled` POSTed to B
 //! reaches the backend of the call running on A, and A's call ends.
 
 mod common;
@@ -177,6 +178,29 @@ async fn an_answer_posted_to_b_completes_the_call_relayed_by_a() {
         Some(3.0),
         "a dropped answer is not counted as forwarded"
     );
+}
+
+#[tokio::test]
+async fn an_answer_posted_to_b_completes_the_shim_round_held_by_a() {
+    // A 2026-07-28 backend's input_required, asked of the session by A: the
+    // host's answer lands on B and reaches the round waiting on A.
+    let modern = "[backends.fx]\ntype = \"stdio\"\ncommand = \"${FAKE_STDIO}\"\n\
+        args = [\"--modern\"]\nera = \"modern\"\n";
+    let redis = TestRedis::start().await;
+    let a = replica(Some(&redis), modern).await;
+    let b = replica(Some(&redis), modern).await;
+    let mut s = McpClient::new(&a.url);
+    s.initialize(json!({"elicitation": {}})).await;
+    let on_b = at(&s, &b);
+    let answer = json!({"action": "accept", "content": {"name": "Ada"}});
+    let text = ask_and_answer(&s, &on_b, "fx__mrtr_elicit", answer).await;
+    assert!(
+        text.contains(r#""name":"Ada""#),
+        "{text}\n{}\n{}",
+        a.log(),
+        b.log()
+    );
+    assert_eq!(redis.keys("mcpg:inbox:*").len(), 1, "through A's inbox");
 }
 
 #[tokio::test]

@@ -267,11 +267,11 @@ async fn endpoints_have_their_own_scopes_audience_and_metadata() {
     assert_eq!(admin, seen, "/admin/catalog shows what the CLI prints");
 }
 
-/// What an endpoint serves reloads with `[policy]` (same sessions, new lists); a
-/// reload that would move or rename endpoints changes nothing (their routes are
-/// fixed until a restart).
+/// What an endpoint serves reloads with `[policy]` (same sessions, new lists);
+/// a reload that moves it serves it at the new path only and ends its
+/// sessions (their URL is gone).
 #[tokio::test]
-async fn a_reload_changes_what_an_endpoint_serves_but_not_its_paths() {
+async fn a_reload_changes_what_an_endpoint_serves_and_where() {
     let backend = Backend::start().await;
     let config = |tools: &str, path: &str| {
         format!(
@@ -306,6 +306,7 @@ async fn a_reload_changes_what_an_endpoint_serves_but_not_its_paths() {
         .reload(&parse(&config(r#"["echo", "add"]"#, "/mcp/eng")))
         .await;
     assert!(report.policy && report.refused.is_none(), "{report:?}");
+    assert!(report.endpoints_moved.is_empty() && report.sessions_ended == 0);
     assert_eq!(
         tools(list().await),
         ["rec__add", "rec__echo"],
@@ -313,16 +314,16 @@ async fn a_reload_changes_what_an_endpoint_serves_but_not_its_paths() {
     );
 
     let report = gw.reload(&parse(&config(r#"["add"]"#, "/mcp/moved"))).await;
-    assert!(
-        report
-            .refused
-            .as_deref()
-            .is_some_and(|w| w.contains("paths")),
-        "{report:?}"
-    );
-    assert_eq!(
-        tools(list().await),
-        ["rec__add", "rec__echo"],
-        "nothing changed"
-    );
+    assert!(report.refused.is_none(), "{report:?}");
+    assert_eq!(report.endpoints_moved, ["eng"]);
+    assert_eq!(report.sessions_ended, 1);
+    let ping = json!({"jsonrpc": "2.0", "id": 1, "method": "ping"});
+    let old = eng.post(None, Some(&session), &ping).await;
+    assert_eq!(old.status, 404, "the old path is gone: {}", old.text);
+    let moved = host_at(&gw, "/mcp/moved");
+    let at_new = moved.post(None, Some(&session), &ping).await;
+    assert_eq!(at_new.status, 404, "the session ended: {}", at_new.text);
+    let fresh = moved.initialize(None).await;
+    let r = moved.rpc(None, &fresh, "tools/list", json!({})).await;
+    assert_eq!(tools(r), ["rec__add"]);
 }

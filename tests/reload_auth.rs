@@ -1,6 +1,7 @@
 //! Hot reload of `[auth]` and `[policy]`: a valid change applies to the sessions
-//! already open (no re-initialize, a `list_changed` to each host), a refused one
-//! changes nothing, and what needs a restart is refused whole.
+//! already open (no re-initialize, a `list_changed` to each host), including a
+//! moved resource (its metadata document moves too); turning `[auth]` on or off
+//! is refused whole and changes nothing.
 
 mod auth_support;
 mod common;
@@ -130,7 +131,7 @@ async fn a_new_required_scope_refuses_tokens_without_it() {
 }
 
 #[tokio::test]
-async fn turning_auth_off_or_moving_the_resource_is_refused_whole() {
+async fn turning_auth_off_is_refused_whole_and_moving_the_resource_applies() {
     let issuer = Issuer::start().await;
     let backend = Backend::start().await;
     let gw = gateway(&config(&issuer, &backend, "", r#""echo""#)).await;
@@ -162,19 +163,42 @@ async fn turning_auth_off_or_moving_the_resource_is_refused_whole() {
     assert_eq!(anonymous.status, 401, "auth still in force");
     assert_eq!(host.tool_names(Some(&token), &session).await, ["rec__echo"]);
 
+    // Moving the resource applies: its metadata document moves with it and
+    // tokens must name the new resource.
+    let well_known =
+        |path: &str| format!("{}/.well-known/oauth-protected-resource{path}", host.base);
+    let before = reqwest::get(well_known("/mcp")).await.unwrap();
+    assert_eq!(before.status(), 200);
     let moved = config(&issuer, &backend, "", r#""echo", "add""#)
         .replace(RESOURCE, "https://gw.example.test/other");
     let report = gw.reload(&parse(&moved)).await;
+    assert!(report.refused.is_none() && report.auth, "{report:?}");
+    let doc = reqwest::get(well_known("/other")).await.unwrap();
+    let doc: serde_json::Value = serde_json::from_str(&doc.text().await.unwrap()).unwrap();
+    assert_eq!(doc["resource"], "https://gw.example.test/other", "{doc}");
+    // The endpoint's own path-inserted URL (server.path) serves the same document.
+    let at_path = reqwest::get(well_known("/mcp")).await.unwrap();
     assert!(
-        report
-            .refused
-            .as_deref()
-            .is_some_and(|r| r.contains("metadata")),
-        "{report:?}"
+        at_path
+            .text()
+            .await
+            .unwrap()
+            .contains("gw.example.test/other")
     );
+    let stale = host
+        .post(
+            Some(&token),
+            Some(&session),
+            &json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}),
+        )
+        .await;
     assert_eq!(
-        host.tool_names(Some(&token), &session).await,
-        ["rec__echo"],
-        "policy unchanged too"
+        stale.status, 401,
+        "a token for the old resource: {}",
+        stale.text
     );
+    let fresh = issuer.mint(&issuer.claims("alice", "tools:read", "https://gw.example.test/other"));
+    let mut names = host.tool_names(Some(&fresh), &session).await;
+    names.sort();
+    assert_eq!(names, ["rec__add", "rec__echo"], "same session, new policy");
 }

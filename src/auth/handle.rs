@@ -39,21 +39,10 @@ impl AuthHandle {
     }
 
     /// Puts `new` in force (its keys are fetched afresh) and stops the old
-    /// one's refresh. Requests already past authentication are unaffected.
-    ///
-    /// Errors: `new` serves its RFC 9728 metadata at other paths (the resource
-    /// URL's path changed): routes are fixed at start, so that needs a restart;
-    /// nothing is changed.
-    pub fn replace(&self, new: Arc<Authenticator>) -> Result<(), String> {
-        let old = self.current();
-        if old.metadata.paths != new.metadata.paths
-            || old.metadata.root_document.is_some() != new.metadata.root_document.is_some()
-        {
-            return Err(format!(
-                "the protected resource metadata moves from {:?} to {:?}",
-                old.metadata.paths, new.metadata.paths
-            ));
-        }
+    /// one's refresh. Requests already past authentication are unaffected; the
+    /// server face takes `new` (and the metadata paths it serves) with the rest
+    /// of a reload.
+    pub fn replace(&self, new: Arc<Authenticator>) {
         let refresh = self.stop.child_token();
         new.start(&refresh);
         *self.current.write().unwrap_or_else(|e| e.into_inner()) = new;
@@ -62,6 +51,5 @@ impl AuthHandle {
             refresh,
         );
         old_refresh.cancel();
-        Ok(())
     }
 }

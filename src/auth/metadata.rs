@@ -145,15 +145,6 @@ impl ResourceMetadata {
         }
     }
 
-    /// Every local path serving a document (sorted): the endpoint's and the
-    /// virtual endpoints'.
-    pub fn all_paths(&self) -> Vec<String> {
-        let mut all = self.paths.clone();
-        all.extend(self.endpoints.values().map(|m| m.path.clone()));
-        all.sort();
-        all
-    }
-
     /// The origin resource of the root document, when it is served.
     pub fn root_resource(&self) -> Option<&str> {
         self.root.as_deref()

@@ -1,5 +1,5 @@
 //! The gateway as an OAuth 2.1 protected resource (MCP 2025-11-25
-//! basic/authorization; DESIGN decision 7): bearer validation ([`jwt`], keys from
+//! basic/authorization; RFC 9728): bearer validation ([`jwt`], keys from
 //! [`jwks`], opaque tokens through [`introspect`]), Protected Resource Metadata
 //! ([`metadata`]), the authorization policy ([`policy`]) and the gateway's own
 //! credentials toward backends ([`upstream`]). The HTTP plane answers for it in

@@ -1,6 +1,6 @@
 //! The authorization policy (`[policy]`): which backends, tools, prompts and
-//! resources exist for a caller (DESIGN decision 7: what a caller may not call
-//! is also not listed).
+//! resources exist for a caller. What a caller may not call is also not listed,
+//! so a refused name and an absent one look the same to a host.
 //!
 //! A principal maps to a [`ViewKey`]: the set of rules whose `scopes` and
 //! `claims` it satisfies. Everything else depends only on the key, so the router
@@ -214,14 +214,16 @@ impl Policy {
     }
 
     /// The view key of a principal at endpoint `endpoint` (`[endpoints.NAME]`;
-    /// `""`: the whole gateway). An endpoint this generation does not have sees
-    /// nothing.
+    /// `""`: the whole gateway, when no endpoints are configured). An endpoint
+    /// this generation does not have sees nothing: a request that began before a
+    /// reload removed its endpoint (or configured the first ones) is shown
+    /// nothing rather than the whole gateway.
     pub fn key_at(&self, endpoint: &str, p: Option<&Principal>) -> ViewKey {
         let applicable: Vec<u32> = (0..self.rules.len() as u32)
             .filter(|i| self.rules[*i as usize].applies(p))
             .collect();
         let endpoint = match endpoint {
-            "" => 0,
+            "" if self.endpoints.is_empty() => 0,
             name => self
                 .endpoints
                 .iter()
@@ -369,6 +371,12 @@ mod tests {
         assert!(!p.is_open_for(&eng));
         let open = Policy::compile(&PolicyConfig::default(), &endpoints, 0);
         assert!(!open.is_open_for(&open.key_at("eng", None)));
-        assert!(open.is_open_for(&open.key(None)));
+        // With endpoints, "" (server.path) is no endpoint: a request that began
+        // before a reload configured them sees nothing, not the whole gateway.
+        let whole = open.key(None);
+        assert!(!open.is_open_for(&whole));
+        assert!(!open.allows(&whole, "demo", ItemKind::Tool, "echo"));
+        let none = Policy::compile(&PolicyConfig::default(), &BTreeMap::new(), 0);
+        assert!(none.is_open_for(&none.key(None)));
     }
 }

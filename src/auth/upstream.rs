@@ -1,4 +1,4 @@
-//! The gateway's own credentials toward an HTTP backend (DESIGN decision 7; MCP
+//! The gateway's own credentials toward an HTTP backend (MCP
 //! 2025-11-25 security best practices: "token passthrough" is forbidden, so a
 //! backend never sees the host's token).
 //!

@@ -37,7 +37,7 @@ impl InitInfo {
     }
 }
 
-/// Who a connection belongs to (DESIGN decision 3). The client face does not
+/// Who a connection belongs to (shared or one host session's). The client face does not
 /// know what an owner is; it only needs to know whether every request on the
 /// connection comes from one client, which makes "the only request in flight"
 /// a safe guess for any message the backend sends without saying what it relates
@@ -73,8 +73,9 @@ pub struct Connection {
     pub(super) info: OnceLock<InitInfo>,
     /// Client capabilities declared in `initialize` (kept for re-initialization).
     pub(super) capabilities: Value,
-    /// Per-call timeout for this backend.
-    pub(super) timeout: Duration,
+    /// Per-call timeout for this backend (shared with its spec: a reload may
+    /// change it).
+    timeout: Arc<super::CallTimeout>,
     /// Cancelled when the connection is closed or its transport died.
     pub closed: CancellationToken,
     /// Set when the gateway itself is closing the connection.
@@ -98,7 +99,7 @@ impl Connection {
         owner: Owner,
         handler: Arc<dyn UpstreamHandler>,
         capabilities: Value,
-        timeout: Duration,
+        timeout: Arc<super::CallTimeout>,
         modern: Option<ProtocolVersion>,
     ) -> Self {
         Connection {
@@ -245,7 +246,8 @@ impl Connection {
         }
         if let Some(version) = self.modern() {
             let level = call.as_ref().and_then(|c| c.log_level());
-            modern::stamp_envelope(&mut params, version, level);
+            let caps = call.as_ref().and_then(|c| c.client_capabilities());
+            modern::stamp_envelope(&mut params, version, caps, level);
         }
         let name = self
             .modern()
@@ -398,7 +400,7 @@ impl Connection {
 
     /// The per-call timeout for this backend.
     pub fn timeout(&self) -> Duration {
-        self.timeout
+        self.timeout.get()
     }
 
     /// Handles one message read from the backend. `related` is the upstream id of

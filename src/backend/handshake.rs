@@ -17,7 +17,7 @@ use crate::mcp::{Method, ProtocolVersion};
 impl Connection {
     /// Repeats the handshake on the same transport (the backend ended our session).
     pub(super) async fn rehandshake(self: &Arc<Self>) -> Result<(), BackendError> {
-        Box::pin(self.handshake(self.timeout, false)).await
+        Box::pin(self.handshake(self.timeout(), false)).await
     }
 
     /// Performs `initialize` + `notifications/initialized` (MCP basic/lifecycle),
@@ -33,7 +33,7 @@ impl Connection {
         fallback: bool,
     ) -> Result<(), BackendError> {
         if let Some(version) = self.modern() {
-            let limit = probe.min(self.timeout);
+            let limit = probe.min(self.timeout());
             let found = self
                 .request(&Method::ServerDiscover, None, None, limit)
                 .await
@@ -52,7 +52,7 @@ impl Connection {
                 }
             }
         }
-        let timeout = self.timeout;
+        let timeout = self.timeout();
         let params = json!({
             "protocolVersion": ProtocolVersion::LATEST.as_str(),
             "capabilities": self.capabilities,

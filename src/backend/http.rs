@@ -26,26 +26,12 @@ use super::conn::{Connection, dispatch_text};
 use super::modern;
 use crate::auth::upstream::UpstreamCredentials;
 use crate::mcp::{Method, ProtocolVersion};
-use crate::streamable_http::{PROTOCOL_VERSION as VERSION_HEADER, SESSION_ID as SESSION_HEADER};
-
-/// `Mcp-Method` and `Mcp-Name` (MCP 2026-07-28 basic/transports/streamable-http,
-/// request metadata): sent to stateless backends only.
-const METHOD_HEADER: &str = "mcp-method";
-const NAME_HEADER: &str = "mcp-name";
+use crate::streamable_http::{
+    EVENT_STREAM, LAST_EVENT_ID, MCP_METHOD as METHOD_HEADER, MCP_NAME as NAME_HEADER,
+    PROTOCOL_VERSION as VERSION_HEADER, SESSION_ID as SESSION_HEADER, is_transport_header,
+};
 
 const BOTH: &str = "application/json, text/event-stream";
-/// Headers only the gateway sets: a configured value must never stand in
-/// for one, e.g. a fixed `Mcp-Session-Id` on `initialize`, before the gateway has
-/// a session id of its own to put there.
-const PROTOCOL_HEADERS: [&str; 7] = [
-    "accept",
-    "content-type",
-    SESSION_HEADER,
-    VERSION_HEADER,
-    "last-event-id",
-    METHOD_HEADER,
-    NAME_HEADER,
-];
 /// A backend's answer.
 type Response = http::Response<Body>;
 
@@ -81,7 +67,7 @@ impl HttpLink {
         for (k, v) in headers {
             let name = HeaderName::try_from(k.as_str())
                 .map_err(|e| BackendError::closed(backend, format!("header {k}: {e}")))?;
-            if PROTOCOL_HEADERS.contains(&name.as_str()) {
+            if is_transport_header(name.as_str()) {
                 tracing::warn!(backend = %backend, header = %k, "configured header ignored: protocol headers are set by the gateway");
                 continue;
             }
@@ -303,10 +289,10 @@ impl HttpLink {
             };
             tokio::time::sleep(retry.unwrap_or(Duration::from_millis(100))).await;
             resumes += 1;
-            let mut h = self.headers(conn, "text/event-stream");
+            let mut h = self.headers(conn, EVENT_STREAM);
             h.remove(CONTENT_TYPE);
             if let Ok(v) = HeaderValue::try_from(event_id.as_str()) {
-                h.insert("last-event-id", v);
+                h.insert(LAST_EVENT_ID, v);
             }
             self.authorize(conn, &mut h).await?;
             let resp = self
@@ -406,7 +392,7 @@ impl HttpLink {
     }
 
     pub(crate) fn get_headers(&self, conn: &Connection) -> HeaderMap {
-        let mut h = self.headers(conn, "text/event-stream");
+        let mut h = self.headers(conn, EVENT_STREAM);
         h.remove(CONTENT_TYPE);
         h
     }
@@ -474,7 +460,7 @@ async fn listen(
             .as_deref()
             .and_then(|v| HeaderValue::try_from(v).ok())
         {
-            h.insert("last-event-id", v);
+            h.insert(LAST_EVENT_ID, v);
         }
         let backend = c.backend.clone();
         drop(c);
@@ -537,7 +523,7 @@ async fn read_events(
 fn is_event_stream(h: &HeaderMap) -> bool {
     h.get(CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.trim_start().starts_with("text/event-stream"))
+        .is_some_and(|v| v.trim_start().starts_with(EVENT_STREAM))
 }
 
 /// `headers` with the lines of `file` (`Name: value`, `#` comments) merged

@@ -5,7 +5,7 @@ mod conn;
 pub(crate) mod events;
 mod handshake;
 mod http;
-mod modern;
+pub(crate) mod modern;
 mod slot;
 mod sse;
 mod stdio;
@@ -127,6 +127,12 @@ pub trait Caller: Send + Sync + 'static {
     /// `_meta` `logLevel` to stateless backends (MCP 2026-07-28
     /// server/utilities/logging); `None` by default.
     fn log_level(&self) -> Option<LogLevel> {
+        None
+    }
+    /// The client capabilities a 2026-07-28 backend is told this request's client
+    /// has (`_meta` `clientCapabilities`, MCP 2026-07-28 basic/index): only what
+    /// the caller can carry back to its host. `None` (the default): `{}`, none.
+    fn client_capabilities(&self) -> Option<serde_json::Value> {
         None
     }
     /// The request became upstream request `id` on `conn` (it is pending from now
@@ -251,14 +257,40 @@ impl Link {
     }
 }
 
+/// A backend's per-call timeout, shared by its spec and every connection to it,
+/// so a reload that changes `server.request_timeout` reaches calls on
+/// connections already open. Nanoseconds (≈ 584 years at most).
+#[derive(Debug)]
+pub struct CallTimeout(std::sync::atomic::AtomicU64);
+
+impl CallTimeout {
+    fn new(d: Duration) -> Self {
+        CallTimeout(std::sync::atomic::AtomicU64::new(nanos(d)))
+    }
+
+    /// The timeout in force.
+    pub fn get(&self) -> Duration {
+        Duration::from_nanos(self.0.load(std::sync::atomic::Ordering::Relaxed))
+    }
+
+    fn set(&self, d: Duration) {
+        self.0.store(nanos(d), std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
 /// A configured backend: how to reach it and how long to wait for it.
 pub struct BackendSpec {
     /// Backend name from the config.
     pub name: Arc<str>,
     /// Its config.
     pub config: BackendConfig,
-    /// Per-call timeout.
-    pub timeout: Duration,
+    /// Per-call timeout: `timeout`, else `server.request_timeout` (followed at a
+    /// reload, [`BackendSpec::set_default_timeout`]).
+    timeout: Arc<CallTimeout>,
     /// reqwest: the legacy HTTP+SSE transport, and Streamable HTTP behind a proxy.
     http: Option<reqwest::Client>,
     /// The Streamable HTTP client ([`client::HttpClient`]).
@@ -298,12 +330,10 @@ impl BackendSpec {
             }
             Transport::Stdio { .. } => None,
         };
-        let client = match &config.transport {
-            Transport::Http { .. } => Some(client::HttpClient::new(proxy_configured(), || {
-                http.clone().unwrap_or_default()
-            })),
-            Transport::Sse { .. } | Transport::Stdio { .. } => None,
-        };
+        let streamable = matches!(config.transport, Transport::Http { .. });
+        let client = streamable.then(|| {
+            client::HttpClient::new(proxy_configured(), || http.clone().unwrap_or_default())
+        });
         let creds = config
             .upstream_auth
             .as_ref()
@@ -311,12 +341,21 @@ impl BackendSpec {
         BackendSpec {
             name: name.into(),
             creds,
-            timeout: config.timeout.unwrap_or(default_timeout),
+            timeout: Arc::new(CallTimeout::new(config.timeout.unwrap_or(default_timeout))),
             config,
             http,
             client,
             legacy_detected: std::sync::atomic::AtomicBool::new(false),
             era: Arc::default(),
+        }
+    }
+
+    /// Puts `server.request_timeout` in force for a backend without a `timeout`
+    /// of its own (hot reload): calls started from now on, on every connection,
+    /// use it.
+    pub fn set_default_timeout(&self, default: Duration) {
+        if self.config.timeout.is_none() {
+            self.timeout.set(default);
         }
     }
 
@@ -479,7 +518,7 @@ impl BackendSpec {
             owner,
             handler,
             capabilities,
-            self.timeout,
+            self.timeout.clone(),
             modern,
         );
         let conn = Arc::new(if self.config.era == BackendEra::Auto {

@@ -5,7 +5,7 @@
 //!
 //! A modern backend gets no `initialize` and no session: `server/discover` takes
 //! the handshake's place, and every request carries `params._meta` with the
-//! backend's revision, the client capabilities the gateway can carry, mcpgate's
+//! backend's revision, the client capabilities the caller can carry, mcpgate's
 //! client info and the caller's log level; over HTTP also `MCP-Protocol-Version`,
 //! `Mcp-Method` and `Mcp-Name`.
 
@@ -156,28 +156,25 @@ pub(crate) fn refusal(status: u16, body: &[u8], id: u64, ours: ProtocolVersion) 
     }
 }
 
-/// The client capabilities declared to a modern backend: what the gateway can carry
-/// back to any host. Elicitation, sampling and roots reach a modern backend's caller
-/// only as `input_required` rounds, which the gateway does not yet run for legacy
-/// hosts nor wrap (`requestState`) for modern ones; declaring none makes the backend
-/// answer -32021 instead of asking for input that would go nowhere.
-pub(crate) fn carried_capabilities() -> Value {
-    json!({})
-}
-
 /// Puts the per-request envelope into `params._meta` (MCP 2026-07-28 basic/index,
-/// per-request fields): revision, client capabilities, client info and, when the
-/// caller asked for logs, the level.
+/// per-request fields): revision, client capabilities (`capabilities`, what the
+/// caller can carry back to its host; `None`: `{}`, so the backend answers
+/// -32021 rather than asking for input that would go nowhere), client info and,
+/// when the caller asked for logs, the level.
 pub(crate) fn stamp_envelope(
     params: &mut Option<Value>,
     version: ProtocolVersion,
+    capabilities: Option<Value>,
     log_level: Option<LogLevel>,
 ) {
     let Some(meta) = meta_mut(params) else {
         return;
     };
     meta.insert(mcp::META_PROTOCOL_VERSION.into(), version.as_str().into());
-    meta.insert(mcp::META_CLIENT_CAPABILITIES.into(), carried_capabilities());
+    meta.insert(
+        mcp::META_CLIENT_CAPABILITIES.into(),
+        capabilities.unwrap_or_else(|| json!({})),
+    );
     meta.insert(mcp::META_CLIENT_INFO.into(), mcp::implementation());
     match log_level {
         Some(l) => meta.insert(mcp::META_LOG_LEVEL.into(), l.as_str().into()),
@@ -356,7 +353,7 @@ mod tests {
     #[test]
     fn envelope_and_headers() {
         let mut p = Some(json!({"name": "t", "_meta": {"progressToken": 3}}));
-        stamp_envelope(&mut p, ProtocolVersion::MODERN, Some(LogLevel::Info));
+        stamp_envelope(&mut p, ProtocolVersion::MODERN, None, Some(LogLevel::Info));
         let meta = &p.as_ref().unwrap()["_meta"];
         assert_eq!(meta["progressToken"], 3);
         assert_eq!(meta[mcp::META_PROTOCOL_VERSION], "2026-07-28");

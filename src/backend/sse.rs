@@ -56,7 +56,10 @@ impl SseLink {
             extra.insert(name, value);
         }
         let mut h = extra.clone();
-        h.insert(ACCEPT, HeaderValue::from_static("text/event-stream"));
+        h.insert(
+            ACCEPT,
+            HeaderValue::from_static(crate::streamable_http::EVENT_STREAM),
+        );
         let resp = client
             .get(stream_url.clone())
             .headers(h)

@@ -168,10 +168,11 @@ impl Catalog {
                 .is_some_and(|b| policy.allows(&key, b, item_kind(kind), name))
         });
         let inputs = super::registry::view_inputs(&backends, &snap.catalogs);
+        let (page_size, max_name_len) = self.paging();
         View::build_filtered(
             &inputs,
-            self.page_size,
-            self.max_name_len,
+            page_size,
+            max_name_len,
             self.key.clone(),
             Some(filter),
         )

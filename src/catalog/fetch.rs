@@ -1,5 +1,6 @@
 //! Fetching a backend's complete lists (every page) and repairing what strict
-//! hosts would reject (DESIGN decision 5).
+//! hosts would reject: a gateway that served the first page only, or passed on a
+//! schema a strict host refuses, would break every host behind it.
 
 use std::collections::HashSet;
 use std::sync::Arc;

@@ -16,7 +16,7 @@ mod pages;
 mod registry;
 mod view;
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 
 pub use curation::inject as inject_overrides;
@@ -77,8 +77,10 @@ pub struct Catalog {
     generation: AtomicU64,
     key: CursorKey,
     access: access::Access,
-    page_size: usize,
-    max_name_len: usize,
+    /// `server.page_size` and `server.max_name_len` (a reload may change them:
+    /// [`Catalog::set_paging`]).
+    page_size: AtomicUsize,
+    max_name_len: AtomicUsize,
 }
 
 impl Catalog {
@@ -98,9 +100,31 @@ impl Catalog {
             generation: AtomicU64::new(0),
             key,
             access: access::Access::new(&config.policy, &config.endpoints),
-            page_size,
-            max_name_len,
+            page_size: AtomicUsize::new(page_size),
+            max_name_len: AtomicUsize::new(max_name_len),
         }
+    }
+
+    /// `(page_size, max_name_len)` in force.
+    fn paging(&self) -> (usize, usize) {
+        (
+            self.page_size.load(Ordering::Relaxed),
+            self.max_name_len.load(Ordering::Relaxed),
+        )
+    }
+
+    /// Puts a new `server.page_size` and `server.max_name_len` in force (hot
+    /// reload) and rebuilds the views when either changed (then cursors of the
+    /// old pages are stale, -32602, and names may be shortened differently).
+    /// Returns whether anything changed; the caller announces `list_changed`.
+    pub fn set_paging(&self, page_size: usize, max_name_len: usize) -> bool {
+        if self.paging() == (page_size, max_name_len) {
+            return false;
+        }
+        self.page_size.store(page_size, Ordering::Relaxed);
+        self.max_name_len.store(max_name_len, Ordering::Relaxed);
+        self.rebuild();
+        true
     }
 
     /// The backend registry.
@@ -168,7 +192,8 @@ impl Catalog {
             backends.iter().map(|b| b.catalog()).collect();
         let inputs = registry::view_inputs(&backends, &catalogs);
         let generation = self.generation.fetch_add(1, Ordering::Relaxed) + 1;
-        let view = View::build(&inputs, self.page_size, self.max_name_len, self.key.clone());
+        let (page_size, max_name_len) = self.paging();
+        let view = View::build(&inputs, page_size, max_name_len, self.key.clone());
         self.access.record(generation, catalogs.clone());
         *current = Arc::new(view);
     }

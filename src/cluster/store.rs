@@ -19,7 +19,7 @@
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -140,7 +140,8 @@ pub struct SharedStore {
     /// `tag` as a number, for the ids of relayed requests (`inbox::tagged_id`).
     tag_bits: u32,
     health: Arc<Health>,
-    record_ttl: u64,
+    /// Seconds; `server.session_idle_timeout` (a reload may change it).
+    record_ttl: AtomicU64,
     heartbeat: Duration,
     events: mpsc::UnboundedSender<Ctl>,
     metrics: StoreMetrics,
@@ -186,7 +187,7 @@ impl SharedStore {
             tag,
             tag_bits,
             health,
-            record_ttl: record_ttl.as_secs().max(1),
+            record_ttl: AtomicU64::new(record_ttl.as_secs().max(1)),
             heartbeat: cluster.heartbeat,
             events,
             metrics,
@@ -318,7 +319,7 @@ impl SharedStore {
         if !self.is_up() {
             return Err(Unavailable);
         }
-        self.op("put", self.redis.put_record(h, fields, self.record_ttl))
+        self.op("put", self.redis.put_record(h, fields, self.record_ttl()))
             .await
     }
 
@@ -335,10 +336,22 @@ impl SharedStore {
         }
     }
 
+    /// How long a record lives without use, in seconds.
+    fn record_ttl(&self) -> u64 {
+        self.record_ttl.load(Ordering::Relaxed)
+    }
+
+    /// Sets how long records live without use (`server.session_idle_timeout`,
+    /// at a reload): records written or slid from now on get it.
+    pub fn set_record_ttl(&self, ttl: Duration) {
+        self.record_ttl
+            .store(ttl.as_secs().max(1), Ordering::Relaxed);
+    }
+
     /// How often a session in use slides its record's expiry, in seconds: 60,
     /// or a quarter of the idle timeout when that is shorter.
     pub fn refresh_every(&self) -> u32 {
-        let every = REFRESH_EVERY.as_secs().min(self.record_ttl / 4).max(1);
+        let every = REFRESH_EVERY.as_secs().min(self.record_ttl() / 4).max(1);
         u32::try_from(every).unwrap_or(60)
     }
 
@@ -349,7 +362,9 @@ impl SharedStore {
         }
         let me = self.clone();
         tokio::spawn(async move {
-            let _ = me.op("refresh", me.redis.refresh(&h, me.record_ttl)).await;
+            let _ = me
+                .op("refresh", me.redis.refresh(&h, me.record_ttl()))
+                .await;
         });
     }
 

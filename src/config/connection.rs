@@ -2,7 +2,10 @@
 
 use serde::Deserialize;
 
-/// How backend connections relate to host sessions (DESIGN decision 3).
+/// How backend connections relate to host sessions: one shared connection is
+/// cheap, but a stateful backend's server→client requests and logs can only
+/// reach the right host on a connection of that host's own
+/// (docs/architecture.md, "Connection modes").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ConnectionMode {

@@ -114,11 +114,11 @@ struct RawConfig {
 }
 
 /// `[server]`: the Streamable HTTP endpoint offered to hosts.
-#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct ServerConfig {
     /// Listen address. Default `127.0.0.1:8080` (MCP 2025-11-25 transports: bind
-    /// loopback when running locally).
+    /// loopback when running locally). A reload keeps it: a change needs a restart.
     #[schemars(schema_with = "schema::socket_addr")]
     pub listen: SocketAddr,
     /// Endpoint path. Default `/mcp`.
@@ -172,7 +172,7 @@ pub struct ServerConfig {
     #[schemars(schema_with = "schema::duration")]
     pub request_timeout: Duration,
     /// Address of the Prometheus `/metrics` listener; `"off"` disables it.
-    /// Default `127.0.0.1:9464`. `MCPGATE_METRICS_LISTEN` overrides it.
+    /// Default `127.0.0.1:9464`; `MCPGATE_METRICS_LISTEN` overrides it; a reload keeps it.
     #[serde(with = "optional_addr")]
     #[schemars(schema_with = "schema::optional_socket_addr")]
     pub metrics_listen: Option<SocketAddr>,
@@ -213,7 +213,9 @@ pub struct ServerConfig {
     /// probe gets 400 naming the session-based revisions, so clients fall back).
     pub modern: ModernFace,
     /// How long a 2026-07-28 call answered `input_required` waits for the client's
-    /// retry before it is cancelled at the backend. Default 10 minutes.
+    /// retry before it is cancelled at the backend, and how long a session gets to
+    /// answer one round of a 2026-07-28 backend's `input_required` (asked as
+    /// requests on its call's stream) before the call fails. Default 10 minutes.
     #[serde(with = "humantime_serde")]
     #[schemars(schema_with = "schema::duration")]
     pub input_required_timeout: Duration,
@@ -233,7 +235,7 @@ pub enum ModernFace {
 }
 
 /// `[server.rate_limit]`: a token bucket per client.
-#[derive(Debug, Clone, Copy, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RateLimit {
     /// Sustained requests per second.

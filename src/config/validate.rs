@@ -310,14 +310,7 @@ pub fn validate(c: &Config) -> Vec<ConfigProblem> {
                     Err(e) => p.push(ConfigProblem::new(at("url"), format!("invalid URL: {e}"))),
                 }
                 for (h, v) in headers {
-                    const PROTOCOL: [&str; 5] = [
-                        "accept",
-                        "content-type",
-                        "mcp-session-id",
-                        "mcp-protocol-version",
-                        "last-event-id",
-                    ];
-                    if PROTOCOL.contains(&h.to_ascii_lowercase().as_str()) {
+                    if crate::streamable_http::is_transport_header(h) {
                         p.push(ConfigProblem::new(
                             at(&format!("headers.{h}")),
                             "protocol headers are set by the gateway and cannot be configured",
@@ -499,6 +492,28 @@ mod tests {
         ] {
             assert!(paths.contains(&want), "missing {want} in {paths:?}");
         }
+    }
+
+    #[test]
+    fn transport_headers_cannot_be_configured() {
+        // Mcp-Name and Mcp-Param-* used to pass validation and be dropped with a
+        // warning at connect time: the validator had its own, shorter list.
+        let text = r#"
+            [backends.web]
+            type = "http"
+            url = "http://127.0.0.1/mcp"
+            headers = { "Mcp-Name" = "x", "MCP-Param-Region" = "eu", "Last-Event-ID" = "1", "X-Api-Key" = "k" }
+        "#;
+        let problems = Config::parse(text, Path::new("x.toml"), &|_| None).unwrap_err();
+        let paths: Vec<&str> = problems.iter().map(|p| p.path.as_str()).collect();
+        assert_eq!(
+            paths,
+            [
+                "backends.web.headers.Last-Event-ID",
+                "backends.web.headers.MCP-Param-Region",
+                "backends.web.headers.Mcp-Name",
+            ]
+        );
     }
 
     #[test]

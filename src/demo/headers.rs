@@ -3,10 +3,7 @@
 //! and the `MCP-Protocol-Version` header (MCP 2025-11-25 basic/transports).
 
 use axum::http::{HeaderMap, header};
-use mcpgate::mcp::ProtocolVersion;
-use mcpgate::streamable_http::{
-    PROTOCOL_VERSION, is_loopback_name, is_loopback_origin, strip_port,
-};
+use mcpgate::streamable_http::{is_loopback_name, is_loopback_origin, strip_port};
 
 use crate::demo::http::HostPolicy;
 
@@ -49,13 +46,10 @@ fn origin_authority(origin: &str) -> Option<&str> {
     Some(rest.split('/').next().unwrap_or(rest))
 }
 
-/// `true` unless an `MCP-Protocol-Version` header names a revision we do not speak
+/// `true` unless the `MCP-Protocol-Version` header names a revision we do not speak
 /// (MCP 2025-11-25 basic/transports "Protocol Version Header": → 400).
 pub(crate) fn supported_version(headers: &HeaderMap) -> bool {
-    headers.get_all(PROTOCOL_VERSION).iter().all(|v| {
-        v.to_str()
-            .is_ok_and(|v| ProtocolVersion::parse_host(v).is_some())
-    })
+    mcpgate::streamable_http::protocol_version(headers).is_ok()
 }
 
 #[cfg(test)]

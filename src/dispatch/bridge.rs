@@ -9,20 +9,29 @@
 //! pending backend requests verbatim and resumes the call. Nothing assumes the
 //! retry comes: a continuation not resumed within its time is cancelled upstream.
 //!
-//! `requestState` is `base64url(state) "." base64url(tag)`, `tag` =
-//! HMAC-SHA256 under a per-process key (truncated to 16 bytes), `state` = the
-//! continuation id, round, expiry, a digest of the caller and one of the call.
-//! A continuation lives in the process that parked it: a retry that reaches
-//! another process gets a clear error, never a silent second execution.
+//! `requestState` is sealed by the `[cluster]` keys (`cluster::Sealer`,
+//! `Purpose::Value`, AAD [`CONTINUATION`]: `KID.base64url(nonce | ChaCha20-Poly1305
+//! (state) | tag)`); `state` = the replica that parked the continuation, its id,
+//! the round, the expiry, a digest of the caller and one of the call. Every
+//! replica with the same keys opens it, so a retry is checked the same way
+//! wherever it lands; but the continuation itself (a live backend call) lives
+//! only in the process that parked it. A retry that reaches another replica is
+//! -32603 "continuation not on this replica" ([`RpcError::ContinuationElsewhere`],
+//! counted in `mcpgate_input_required_retries_total{result="elsewhere"}`), never
+//! a silent second execution; it is not forwarded to the holder (dual-era.md
+//! R33's forwarding would need a reply path between replicas, which the shared
+//! store's inbox does not have).
+//!
+//! The replica is named by the shared store's tag (`[cluster] redis`, the tag of
+//! relayed request ids) or, without a store, by a random id drawn at start
+//! (never the OS process id: every container's gateway may be pid 1).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use base64::Engine;
-use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use ring::hmac;
+use prometheus::IntCounterVec;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
@@ -31,10 +40,15 @@ use tokio::task::JoinHandle;
 
 use crate::auth::PrincipalId;
 use crate::backend::{BackendError, Connection};
+use crate::cluster::{Purpose, Sealer, random_bytes};
 use crate::error::RpcError;
 use crate::jsonrpc::{ErrorObject, INTERNAL_ERROR, Id};
 use crate::mcp::{META_SERVER_INFO, Method, implementation};
 use crate::session::{Ask, HostCall};
+
+/// The AAD of a continuation's `requestState` (each kind of sealed value has its
+/// own, so one never opens as another).
+pub(super) const CONTINUATION: &[u8] = b"mcpgate/requestState/continuation/v1";
 
 /// The upstream request of a continuation, running in its own task.
 pub(super) type UpstreamTask = JoinHandle<Result<Box<RawValue>, BackendError>>;
@@ -57,7 +71,9 @@ pub(super) struct Continuation {
 /// The sealed part of `requestState`.
 #[derive(Serialize, Deserialize)]
 struct State {
-    /// Continuation id.
+    /// The replica holding the continuation ([`Bridge::replica`]).
+    h: String,
+    /// Continuation id, unique within its replica.
     c: u64,
     /// Round.
     r: u32,
@@ -69,27 +85,87 @@ struct State {
     d: String,
 }
 
-/// Parked continuations and the key their states are sealed with.
+/// Parked continuations, and the sealer of every `requestState` the gateway
+/// issues (continuations here, wrapped states in `wrap.rs`).
 pub(super) struct Bridge {
     parked: Mutex<HashMap<u64, Continuation>>,
     next: AtomicU64,
-    key: hmac::Key,
-    ttl: Duration,
+    sealer: Arc<Sealer>,
+    /// This replica's name in the states it seals.
+    replica: String,
+    /// How long a parked continuation waits for its retry, in milliseconds
+    /// (`server.input_required_timeout`; a reload may change it).
+    ttl_ms: AtomicU64,
+    /// `mcpgate_input_required_retries_total{kind, result}`.
+    retries: IntCounterVec,
+}
+
+/// The kind of a retried `requestState`: the `kind` label of
+/// `mcpgate_input_required_retries_total`.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Kind {
+    /// Of a continuation parked by the bridge (legacy backend).
+    Continuation,
+    /// A 2026-07-28 backend's state wrapped in ours (`wrap.rs`).
+    Wrapped,
+}
+
+impl Kind {
+    fn label(self) -> &'static str {
+        match self {
+            Kind::Continuation => "continuation",
+            Kind::Wrapped => "wrapped",
+        }
+    }
 }
 
 impl Bridge {
-    /// A bridge whose continuations wait at most `ttl` for a retry.
-    pub fn new(ttl: Duration) -> Bridge {
-        let mut key = [0u8; 32];
-        let _ = getrandom::fill(&mut key);
-        let mut start = [0u8; 8];
-        let _ = getrandom::fill(&mut start);
+    /// A bridge whose continuations wait at most `ttl` for a retry, sealing
+    /// with `sealer` (the `[cluster]` keys) and naming itself `replica` in what
+    /// it seals (`None`: a random id of this process). `retries` is
+    /// `mcpgate_input_required_retries_total`.
+    pub fn new(
+        ttl: Duration,
+        sealer: Arc<Sealer>,
+        replica: Option<&str>,
+        retries: IntCounterVec,
+    ) -> Bridge {
+        let replica = replica.map_or_else(
+            || format!("p{:08x}", u32::from_be_bytes(random_bytes::<4>())),
+            str::to_owned,
+        );
         Bridge {
             parked: Mutex::default(),
-            next: AtomicU64::new(u64::from_le_bytes(start) >> 1),
-            key: hmac::Key::new(hmac::HMAC_SHA256, &key),
-            ttl,
+            next: AtomicU64::new(u64::from_le_bytes(random_bytes::<8>()) >> 1),
+            sealer,
+            replica,
+            ttl_ms: AtomicU64::new(millis(ttl)),
+            retries,
         }
+    }
+
+    /// This replica's name in the continuations it parks: the shared store's
+    /// tag, or `p` + 8 hex digits drawn at start.
+    pub fn replica(&self) -> &str {
+        &self.replica
+    }
+
+    /// Counts one retry of `kind` by `result` (`resumed`, `invalid`,
+    /// `elsewhere`, `gone`).
+    pub fn count(&self, kind: Kind, result: &str) {
+        self.retries
+            .with_label_values(&[kind.label(), result])
+            .inc();
+    }
+
+    /// Sets how long continuations parked from now on wait for their retry.
+    pub fn set_ttl(&self, ttl: Duration) {
+        self.ttl_ms.store(millis(ttl), Ordering::Relaxed);
+    }
+
+    /// How long a continuation waits for its retry (`server.input_required_timeout`).
+    pub fn ttl(&self) -> Duration {
+        Duration::from_millis(self.ttl_ms.load(Ordering::Relaxed))
     }
 
     /// A new continuation of `call`, before its first round.
@@ -135,10 +211,12 @@ impl Bridge {
             .collect();
         cont.round += 1;
         let id = self.next.fetch_add(1, Ordering::Relaxed);
+        let ttl = self.ttl();
         let state = State {
+            h: self.replica.clone(),
             c: id,
             r: cont.round,
-            e: now_secs() + self.ttl.as_secs(),
+            e: now_secs() + ttl.as_secs(),
             p: cont.caller.clone(),
             d: cont.digest.clone(),
         };
@@ -148,7 +226,6 @@ impl Bridge {
             p.insert(id, cont);
         }
         let me = Arc::downgrade(self);
-        let ttl = self.ttl;
         tokio::spawn(async move {
             tokio::time::sleep(ttl).await;
             if let Some(b) = me.upgrade() {
@@ -164,8 +241,10 @@ impl Bridge {
     }
 
     /// The continuation a retry names, checked: the seal, the caller, the expiry
-    /// and the call must match (else -32602); one that is not parked here (never,
-    /// or no more: resumed, expired) is -32603.
+    /// and the call must match (else -32602); one parked by another replica is
+    /// -32603 [`RpcError::ContinuationElsewhere`]; one that is not parked here
+    /// (no more: resumed, expired) is -32603 [`RpcError::ContinuationGone`].
+    /// Each outcome is counted.
     pub fn resume(
         &self,
         request_state: &str,
@@ -173,10 +252,31 @@ impl Bridge {
         params: &Value,
         principal: Option<&PrincipalId>,
     ) -> Result<Continuation, RpcError> {
+        let found = self.find(request_state, method, params, principal);
+        let result = match &found {
+            Ok(_) => "resumed",
+            Err(RpcError::ContinuationElsewhere { holder, .. }) => {
+                tracing::info!(holder = %holder, replica = %self.replica, "input_required retry for a continuation parked by another replica; refused");
+                "elsewhere"
+            }
+            Err(RpcError::ContinuationGone) => "gone",
+            Err(_) => "invalid",
+        };
+        self.count(Kind::Continuation, result);
+        found
+    }
+
+    fn find(
+        &self,
+        request_state: &str,
+        method: &Method,
+        params: &Value,
+        principal: Option<&PrincipalId>,
+    ) -> Result<Continuation, RpcError> {
         let bad = |why: &str| RpcError::invalid_params(format!("Invalid requestState: {why}"));
-        let state = self
-            .open(request_state)
-            .ok_or_else(|| bad("not issued here or altered"))?;
+        let state: State = self
+            .open_as(CONTINUATION, request_state)
+            .ok_or_else(|| bad("not issued by this gateway, or altered"))?;
         if state.p != caller_digest(principal) {
             return Err(bad("issued to another caller"));
         }
@@ -186,6 +286,12 @@ impl Bridge {
         if state.d != call_digest(method, params) {
             return Err(bad("issued for another call"));
         }
+        if state.h != self.replica {
+            return Err(RpcError::ContinuationElsewhere {
+                holder: state.h,
+                replica: self.replica.clone(),
+            });
+        }
         let mut parked = self.parked.lock().map_err(|_| bad("unavailable"))?;
         match parked.remove(&state.c) {
             Some(c) if c.round == state.r => Ok(c),
@@ -193,12 +299,7 @@ impl Bridge {
                 parked.insert(state.c, c);
                 Err(bad("of an earlier round"))
             }
-            None => Err(RpcError::Backend(BackendError::Unavailable {
-                backend: "mcpgate".into(),
-                reason: "the continuation of this requestState is not on this replica \
-                         (already resumed, expired, or parked by another replica)"
-                    .into(),
-            })),
+            None => Err(RpcError::ContinuationGone),
         }
     }
 
@@ -218,31 +319,23 @@ impl Bridge {
         }
     }
 
-    fn tag(&self, body: &[u8]) -> Vec<u8> {
-        let mut mac = hmac::Context::with_key(&self.key);
-        mac.update(b"mcpgate requestState v1\0");
-        mac.update(body);
-        mac.sign().as_ref()[..16].to_vec()
-    }
-
     fn seal(&self, state: &State) -> String {
-        let body = serde_json::to_vec(state).unwrap_or_default();
-        format!(
-            "{}.{}",
-            URL_SAFE_NO_PAD.encode(&body),
-            URL_SAFE_NO_PAD.encode(self.tag(&body))
-        )
+        self.seal_as(CONTINUATION, state)
     }
 
-    fn open(&self, sealed: &str) -> Option<State> {
-        let (body, tag) = sealed.split_once('.')?;
-        let body = URL_SAFE_NO_PAD.decode(body).ok()?;
-        let tag = URL_SAFE_NO_PAD.decode(tag).ok()?;
-        let want = self.tag(&body);
-        // Constant time is not needed for a MAC checked only here, but cheap.
-        let equal = want.len() == tag.len()
-            && want.iter().zip(&tag).fold(0u8, |a, (x, y)| a | (x ^ y)) == 0;
-        equal.then(|| serde_json::from_slice(&body).ok()).flatten()
+    /// `value` (as JSON) sealed as a `requestState` of the kind `aad` names, under
+    /// the `[cluster]` sealing key: it opens with [`Bridge::open_as`] of the same
+    /// kind on every replica holding that key.
+    pub fn seal_as<T: Serialize>(&self, aad: &[u8], value: &T) -> String {
+        let body = serde_json::to_vec(value).unwrap_or_default();
+        self.sealer.seal(Purpose::Value, aad, &body)
+    }
+
+    /// What [`Bridge::seal_as`] sealed as kind `aad`; `None` when it was not
+    /// (another kind, a key not configured here, altered, garbage).
+    pub fn open_as<T: serde::de::DeserializeOwned>(&self, aad: &[u8], sealed: &str) -> Option<T> {
+        let body = self.sealer.open(Purpose::Value, aad, sealed)?;
+        serde_json::from_slice(&body).ok()
     }
 }
 
@@ -285,13 +378,18 @@ pub(super) fn abandon(cont: Continuation, why: &str) {
     task.abort();
 }
 
-fn now_secs() -> u64 {
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+pub(super) fn now_secs() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_secs())
 }
 
-fn caller_digest(principal: Option<&PrincipalId>) -> String {
+/// A digest of who calls (issuer and subject), bound into every `requestState`.
+pub(super) fn caller_digest(principal: Option<&PrincipalId>) -> String {
     let who = principal.map_or(String::new(), |p| format!("{}\0{}", p.issuer, p.subject));
     hex(&Sha256::digest(who.as_bytes())[..12])
 }
@@ -335,7 +433,7 @@ fn hex(bytes: &[u8]) -> String {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
     #[test]
@@ -358,26 +456,94 @@ mod tests {
         );
     }
 
-    #[tokio::test]
-    async fn states_open_only_unaltered_and_from_this_process() {
-        let b = Bridge::new(Duration::from_secs(60));
-        let s = State {
+    /// A bridge sealing with `keys` (kid, byte), named `replica`.
+    pub(in crate::dispatch) fn bridge(keys: &[(&str, u8)], replica: &str) -> Bridge {
+        let retries =
+            IntCounterVec::new(prometheus::Opts::new("t", "t"), &["kind", "result"]).unwrap();
+        Bridge::new(
+            Duration::from_secs(60),
+            Arc::new(crate::cluster::seal_tests::sealer(keys)),
+            Some(replica),
+            retries,
+        )
+    }
+
+    fn state(h: &str, d: &str) -> State {
+        State {
+            h: h.into(),
             c: 7,
             r: 1,
             e: now_secs() + 60,
-            p: "p".into(),
-            d: "d".into(),
-        };
-        let sealed = b.seal(&s);
-        let opened = b.open(&sealed).expect("opens");
-        assert_eq!((opened.c, opened.r), (7, 1));
-        let mut altered = sealed.clone().into_bytes();
-        altered[3] ^= 1;
-        assert!(b.open(&String::from_utf8_lossy(&altered)).is_none());
+            p: caller_digest(None),
+            d: d.into(),
+        }
+    }
+
+    #[test]
+    fn states_open_unaltered_wherever_the_keys_are() {
+        let a = bridge(&[("k1", 1)], "a");
+        let sealed = a.seal(&state("a", "d"));
+        assert!(sealed.starts_with("k1."), "{sealed}");
+        let opened: State = a.open_as(CONTINUATION, &sealed).expect("opens");
+        assert_eq!((opened.h.as_str(), opened.c, opened.r), ("a", 7, 1));
+        let b = bridge(&[("k1", 1)], "b");
         assert!(
-            Bridge::new(Duration::from_secs(60)).open(&sealed).is_none(),
-            "another key"
+            b.open_as::<State>(CONTINUATION, &sealed).is_some(),
+            "another replica, same keys"
         );
-        assert!(b.open("garbage").is_none());
+        let rotated = bridge(&[("k2", 2), ("k1", 1)], "c");
+        assert!(
+            rotated.open_as::<State>(CONTINUATION, &sealed).is_some(),
+            "an old key still opens"
+        );
+        assert!(
+            bridge(&[("k2", 2)], "a")
+                .open_as::<State>(CONTINUATION, &sealed)
+                .is_none()
+        );
+        assert!(
+            bridge(&[("k1", 9)], "a")
+                .open_as::<State>(CONTINUATION, &sealed)
+                .is_none()
+        );
+        assert!(
+            a.open_as::<State>(b"mcpgate/requestState/wrapped/v1", &sealed)
+                .is_none(),
+            "another kind"
+        );
+        let mut altered = sealed.clone().into_bytes();
+        let last = altered.len() - 1;
+        altered[last] = if altered[last] == b'A' { b'B' } else { b'A' };
+        let altered = String::from_utf8(altered).unwrap();
+        assert!(a.open_as::<State>(CONTINUATION, &altered).is_none());
+        assert!(a.open_as::<State>(CONTINUATION, "garbage").is_none());
+    }
+
+    #[test]
+    fn a_retry_for_another_replica_is_refused_and_counted_after_the_checks() {
+        let params = json!({"name": "t"});
+        let digest = call_digest(&Method::ToolsCall, &params);
+        let a = bridge(&[("k1", 1)], "a");
+        let b = bridge(&[("k1", 1)], "b");
+        let sealed = a.seal(&state("a", &digest));
+        let resume = |br: &Bridge, p: &Value| br.resume(&sealed, &Method::ToolsCall, p, None);
+        match resume(&b, &params) {
+            Err(RpcError::ContinuationElsewhere { holder, replica }) => {
+                assert_eq!((holder.as_str(), replica.as_str()), ("a", "b"));
+            }
+            Err(e) => panic!("{e}"),
+            Ok(_) => panic!("resumed elsewhere"),
+        }
+        // A state for another call is -32602 on any replica, before the holder.
+        let other = json!({"name": "u"});
+        assert_eq!(resume(&b, &other).err().map(|e| e.code()), Some(-32602));
+        // On its own replica, nothing is parked under it (never was): gone.
+        assert!(matches!(
+            resume(&a, &params),
+            Err(RpcError::ContinuationGone)
+        ));
+        let count = |br: &Bridge, r: &str| br.retries.with_label_values(&["continuation", r]).get();
+        assert_eq!((count(&b, "elsewhere"), count(&b, "invalid")), (1, 1));
+        assert_eq!((count(&a, "gone"), count(&a, "elsewhere")), (1, 0));
     }
 }

@@ -13,12 +13,13 @@ use tokio::sync::mpsc;
 
 use super::bridge::{self, Continuation};
 use super::rewrite::{expose_error, rewrite_result};
-use super::{Call, Dispatch, Reply, Upstream};
+use super::shim::{self, ShimError};
+use super::{Call, Dispatch, Reply, Upstream, wrap};
 use crate::backend::{BackendError, Caller};
 use crate::error::RpcError;
 use crate::jsonrpc::{self, Id};
 use crate::mcp::version::{complete_raw_for_modern, result_for_legacy, shape_error};
-use crate::mcp::{Method, names};
+use crate::mcp::{Method, input, names};
 use crate::request::{Outcome, RequestContext};
 use crate::session::{Ask, Host, HostCall, Session, TaskRoute};
 
@@ -71,10 +72,19 @@ impl Dispatch {
     }
 
     /// The forward task: call the backend, shape the answer, finish the request.
+    /// A 2026-07-28 backend's `input_required` for a legacy session is shimmed
+    /// into requests to the host and retries ([`shim`]).
     async fn run(&self, ctx: RequestContext, call: Arc<HostCall>, up: Upstream) {
         let outcome = {
             let _upstream = ctx.upstream_call();
             self.call_until_host_gone(&call, &up).await
+        };
+        let outcome = match (&call.host, outcome) {
+            (Host::Legacy(_), Ok(raw)) if up.may_ask() && input::is_input_required(&raw) => {
+                self.shim(&ctx, &call, &up, raw).await
+            }
+            (Host::Legacy(_), outcome) => shim::for_legacy(outcome, up.method == Method::ToolsCall),
+            (Host::Modern(_), outcome) => outcome,
         };
         // Ours unless the host cancelled meanwhile (then no answer is due).
         let ours = match &call.host {
@@ -95,9 +105,15 @@ impl Dispatch {
         outcome: Result<Box<RawValue>, BackendError>,
         ours: bool,
     ) {
+        let mut asks = false;
         let outcome = match (&call.host, outcome) {
             (Host::Legacy(_), Ok(raw)) => {
                 result_for_legacy(raw, up.method == Method::ToolsCall).map_err(BackendError::Rpc)
+            }
+            (Host::Modern(m), Ok(raw)) if input::is_input_required(&raw) => {
+                asks = true;
+                let name = &self.catalog.backend(up.backend).spec.name;
+                wrap::pass(&self.bridge, m, up, name, &raw)
             }
             (_, outcome) => outcome,
         };
@@ -110,7 +126,11 @@ impl Dispatch {
                 let raw = self.shape_result(&call.host, up, raw);
                 let bytes = jsonrpc::result_bytes(id, &raw);
                 ctx.set_bytes_out(bytes.len());
-                ctx.finish(Outcome::Ok);
+                ctx.finish(if asks {
+                    Outcome::InputRequired
+                } else {
+                    Outcome::Ok
+                });
                 bytes
             }
             Err(e) => {
@@ -273,12 +293,52 @@ impl Dispatch {
         }
     }
 
+    /// The rounds of a legacy session's call whose 2026-07-28 backend answered
+    /// `first` (`input_required`): the host is asked, the backend retried, until
+    /// its final answer or a clean failure ([`shim`]).
+    async fn shim(
+        &self,
+        ctx: &RequestContext,
+        call: &Arc<HostCall>,
+        up: &Upstream,
+        first: Box<RawValue>,
+    ) -> Result<Box<RawValue>, BackendError> {
+        let retry = |responses, state| {
+            let params = shim::retry_params(&up.params, responses, state);
+            async move {
+                let _upstream = ctx.upstream_call();
+                self.send_upstream(call, up, params).await
+            }
+        };
+        let leg = self.bridge.ttl();
+        match shim::rounds(&self.relay, call, first, leg, retry).await {
+            Ok(raw) => Ok(raw),
+            Err(ShimError::Backend(e)) => Err(e),
+            Err(ShimError::Failed(why)) => {
+                let b = &self.catalog.backend(up.backend).spec.name;
+                tracing::info!(backend = %b, method = %up.method, cause = %why, "input_required not completed for a 2025-era session");
+                shim::failed(&why, up.method == Method::ToolsCall)
+            }
+        }
+    }
+
     /// Sends the upstream request on the connection that serves the host and
     /// waits for its answer, within the backend's concurrency limit.
     async fn call_backend(
         &self,
         call: &Arc<HostCall>,
         up: &Upstream,
+    ) -> Result<Box<RawValue>, BackendError> {
+        self.send_upstream(call, up, up.params.clone()).await
+    }
+
+    /// [`Dispatch::call_backend`] with `params` in place of the call's own (a
+    /// shimmed retry's).
+    async fn send_upstream(
+        &self,
+        call: &Arc<HostCall>,
+        up: &Upstream,
+        params: Value,
     ) -> Result<Box<RawValue>, BackendError> {
         let b = self.catalog.backend(up.backend);
         let _permit = b.acquire().await?;
@@ -295,7 +355,7 @@ impl Dispatch {
         }
         let timeout = conn.timeout();
         let caller: Arc<dyn Caller> = call.clone();
-        conn.request(&up.method, Some(up.params.clone()), Some(caller), timeout)
+        conn.request(&up.method, Some(params), Some(caller), timeout)
             .await
     }
 
@@ -350,7 +410,7 @@ impl Dispatch {
 impl Upstream {
     /// Whether the call may answer `input_required` (MCP 2026-07-28 mrtr: only
     /// `tools/call`, `resources/read` and `prompts/get`).
-    fn may_ask(&self) -> bool {
+    pub(super) fn may_ask(&self) -> bool {
         matches!(
             self.method,
             Method::ToolsCall | Method::ResourcesRead | Method::PromptsGet

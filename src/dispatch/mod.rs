@@ -6,28 +6,31 @@
 //! request's [`RequestContext`].
 
 mod bridge;
+mod call;
 mod forward;
 mod modern;
 pub(crate) mod rewrite;
+mod shim;
 mod tasks;
+mod wrap;
 
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::Poll;
 
 use bytes::Bytes;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
 use crate::catalog::{Catalog, View, inject_overrides};
+use crate::cluster::Sealer;
 use crate::error::RpcError;
 use crate::jsonrpc::{self, Id, Request};
 use crate::mcp::{ListKind, LogLevel, Method};
+use crate::metrics::Metrics;
 use crate::relay::Relay;
 use crate::request::{Outcome, RequestContext};
 use crate::session::{Host, Outbound, Session};
 use crate::supervisor::Supervisor;
+pub use call::Call;
 use rewrite::ResultKind;
 
 /// How the answer to a host request is delivered.
@@ -39,82 +42,6 @@ pub enum Reply {
     Stream(mpsc::Receiver<Outbound>),
     /// As [`Reply::Stream`], from a backend call that the receiver runs.
     Call(Call),
-}
-
-/// A forwarded call whose task has not been spawned: whoever waits for its
-/// first message runs it inline ([`Call::recv`]), which saves a task, its
-/// scheduling and a wake-up per call when the answer comes soon;
-/// [`Call::detach`] spawns it. Dropped with its task unfinished (the host went
-/// away), the task is spawned: a disconnect is not a cancellation (MCP
-/// 2025-11-25 basic/transports).
-pub struct Call {
-    task: Option<Pin<Box<dyn Future<Output = ()> + Send>>>,
-    rx: Option<mpsc::Receiver<Outbound>>,
-}
-
-impl Call {
-    fn new(task: impl Future<Output = ()> + Send + 'static, rx: mpsc::Receiver<Outbound>) -> Self {
-        Call {
-            task: Some(Box::pin(task)),
-            rx: Some(rx),
-        }
-    }
-
-    /// The next message, running the call's task meanwhile; `None` when the
-    /// channel closed without a final message (cancelled). Cancel-safe: a
-    /// message is only taken when it is returned.
-    pub async fn recv(&mut self) -> Option<Outbound> {
-        std::future::poll_fn(|cx| {
-            let Some(rx) = self.rx.as_mut() else {
-                return Poll::Ready(None);
-            };
-            if let Poll::Ready(m) = rx.poll_recv(cx) {
-                return Poll::Ready(m);
-            }
-            if let Some(task) = self.task.as_mut()
-                && task.as_mut().poll(cx).is_ready()
-            {
-                // Whatever it sent last is queued now.
-                self.task = None;
-                return rx.poll_recv(cx);
-            }
-            Poll::Pending
-        })
-        .await
-    }
-
-    /// Lets the task run on its own; its messages come on the receiver.
-    pub fn detach(mut self) -> mpsc::Receiver<Outbound> {
-        self.spawn_task();
-        match self.rx.take() {
-            Some(rx) => rx,
-            None => mpsc::channel(1).1,
-        }
-    }
-
-    fn spawn_task(&mut self) {
-        if let Some(task) = self.task.take()
-            && let Ok(rt) = tokio::runtime::Handle::try_current()
-        {
-            rt.spawn(task);
-        }
-    }
-}
-
-impl From<mpsc::Receiver<Outbound>> for Call {
-    /// The messages of a call that runs on its own already.
-    fn from(rx: mpsc::Receiver<Outbound>) -> Self {
-        Call {
-            task: None,
-            rx: Some(rx),
-        }
-    }
-}
-
-impl Drop for Call {
-    fn drop(&mut self) {
-        self.spawn_task();
-    }
 }
 
 /// A request the route phase sends to a backend.
@@ -160,6 +87,16 @@ fn result(id: &Id, v: &Value) -> Routed {
     Routed::Answer(Ok(jsonrpc::result_value_bytes(id, v).into()))
 }
 
+/// Answers `id` with error `e`, shaped for `host`'s revision.
+fn error_reply(mut ctx: RequestContext, host: &Host, id: &Id, e: &RpcError) -> Reply {
+    let mut error = e.to_error_object();
+    crate::mcp::version::shape_error(&mut error, host.version());
+    let bytes: Bytes = jsonrpc::error_bytes(Some(id), &error).into();
+    ctx.set_bytes_out(bytes.len());
+    ctx.finish_error(Outcome::of(e), error.code);
+    Reply::Now(bytes)
+}
+
 /// A result the gateway answers itself, shaped for `host`'s revision.
 fn local_result(host: &Host, id: &Id, mut v: Value) -> Routed {
     if host.version().is_modern()
@@ -174,19 +111,42 @@ impl Dispatch {
     /// The dispatch over `catalog`, opening connections through `supervisor`.
     /// `input_required_timeout`: how long a call answered `input_required` waits
     /// for its retry before it is cancelled upstream (MCP 2026-07-28 mrtr: never
-    /// assume the retry comes).
+    /// assume the retry comes). `sealer` (the `[cluster]` keys) seals every
+    /// `requestState` the gateway issues, so a state opens on every replica with
+    /// the same keys; a continuation names the replica holding it (the shared
+    /// store's tag, or a random id of this process). Retries are counted in
+    /// `metrics.input_required_retries`.
     pub fn new(
         input_required_timeout: std::time::Duration,
         catalog: Arc<Catalog>,
         supervisor: Arc<Supervisor>,
         relay: Arc<Relay>,
+        sealer: Arc<Sealer>,
+        metrics: &Metrics,
     ) -> Arc<Dispatch> {
+        let replica = supervisor.shared().map(|s| s.tag().to_owned());
+        let bridge = bridge::Bridge::new(
+            input_required_timeout,
+            sealer,
+            replica.as_deref(),
+            metrics.input_required_retries.clone(),
+        );
+        tracing::debug!(
+            replica = bridge.replica(),
+            "input_required continuations are parked under this replica name"
+        );
         Arc::new(Dispatch {
-            bridge: Arc::new(bridge::Bridge::new(input_required_timeout)),
+            bridge: Arc::new(bridge),
             catalog,
             supervisor,
             relay,
         })
+    }
+
+    /// Sets `server.input_required_timeout` (hot reload): calls answered
+    /// `input_required` from now on wait this long for their retry.
+    pub fn set_input_required_timeout(&self, timeout: std::time::Duration) {
+        self.bridge.set_ttl(timeout);
     }
 
     /// Answers or routes one request of `host`; `ctx` is finished when the answer
@@ -199,8 +159,18 @@ impl Dispatch {
     ) -> Reply {
         let Request { id, method, params } = req;
         let params = params.unwrap_or_else(|| json!({}));
-        if host.version().is_modern() && params.get("requestState").is_some() {
-            return self.resume(ctx, host, &id, &method, &params);
+        // A retry after input_required: of a call relayed to a 2026-07-28
+        // backend (its state wrapped in ours: routed again, unwrapped below),
+        // else of a bridged call parked here.
+        let mut wrapped = None;
+        if let (Host::Modern(m), Some(state)) = (host, params.get("requestState")) {
+            let state = state.as_str().unwrap_or_default();
+            let principal = m.principal.as_ref();
+            match wrap::open(&self.bridge, state, &method, &params, principal) {
+                Some(Ok(w)) => wrapped = Some(w),
+                Some(Err(e)) => return error_reply(ctx, host, &id, &e),
+                None => return self.resume(ctx, host, &id, &method, &params),
+            }
         }
         if method == Method::SubscriptionsListen && host.version().is_modern() {
             ctx.finish(Outcome::Ok);
@@ -217,15 +187,14 @@ impl Dispatch {
                 ctx.finish(Outcome::Ok);
                 Reply::Now(bytes)
             }
-            Routed::Answer(Err(e)) => {
-                let mut error = e.to_error_object();
-                crate::mcp::version::shape_error(&mut error, host.version());
-                let bytes: Bytes = jsonrpc::error_bytes(Some(&id), &error).into();
-                ctx.set_bytes_out(bytes.len());
-                ctx.finish_error(Outcome::of(&e), error.code);
-                Reply::Now(bytes)
-            }
+            Routed::Answer(Err(e)) => error_reply(ctx, host, &id, &e),
             Routed::Forward(mut up) => {
+                if let Some(w) = wrapped {
+                    let backend = &self.catalog.backend(up.backend).spec.name;
+                    if let Err(e) = w.apply(&self.bridge, backend, &mut up.params) {
+                        return error_reply(ctx, host, &id, &e);
+                    }
+                }
                 up.digest = digest.unwrap_or_default();
                 self.forward(ctx, host, &id, up)
             }

@@ -67,8 +67,7 @@ pub async fn accept(st: &AppState, req: Request) -> Result<Accepted, HttpError> 
         .map_or_else(|| Arc::from(""), |e| e.0.clone());
     let principal = match &st.auth {
         None => None,
-        Some(handle) => {
-            let auth = handle.current();
+        Some(auth) => {
             // Boxed: the validation future (JWKS and introspection fetches) is
             // large, and an open endpoint should not carry it.
             let result = Box::pin(auth.authenticate_at(
@@ -83,7 +82,7 @@ pub async fn accept(st: &AppState, req: Request) -> Result<Accepted, HttpError> 
                     tracing::debug!(cause = %e, method = %parts.method, "request not authenticated");
                     let limit = st.server.max_body_bytes;
                     let drained = axum::body::to_bytes(body, limit).await.is_ok();
-                    let mut refused = auth_error(&auth, &endpoint, &e);
+                    let mut refused = auth_error(auth, &endpoint, &e);
                     if !drained {
                         refused = closing(refused);
                     }

@@ -5,70 +5,63 @@
 use std::sync::Arc;
 
 use axum::Json;
-use axum::Router as AxumRouter;
-use axum::extract::State;
-use axum::routing::get;
 use serde_json::Value;
 
 use super::{AppState, HttpError};
 use crate::auth::metadata::WELL_KNOWN;
-use crate::auth::{AuthHandle, Authenticator, Principal};
+use crate::auth::{Authenticator, Principal};
 use crate::jsonrpc;
 use crate::mcp::Changed;
 use crate::session::Session;
 
-/// RFC 9728 metadata routes: the path-inserted URL(s) of the endpoint and the
-/// root one. Open (no token needed), GET only. The paths are those of the
-/// authenticator at start; the documents are read from the one in force (a
-/// reload of `[auth]` changes them).
-pub fn metadata_routes(auth: Option<&AuthHandle>) -> AxumRouter<AppState> {
-    let mut r = AxumRouter::new();
-    let Some(handle) = auth else { return r };
-    let m = &handle.current().metadata;
+/// An RFC 9728 protected resource metadata document the gateway serves.
+#[derive(Debug, Clone)]
+pub(super) enum Document {
+    /// The document of the single endpoint at `server.path`.
+    Endpoint,
+    /// The document of `[endpoints.NAME]`.
+    Virtual(String),
+    /// The one at the root of `/.well-known/oauth-protected-resource`.
+    Root,
+}
+
+/// Where `auth`'s metadata documents are served: the path-inserted URL(s) of
+/// each endpoint and the root one. Open (no token needed), GET only.
+pub(super) fn documents(auth: &Authenticator) -> Vec<(String, Document)> {
+    let m = &auth.metadata;
+    let mut at = Vec::new();
     // A virtual endpoint's document wins a path it shares with the gateway's.
     let mut taken = std::collections::HashSet::new();
     for (name, e) in &m.endpoints {
         if taken.insert(e.path.clone()) {
-            let name = name.clone();
-            r = r.route(
-                &e.path,
-                get(move |st: State<AppState>| virtual_document(st, name.clone())),
-            );
+            at.push((e.path.clone(), Document::Virtual(name.clone())));
         }
     }
     for path in &m.paths {
         if taken.insert(path.clone()) {
-            r = r.route(path, get(endpoint_document));
+            at.push((path.clone(), Document::Endpoint));
         }
     }
     if m.root_document.is_some() && taken.insert(WELL_KNOWN.to_owned()) {
-        r = r.route(WELL_KNOWN, get(root_document));
+        at.push((WELL_KNOWN.to_owned(), Document::Root));
     }
-    r
+    at
 }
 
-async fn endpoint_document(State(st): State<AppState>) -> Json<Value> {
-    Json(current(&st).map_or(Value::Null, |a| a.metadata.document.clone()))
-}
-
-async fn virtual_document(State(st): State<AppState>, name: String) -> Json<Value> {
-    Json(
-        current(&st)
-            .and_then(|a| a.metadata.endpoints.get(&name).map(|e| e.document.clone()))
-            .unwrap_or(Value::Null),
-    )
-}
-
-async fn root_document(State(st): State<AppState>) -> Json<Value> {
-    Json(
-        current(&st)
-            .and_then(|a| a.metadata.root_document.clone())
-            .unwrap_or(Value::Null),
-    )
-}
-
-fn current(st: &AppState) -> Option<Arc<Authenticator>> {
-    st.auth.as_ref().map(|h| h.current())
+/// `GET` of a metadata document, from the authenticator of this generation.
+pub(super) fn document(st: &AppState, which: &Document) -> Json<Value> {
+    let Some(a) = &st.auth else {
+        return Json(Value::Null);
+    };
+    let m = &a.metadata;
+    Json(match which {
+        Document::Endpoint => m.document.clone(),
+        Document::Virtual(name) => m
+            .endpoints
+            .get(name)
+            .map_or(Value::Null, |e| e.document.clone()),
+        Document::Root => m.root_document.clone().unwrap_or(Value::Null),
+    })
 }
 
 /// Checks that `principal` may use `session` (the one that created it: another

@@ -7,7 +7,7 @@ use super::{HttpError, OriginPolicy};
 use crate::jsonrpc;
 use crate::mcp::ProtocolVersion;
 use crate::request::Rejection;
-use crate::streamable_http::{EVENT_STREAM, JSON, PROTOCOL_VERSION, SESSION_ID, accepts, is_json};
+use crate::streamable_http::{self, EVENT_STREAM, JSON, SESSION_ID, accepts, is_json};
 
 /// 403 unless Origin (if any) and Host are acceptable.
 pub fn check_origin(h: &HeaderMap, policy: &OriginPolicy) -> Result<(), HttpError> {
@@ -69,14 +69,11 @@ pub fn check_content_type(h: &HeaderMap) -> Result<(), HttpError> {
     }
 }
 
-/// The `MCP-Protocol-Version` header: `Ok(None)` when absent, 400 when it names
-/// a revision the gateway does not serve (MCP 2025-11-25 transports).
+/// The `MCP-Protocol-Version` header: `Ok(None)` when absent, 400 when a value
+/// names a revision the gateway does not serve, or two values disagree
+/// ([`streamable_http::protocol_version`], MCP 2025-11-25 transports).
 pub fn protocol_version(h: &HeaderMap) -> Result<Option<ProtocolVersion>, HttpError> {
-    let Some(v) = h.get(PROTOCOL_VERSION) else {
-        return Ok(None);
-    };
-    let v = v.to_str().unwrap_or_default();
-    ProtocolVersion::parse_host(v).map(Some).ok_or_else(|| {
+    streamable_http::protocol_version(h).map_err(|v| {
         HttpError::new(
             Rejection::Version,
             StatusCode::BAD_REQUEST,
@@ -96,6 +93,7 @@ mod tests {
     use axum::http::HeaderValue;
 
     use super::*;
+    use crate::streamable_http::PROTOCOL_VERSION;
 
     fn with_accept(v: &str) -> HeaderMap {
         let mut h = HeaderMap::new();
@@ -146,6 +144,18 @@ mod tests {
                 protocol_version(&h).unwrap_err().status,
                 StatusCode::BAD_REQUEST
             );
+        }
+        // Two values: the same revision twice is that revision; two revisions
+        // (or a bad second value, which reading only the first let through) are 400.
+        for (second, ok) in [
+            ("2025-06-18", true),
+            ("2025-11-25", false),
+            ("banana", false),
+        ] {
+            let mut h = HeaderMap::new();
+            h.append(PROTOCOL_VERSION, HeaderValue::from_static("2025-06-18"));
+            h.append(PROTOCOL_VERSION, HeaderValue::from_static(second));
+            assert_eq!(protocol_version(&h).is_ok(), ok, "{second}");
         }
     }
 }

@@ -111,25 +111,7 @@ async fn frame(
     headers::check_post_accept(h)?;
     let principal = a.principal;
     if body.trim_ascii_start().first() == Some(&b'[') {
-        let items = parse_batch(&body)?;
-        if items
-            .iter()
-            .any(|i| i.as_ref().is_ok_and(|m| modern::claim(m).is_some()))
-        {
-            return Err(invalid("a 2026-07-28 message is never part of a batch"));
-        }
-        ctx.set_legacy();
-        let session = lookup(st, h, principal.as_ref(), ctx.endpoint()).await?;
-        ctx.set_session(session.log_id());
-        ctx.set_revision(session.version());
-        headers::protocol_version(h)?;
-        if !session.version().allows_batches() {
-            return Err(invalid(
-                "JSON-RPC batches are not allowed in this protocol revision",
-            ));
-        }
-        session.touch();
-        return Ok((Framed::Batch(session, items), principal));
+        return frame_batch(st, ctx, h, &body, principal).await;
     }
     let msg = jsonrpc::parse_message(&body).map_err(|e| HttpError::envelope(&e))?;
     match &msg {
@@ -158,19 +140,18 @@ async fn frame(
     } else {
         ctx.set_legacy();
     }
-    if let Message::Request(req) = &msg {
-        if req.method == Method::Initialize {
-            let Message::Request(req) = msg else {
-                unreachable!("matched above")
-            };
+    let msg = match msg {
+        Message::Request(req) if req.method == Method::Initialize => {
             return Ok((Framed::Initialize(req), principal));
         }
-        if req.method == Method::ServerDiscover
-            && headers::session_id(h).is_none()
-            && !modern_served(st)
-        {
-            return Err(modern_probe_refused(&req.id, "server/discover"));
-        }
+        msg => msg,
+    };
+    if let Message::Request(req) = &msg
+        && req.method == Method::ServerDiscover
+        && headers::session_id(h).is_none()
+        && !modern_served(st)
+    {
+        return Err(modern_probe_refused(&req.id, "server/discover"));
     }
     let session = lookup(st, h, principal.as_ref(), ctx.endpoint()).await?;
     ctx.set_session(session.log_id());
@@ -178,6 +159,36 @@ async fn frame(
     headers::protocol_version(h)?;
     session.touch();
     Ok((Framed::One(session, msg), principal))
+}
+
+/// The frame and session phases of a JSON-RPC batch (2025-03-26 hosts only; a
+/// 2026-07-28 message is never part of one).
+async fn frame_batch(
+    st: &AppState,
+    ctx: &mut RequestContext,
+    h: &HeaderMap,
+    body: &[u8],
+    principal: Option<Arc<Principal>>,
+) -> Result<(Framed, Option<Arc<Principal>>), HttpError> {
+    let items = parse_batch(body)?;
+    if items
+        .iter()
+        .any(|i| i.as_ref().is_ok_and(|m| modern::claim(m).is_some()))
+    {
+        return Err(invalid("a 2026-07-28 message is never part of a batch"));
+    }
+    ctx.set_legacy();
+    let session = lookup(st, h, principal.as_ref(), ctx.endpoint()).await?;
+    ctx.set_session(session.log_id());
+    ctx.set_revision(session.version());
+    headers::protocol_version(h)?;
+    if !session.version().allows_batches() {
+        return Err(invalid(
+            "JSON-RPC batches are not allowed in this protocol revision",
+        ));
+    }
+    session.touch();
+    Ok((Framed::Batch(session, items), principal))
 }
 
 fn invalid(reason: &'static str) -> HttpError {
@@ -328,38 +339,8 @@ async fn initialize(
         .and_then(|p| p.get("clientInfo"))
         .cloned()
         .unwrap_or(Value::Null);
-    st.supervisor
-        .wait_loaded(std::time::Duration::from_secs(10))
-        .await;
-    let p = principal.map(|p| &**p);
-    let endpoint = ctx.endpoint().clone();
-    let key = st.catalog.view_key_at(&endpoint, p);
-    let identity = Identity::mint(st.sessions.epoch());
-    let token = SessionToken::new(
-        &st.sealer,
-        identity,
-        p.map(Principal::id).as_ref(),
-        version,
-        &capabilities,
-    );
-    let id = token.seal(&st.sealer, &endpoint).into();
-    let session =
-        Session::new(id, identity, version, capabilities, client_info).at_endpoint(endpoint);
-    let session = Arc::new(session.with_principal(p, key.clone()));
-    count_drops(st, &session);
-    record_new(st, &session).await?;
-    if let Err(full) = st.sessions.insert(session.clone()) {
-        if let Some(store) = st.supervisor.shared() {
-            store.discard(session.store_key()).await;
-        }
-        tracing::warn!(
-            limit = full.limit,
-            "session limit reached; initialize refused"
-        );
-        return Err(HttpError::too_many_sessions()
-            .with_header(header::RETRY_AFTER, session_cap_retry_after(st)));
-    }
-    let view = st.catalog.view_for_key(&key);
+    let session = open_session(st, ctx, version, capabilities, client_info, principal).await?;
+    let view = st.catalog.view_for_key(&session.view_key());
     let mut capabilities = view.capabilities.clone();
     shape_capabilities(&mut capabilities, version);
     let mut result = json!({
@@ -379,6 +360,53 @@ async fn initialize(
         resp.headers_mut().insert(SESSION_ID, v);
     }
     Ok((resp, Outcome::Ok))
+}
+
+/// Opens the session an `initialize` asked for: its sealed id, its record in the
+/// shared store (awaited), its place in the store under the session cap.
+///
+/// Errors: 503 while the shared store does not answer, 503 + `Retry-After` at the
+/// session cap.
+async fn open_session(
+    st: &AppState,
+    ctx: &RequestContext,
+    version: ProtocolVersion,
+    capabilities: Value,
+    client_info: Value,
+    principal: Option<&Arc<Principal>>,
+) -> Result<Arc<Session>, HttpError> {
+    st.supervisor
+        .wait_loaded(std::time::Duration::from_secs(10))
+        .await;
+    let p = principal.map(|p| &**p);
+    let endpoint = ctx.endpoint().clone();
+    let key = st.catalog.view_key_at(&endpoint, p);
+    let identity = Identity::mint(st.sessions.epoch());
+    let token = SessionToken::new(
+        &st.sealer,
+        identity,
+        p.map(Principal::id).as_ref(),
+        version,
+        &capabilities,
+    );
+    let id = token.seal(&st.sealer, &endpoint).into();
+    let session =
+        Session::new(id, identity, version, capabilities, client_info).at_endpoint(endpoint);
+    let session = Arc::new(session.with_principal(p, key));
+    count_drops(st, &session);
+    record_new(st, &session).await?;
+    if let Err(full) = st.sessions.insert(session.clone()) {
+        if let Some(store) = st.supervisor.shared() {
+            store.discard(session.store_key()).await;
+        }
+        tracing::warn!(
+            limit = full.limit,
+            "session limit reached; initialize refused"
+        );
+        return Err(HttpError::too_many_sessions()
+            .with_header(header::RETRY_AFTER, session_cap_retry_after(st)));
+    }
+    Ok(session)
 }
 
 /// A JSON-RPC batch: only for sessions that negotiated 2025-03-26, where the spec

@@ -9,13 +9,13 @@ mod error;
 pub(crate) mod headers;
 pub mod limit;
 pub(crate) mod mcp;
-mod modern;
+pub(crate) mod modern;
 mod resume;
+mod routes;
 pub mod serve;
 mod session;
 mod sse;
 
-use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
@@ -23,14 +23,16 @@ use axum::Router as AxumRouter;
 use axum::extract::DefaultBodyLimit;
 use axum::http::{HeaderName, HeaderValue, Method, header};
 use axum::routing::get;
-use tower::Service;
-use tower_http::cors::{AllowOrigin, CorsLayer};
-use tower_http::sensitive_headers::SetSensitiveRequestHeadersLayer;
-use tower_http::timeout::RequestBodyTimeoutLayer;
+use tower::Layer;
+use tower_http::cors::{AllowOrigin, Cors, CorsLayer};
+use tower_http::sensitive_headers::{SetSensitiveRequestHeaders, SetSensitiveRequestHeadersLayer};
+use tower_http::timeout::{RequestBodyTimeout, RequestBodyTimeoutLayer};
 
 pub use error::HttpError;
+pub use routes::Routes;
+pub use serve::LiveApp;
 
-use crate::auth::AuthHandle;
+use crate::auth::Authenticator;
 use crate::catalog::Catalog;
 use crate::cluster::Sealer;
 use crate::config::ServerConfig;
@@ -42,11 +44,16 @@ use crate::streamable_http::{is_loopback_name, is_loopback_origin, strip_port};
 use crate::supervisor::Supervisor;
 
 /// The parts the HTTP handlers use, each named: the server face owns no state of
-/// its own beyond its listener rules.
+/// its own beyond its listener rules. One generation: a reload builds the next
+/// one (new `[server]` settings, rules, routes and authenticator, the same
+/// sessions, catalogue and supervisor) and swaps it in whole ([`LiveApp`]), so a
+/// request sees one configuration from its first byte to its answer.
 #[derive(Clone)]
 pub struct AppState {
     /// `[server]` settings.
     pub server: Arc<ServerConfig>,
+    /// Which path is which endpoint or metadata document.
+    pub routes: Arc<Routes>,
     /// Host sessions.
     pub sessions: Arc<dyn SessionStore>,
     /// The catalogue (authorization views).
@@ -67,13 +74,15 @@ pub struct AppState {
     pub limiter: Option<Arc<limit::Limiter>>,
     /// Whose `X-Forwarded-For` names the client (`server.trusted_proxies`).
     pub proxies: Arc<client::TrustedProxies>,
-    /// Bearer validation (`None`: the endpoint is open, see `[auth]`).
-    pub auth: Option<Arc<AuthHandle>>,
+    /// Bearer validation (`None`: the endpoint is open, see `[auth]`): the
+    /// authenticator in force when this generation was built (its keys refresh
+    /// in place).
+    pub auth: Option<Arc<Authenticator>>,
 }
 
 /// The endpoint a request came in at: the `[endpoints.NAME]` name, `""` for the
-/// one endpoint at `server.path` of a gateway without `[endpoints]`. Set on each
-/// endpoint's route as a request extension.
+/// one endpoint at `server.path` of a gateway without `[endpoints]`. Set as a
+/// request extension by the routing table ([`Routes`]).
 #[derive(Debug, Clone)]
 pub struct Endpoint(pub Arc<str>);
 
@@ -134,25 +143,17 @@ fn lower(s: &str) -> std::borrow::Cow<'_, str> {
     }
 }
 
-/// Builds the axum application: the MCP endpoint at `server.path` (or, with
-/// `[endpoints]`, one at each endpoint's path instead), the RFC 9728 metadata
-/// documents, `/healthz` and `/readyz`.
+/// Builds one generation of the axum application from `state`: the MCP
+/// endpoints and RFC 9728 metadata documents of `state.routes`, `/healthz` and
+/// `/readyz`, with `state.server`'s body size limit (HTTP 413, answered from
+/// `Content-Length` before any body is read), body read timeout (HTTP 408) and
+/// CORS origins. Building it cannot fail (paths are looked up literally).
 ///
-/// `server` gives the endpoint path, the body size limit (HTTP 413, answered
-/// from `Content-Length` before any body is read) and the body read timeout
-/// (HTTP 408).
-pub fn app(
-    state: AppState,
-    server: &ServerConfig,
-    endpoints: &std::collections::BTreeMap<String, crate::config::EndpointConfig>,
-) -> impl Service<
-    axum::http::Request<hyper::body::Incoming>,
-    Response = axum::response::Response,
-    Error = Infallible,
-    Future: Send + 'static,
-> + Clone
-+ Send
-+ 'static {
+/// The tower-http layers wrap the router once, not each route (`Router::layer`
+/// wraps every route in a boxed service of each layer, cloned with its future
+/// boxed on every request).
+pub fn app(state: AppState) -> Face {
+    let server = state.server.clone();
     let policy = state.origins.clone();
     let cors = CorsLayer::new()
         .allow_origin(AllowOrigin::predicate(move |origin: &HeaderValue, _| {
@@ -172,25 +173,11 @@ pub fn app(
             HeaderName::from_static("mcp-protocol-version"),
             header::WWW_AUTHENTICATE,
         ]);
-    let metadata = auth::metadata_routes(state.auth.as_deref());
-    let mut routes = AxumRouter::new();
-    if endpoints.is_empty() {
-        routes = routes.route(&server.path, mcp_route(""));
-    }
-    for (name, e) in endpoints {
-        let path = match e.path.trim_end_matches('/') {
-            "" => "/",
-            p => p,
-        };
-        routes = routes.route(path, mcp_route(name));
-    }
-    let router = routes
-        .merge(metadata)
+    let router = AxumRouter::new()
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
+        .fallback(routes::routed)
         .with_state(state);
-    // Around the router, not `Router::layer`: that wraps every route in a boxed
-    // service of each layer, cloned (with its future boxed) for every request.
     tower::ServiceBuilder::new()
         .layer(SetSensitiveRequestHeadersLayer::new([
             header::AUTHORIZATION,
@@ -201,20 +188,12 @@ pub fn app(
         .service(router)
 }
 
-/// `GET`, `POST` and `DELETE` of the MCP endpoint `name` (`""`: `server.path`),
-/// each request carrying its [`Endpoint`].
-fn mcp_route(name: &str) -> axum::routing::MethodRouter<AppState> {
-    let here = Endpoint(Arc::from(name));
-    let at = move |mut req: axum::extract::Request| {
-        req.extensions_mut().insert(here.clone());
-        req
-    };
-    let (get_at, post_at, delete_at) = (at.clone(), at.clone(), at);
-    axum::routing::MethodRouter::new()
-        .get(move |st, req| session::get(st, get_at(req)))
-        .post(move |st, req| mcp::post(st, post_at(req)))
-        .delete(move |st, req| session::delete(st, delete_at(req)))
-}
+/// The server face [`app`] builds: the router inside (outermost first) the
+/// sensitive `Authorization` marking, CORS, the body read timeout and the body
+/// size limit.
+pub type Face = SetSensitiveRequestHeaders<
+    Cors<RequestBodyTimeout<<DefaultBodyLimit as Layer<AxumRouter>>::Service>>,
+>;
 
 /// `GET /readyz`: 200 when ready, 503 otherwise, with per-backend state.
 async fn readyz(

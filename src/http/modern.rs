@@ -37,12 +37,8 @@ use crate::mcp::{
 };
 use crate::request::{Outcome, Rejection, RequestContext};
 use crate::session::{Host, ModernHost, Outbound};
-use crate::streamable_http::{PROTOCOL_VERSION, SESSION_ID};
+use crate::streamable_http::{MCP_METHOD, MCP_NAME, PROTOCOL_VERSION, SESSION_ID};
 
-/// `Mcp-Method`: the method of the request, mirrored for intermediaries.
-const MCP_METHOD: &str = "mcp-method";
-/// `Mcp-Name`: `params.name`, `params.uri` or `params.taskId`, mirrored.
-const MCP_NAME: &str = "mcp-name";
 /// How long a request waits for backends still loading at start.
 pub(super) const LOAD_WAIT: Duration = Duration::from_secs(2);
 /// Most time between two writes on an idle modern stream. A closed connection
@@ -255,7 +251,11 @@ fn unsupported_version(id: &Id, requested: &str) -> HttpError {
 /// request metadata and server validation): `MCP-Protocol-Version` equal to the
 /// `_meta` version, `Mcp-Method` equal to the method, `Mcp-Name` equal to
 /// `params.name` / `params.uri` / `params.taskId` where the method has one.
-fn check_headers(h: &HeaderMap, req: &Request, requested: &str) -> Result<(), HttpError> {
+pub(crate) fn check_headers(
+    h: &HeaderMap,
+    req: &Request,
+    requested: &str,
+) -> Result<(), HttpError> {
     let mismatch = |what: String| {
         refuse(
             Rejection::HeaderMismatch,
@@ -331,7 +331,7 @@ fn name_param(method: &Method) -> Option<&'static str> {
 
 /// A header value, with the `=?base64?…?=` form decoded (values that are not
 /// plain visible ASCII travel that way). `None`: malformed.
-fn decode_header(v: &str) -> Option<String> {
+pub(crate) fn decode_header(v: &str) -> Option<String> {
     let Some(inner) = v
         .strip_prefix("=?base64?")
         .and_then(|r| r.strip_suffix("?="))

@@ -23,6 +23,12 @@
 //! go on and their events stay in the session's log for `Last-Event-ID`
 //! resumption, since a disconnect is not a cancellation (MCP transports).
 //!
+//! The application is a [`LiveApp`]: each request goes to the router in force
+//! when it arrives, so a reload (new routes, limits, rules) applies from the
+//! next request on, on connections already open too; a request in progress
+//! finishes with the generation it started with. The header read timeout is
+//! read per accepted connection.
+//!
 //! HTTP/1.1 only. hyper-util's automatic HTTP/1-or-2 detection first waits for
 //! the 24-byte HTTP/2 preface with no timer at all, so a client sending `PRI` and
 //! nothing more would stall it; hosts reach the endpoint over HTTP/1.1, and
@@ -30,9 +36,14 @@
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
+use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
+use arc_swap::ArcSwap;
+use axum::Router as AxumRouter;
 use axum::extract::ConnectInfo;
+use axum::response::Response;
 use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
@@ -40,39 +51,105 @@ use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
-use tower::{Service, ServiceExt};
+use tower::Service;
 
 /// Pause after a failed `accept` (typically `EMFILE`: out of file descriptors),
 /// so that the loop does not spin while connections drain.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
 
-/// Serves `app` on `listener` until `stop` is cancelled, then stops accepting,
-/// lets every connection finish its current exchange (hyper graceful shutdown:
-/// idle keep-alive connections close at once) and returns when all are gone.
-/// Callers bound that wait with their own timeout.
-///
-/// Each request carries the peer address as `ConnectInfo<SocketAddr>`, as with
-/// axum's `into_make_service_with_connect_info`.
-pub async fn serve<S>(
-    listener: TcpListener,
-    app: S,
-    header_read_timeout: Duration,
-    stop: CancellationToken,
-) where
+/// The application a listener serves, replaceable while it serves: a router, or
+/// a service around one (the server face, [`super::Face`]).
+pub struct LiveApp<S = AxumRouter>(ArcSwap<S>);
+
+impl<S> LiveApp<S> {
+    /// Serves `app` until it is replaced.
+    pub fn new(app: S) -> Arc<LiveApp<S>> {
+        Arc::new(LiveApp(ArcSwap::from_pointee(app)))
+    }
+
+    /// Requests that arrive from now on go to `app`.
+    pub fn replace(&self, app: S) {
+        self.0.store(Arc::new(app));
+    }
+}
+
+/// What [`serve`] can serve: a cloneable service of hyper requests that
+/// answers every one (errors are responses).
+pub trait App:
+    Service<
+        axum::http::Request<Incoming>,
+        Response = Response,
+        Error = Infallible,
+        Future: Send + 'static,
+    > + Clone
+    + Send
+    + Sync
+    + 'static
+{
+}
+
+impl<S> App for S where
     S: Service<
             axum::http::Request<Incoming>,
-            Response = axum::response::Response,
+            Response = Response,
             Error = Infallible,
             Future: Send + 'static,
         > + Clone
         + Send
-        + 'static,
+        + Sync
+        + 'static
 {
+}
+
+/// One connection's service: the application in force per request (an
+/// `ArcSwap` load and a clone: the cost of the reload), with the peer address.
+struct Current<S> {
+    app: Arc<LiveApp<S>>,
+    peer: SocketAddr,
+}
+
+impl<S> Clone for Current<S> {
+    fn clone(&self) -> Self {
+        Current {
+            app: self.app.clone(),
+            peer: self.peer,
+        }
+    }
+}
+
+impl<S: App> Service<axum::http::Request<Incoming>> for Current<S> {
+    type Response = Response;
+    type Error = Infallible;
+    type Future = S::Future;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, mut req: axum::http::Request<Incoming>) -> Self::Future {
+        req.extensions_mut()
+            .insert(ConnectInfo::<SocketAddr>(self.peer));
+        let mut app = S::clone(&self.app.0.load());
+        app.call(req)
+    }
+}
+
+/// Serves `app` on `listener` until `stop` is cancelled, then stops accepting,
+/// lets every connection finish its current exchange (hyper graceful shutdown:
+/// idle keep-alive connections close at once) and returns when all are gone.
+/// Callers bound that wait with their own timeout. `header_read_timeout` is
+/// asked once per accepted connection (a reload may change it).
+///
+/// Each request carries the peer address as `ConnectInfo<SocketAddr>`, as with
+/// axum's `into_make_service_with_connect_info`.
+pub async fn serve<S: App>(
+    listener: TcpListener,
+    app: Arc<LiveApp<S>>,
+    header_read_timeout: impl Fn() -> Duration,
+    stop: CancellationToken,
+) {
     let mut builder = http1::Builder::new();
-    builder
-        .timer(TokioTimer::new())
-        .header_read_timeout(header_read_timeout)
-        .half_close(true);
+    builder.timer(TokioTimer::new()).half_close(true);
     let graceful = GracefulShutdown::new();
     loop {
         let (stream, peer) = tokio::select! {
@@ -87,12 +164,11 @@ pub async fn serve<S>(
             () = stop.cancelled() => break,
         };
         let _ = stream.set_nodelay(true);
-        let service = app
-            .clone()
-            .map_request(move |mut req: axum::http::Request<Incoming>| {
-                req.extensions_mut().insert(ConnectInfo::<SocketAddr>(peer));
-                req
-            });
+        let service = Current {
+            app: app.clone(),
+            peer,
+        };
+        builder.header_read_timeout(header_read_timeout());
         let conn =
             builder.serve_connection(TokioIo::new(stream), TowerToHyperService::new(service));
         let conn = graceful.watch(conn);

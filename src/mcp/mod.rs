@@ -1,13 +1,15 @@
 //! The MCP vocabulary, in one place: method names ([`Method`], parsed once when a
 //! message is framed), the paginated lists ([`ListKind`]), log levels
 //! ([`LogLevel`]), the `_meta` keys the gateway reads, and the protocol revisions
-//! with everything that differs between them ([`version`]).
+//! with everything that differs between them ([`version`]), and what a server may
+//! ask its client for ([`input`]).
 //!
 //! Source: MCP 2025-11-25 schema (`schema.ts`, method names of every request and
 //! notification) and MCP 2026-07-28 (`server/discover`, `subscriptions/listen`).
 
-pub mod names;
-pub mod version;
+pub(crate) mod input;
+pub(crate) mod names;
+pub(crate) mod version;
 
 use std::fmt;
 

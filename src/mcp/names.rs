@@ -1,4 +1,5 @@
-//! Namespacing: exposed tool/prompt names and resource URIs (DESIGN decision 2).
+//! Namespacing: exposed tool/prompt names and resource URIs, a reversible table
+//! rather than string parsing, so a name never routes to the wrong backend.
 //!
 //! Names become `{prefix}__{name}`. Exposed names always satisfy MCP 2025-11-25
 //! server/tools "Tool Names": 1–128 characters from `[A-Za-z0-9_.-]` (and the

@@ -48,10 +48,6 @@ impl ProtocolVersion {
     /// The modern revision.
     pub const MODERN: ProtocolVersion = ProtocolVersion::V2026_07_28;
 
-    /// Assumed when a host sends no `MCP-Protocol-Version` header and nothing else
-    /// tells (MCP 2025-11-25 basic/transports, protocol version header).
-    pub const DEFAULT_HTTP: ProtocolVersion = ProtocolVersion::V2025_03_26;
-
     /// The wire string, e.g. `"2025-11-25"`.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -127,12 +123,6 @@ impl fmt::Display for ProtocolVersion {
 }
 
 impl ProtocolVersion {
-    /// Whether this revision knows the core tasks of 2025-11-25 (2026-07-28 made
-    /// tasks an extension with another wire).
-    pub fn has_tasks(self) -> bool {
-        self == ProtocolVersion::V2025_11_25
-    }
-
     /// Whether a host of this revision can have client capability `name`: one its
     /// revision added later is never taken as declared ([`ADDED`]; a 2025-03-26
     /// host declaring `elicitation` is not sent `elicitation/create`).
@@ -336,10 +326,13 @@ pub fn complete_raw_for_modern(
 const MODERN_ONLY: [&str; 3] = ["resultType", "ttlMs", "cacheScope"];
 
 /// A 2026-07-28 backend's result made fit for a legacy host: the modern-only
-/// fields and `_meta` serverInfo removed. An `input_required` result cannot
-/// reach a legacy host (no MRTR there): a `tools/call` (`tool_call`) gets an
-/// `isError` result saying so, other methods a -32603 error. A result without
-/// modern fields is returned untouched (legacy backends).
+/// fields and `_meta` serverInfo removed. An `input_required` result never
+/// reaches a legacy host (no MRTR there): on `tools/call`, `resources/read` and
+/// `prompts/get` the shim (`dispatch/shim.rs`) turns it into requests to the
+/// host before this; anywhere else (a request that cannot carry one) a
+/// `tools/call` (`tool_call`) gets an `isError` result saying so, other methods
+/// a -32603 error. A result without modern fields is returned untouched (legacy
+/// backends).
 pub fn result_for_legacy(
     raw: Box<serde_json::value::RawValue>,
     tool_call: bool,
@@ -351,7 +344,8 @@ pub fn result_for_legacy(
         return Ok(raw);
     };
     if v.get("resultType").and_then(Value::as_str) == Some("input_required") {
-        let why = "the backend asked for client input (input_required), which the gateway does not relay to 2025-era sessions yet";
+        let why =
+            "the server asked for client input (input_required) on a request that cannot carry it";
         if !tool_call {
             return Err(crate::jsonrpc::ErrorObject::new(
                 crate::jsonrpc::INTERNAL_ERROR,

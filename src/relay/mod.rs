@@ -1,8 +1,8 @@
 //! The relay: everything between hosts and backends outside plain
 //! request/response. Backend notifications and server→client requests go to
 //! exactly the right host; the host's notifications and answers go back to
-//! exactly the right backend request (DESIGN decisions 3–4; MCP 2025-11-25
-//! checklist §8.1–8.4). Nothing from one host session ever reaches another.
+//! exactly the right backend request, through the gateway's own id tables
+//! (MCP 2025-11-25 basic/utilities: progress, cancellation). Nothing from one host session ever reaches another.
 //!
 //! The relay is the [`UpstreamHandler`] of every backend connection: the client
 //! face reports what a backend sends through it, with the [`HostCall`] the

@@ -12,8 +12,8 @@ use serde_json::{Value, json};
 use super::{Relay, notification};
 use crate::backend::Connection;
 use crate::jsonrpc::{self, ErrorObject, Id, Notification, Request, Response};
-use crate::mcp::{Method, names};
-use crate::session::{Ask, ClientRequest, HostCall, Session};
+use crate::mcp::{Method, input, names};
+use crate::session::{Ask, ClientRequest, HostAnswer, HostCall, Session};
 
 impl Relay {
     /// A backend cancels a server→client request it sent: forward with our id.
@@ -99,7 +99,7 @@ impl Relay {
             );
         }
         let ours = self.relayed_id(session.next_client_id());
-        let pending = ClientRequest {
+        let pending = ClientRequest::Backend {
             conn: Arc::downgrade(conn),
             upstream_id: req.id.clone(),
         };
@@ -123,6 +123,69 @@ impl Relay {
             ours,
             conn.timeout().mul_f64(0.9),
         ));
+    }
+
+    /// Puts a request of the gateway's own to the legacy session of `call`, on the
+    /// call's stream (MCP 2025-11-25 basic/transports: requests related to a
+    /// client request go on its POST's SSE stream): an entry of a 2026-07-28
+    /// backend's `inputRequests` (the shim, `dispatch/shim.rs`). Only what the
+    /// session declared and its revision has (`mcp::input::may_ask`); a URL-mode
+    /// elicitation gets an `elicitationId`, which 2025-11-25 requires and
+    /// 2026-07-28 dropped. Returns the id the host sees and where its answer will
+    /// come (also when it is POSTed to another replica: the id names this one).
+    ///
+    /// Errors: why the request cannot be put (not a session, not declared, no
+    /// open stream). Unanswered entries are removed with
+    /// [`Relay::forget_host_request`].
+    pub fn ask_host(
+        &self,
+        call: &HostCall,
+        method: &Method,
+        params: Option<&Value>,
+    ) -> Result<(Id, tokio::sync::oneshot::Receiver<HostAnswer>), String> {
+        let Some(session) = call.host.session() else {
+            return Err("not a session".into());
+        };
+        if !input::may_ask(
+            session.version(),
+            session.client_capabilities(),
+            method,
+            params,
+        ) {
+            return Err(format!(
+                "the client did not declare the capability {method} needs (or its revision {} lacks it)",
+                session.version()
+            ));
+        }
+        let mut params = params.cloned();
+        if let Some(p) = params.as_mut().and_then(Value::as_object_mut)
+            && p.get("mode").and_then(Value::as_str) == Some("url")
+        {
+            p.insert("elicitationId".into(), fresh_elicitation_id().into());
+        }
+        let ours = self.relayed_id(session.next_client_id());
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        session.add_client_request(ours.clone(), ClientRequest::Gateway(tx));
+        let bytes = jsonrpc::request_bytes(&ours, method.as_str(), params.as_ref());
+        if !call.send_related(bytes.into()) {
+            session.take_client_request(&ours);
+            return Err("no open stream to reach the client".into());
+        }
+        Ok((ours, rx))
+    }
+
+    /// Forgets a request put with [`Relay::ask_host`] that will not be waited
+    /// for; `why`: tell the host to stop (`notifications/cancelled`, MCP
+    /// basic/utilities/cancellation), `None` when it is moot (the host cancelled
+    /// the call itself). A request already answered is left alone.
+    pub fn forget_host_request(&self, session: &Session, ours: &Id, why: Option<&str>) {
+        if session.take_client_request(ours).is_none() {
+            return;
+        }
+        if let Some(reason) = why {
+            let p = json!({"requestId": ours.to_value(), "reason": reason});
+            session.send_unrelated(notification(&Method::Cancelled, &p));
+        }
     }
 
     /// A notification from the host: a cancel reaches the backend request the host
@@ -204,15 +267,18 @@ impl Relay {
             }
             return;
         };
-        let Some(conn) = entry.conn.upgrade() else {
-            return;
-        };
-        match r.outcome {
-            Ok(raw) => {
-                let v = serde_json::from_str::<Value>(raw.get()).unwrap_or(Value::Null);
-                conn.respond(&entry.upstream_id, Ok(&v));
+        let outcome = r
+            .outcome
+            .map(|raw| serde_json::from_str::<Value>(raw.get()).unwrap_or(Value::Null));
+        match entry {
+            ClientRequest::Backend { conn, upstream_id } => {
+                if let Some(conn) = conn.upgrade() {
+                    conn.respond(&upstream_id, outcome.as_ref());
+                }
             }
-            Err(e) => conn.respond(&entry.upstream_id, Err(&e)),
+            ClientRequest::Gateway(waiting) => {
+                let _ = waiting.send(outcome);
+            }
         }
     }
 
@@ -267,10 +333,10 @@ impl Relay {
 }
 
 /// Whether a backend's server→client request can be put to the 2026-07-28 host of
-/// `call`: only a kind this host request declared (URL elicitation needs
-/// `elicitation.url`, tool-enabled sampling `sampling.tools`), and only during a
-/// call that may answer `input_required` (`tools/call`, `resources/read`,
-/// `prompts/get`; MCP 2026-07-28 basic/patterns/mrtr).
+/// `call`: only a kind this host request declared (`mcp::input::may_ask`: URL
+/// elicitation needs `elicitation.url`, tool-enabled sampling `sampling.tools`),
+/// and only during a call that may answer `input_required` (`tools/call`,
+/// `resources/read`, `prompts/get`; MCP 2026-07-28 basic/patterns/mrtr).
 fn bridgeable(
     call: &HostCall,
     method: &Method,
@@ -280,28 +346,7 @@ fn bridgeable(
         return Err("the client's request cannot be answered input_required");
     }
     let caps = call.host.client_capabilities();
-    let declared = |path: &str| caps.pointer(path).is_some_and(|v| !v.is_null());
-    let ok = match method {
-        Method::ElicitationCreate => {
-            let mode = params.and_then(|p| p.get("mode")).and_then(Value::as_str);
-            match mode {
-                Some("url") => declared("/elicitation/url"),
-                _ => {
-                    declared("/elicitation/form")
-                        || caps
-                            .get("elicitation")
-                            .is_some_and(|e| e.as_object().is_some_and(|o| o.is_empty()))
-                }
-            }
-        }
-        Method::SamplingCreateMessage => {
-            let tools = params.is_some_and(|p| p.get("tools").is_some());
-            declared("/sampling") && (!tools || declared("/sampling/tools"))
-        }
-        Method::RootsList => declared("/roots"),
-        _ => false,
-    };
-    if ok {
+    if input::may_ask(call.host.version(), caps, method, params) {
         Ok(())
     } else {
         Err("Client does not support this request (not declared in this request's capabilities)")
@@ -341,12 +386,13 @@ async fn expire_client_request(session: Arc<Session>, ours: Id, after: std::time
         _ = tokio::time::sleep(after) => {}
         _ = session.ended() => {}
     }
-    let Some(entry) = session.take_client_request(&ours) else {
+    let Some(ClientRequest::Backend { conn, upstream_id }) = session.take_client_request(&ours)
+    else {
         return;
     };
-    if let Some(conn) = entry.conn.upgrade() {
+    if let Some(conn) = conn.upgrade() {
         conn.respond(
-            &entry.upstream_id,
+            &upstream_id,
             Err(&ErrorObject::new(
                 jsonrpc::INTERNAL_ERROR,
                 "the client did not answer in time",
@@ -355,4 +401,14 @@ async fn expire_client_request(session: Arc<Session>, ours: Id, after: std::time
     }
     let p = json!({"requestId": ours.to_value(), "reason": "timed out"});
     session.send_unrelated(notification(&Method::Cancelled, &p));
+}
+
+/// A fresh `elicitationId` for a URL-mode elicitation put to a 2025-11-25 host
+/// (required there; the 2026-07-28 request it comes from has none): 128 random
+/// bits, hex.
+fn fresh_elicitation_id() -> String {
+    let mut bytes = [0u8; 16];
+    let _ = getrandom::fill(&mut bytes);
+    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    format!("mcpgate-{hex}")
 }

@@ -10,6 +10,7 @@ use std::sync::{Arc, Mutex, Weak};
 use bytes::Bytes;
 use serde_json::Value;
 use tokio::sync::{Notify, mpsc};
+use tokio_util::sync::CancellationToken;
 
 use super::Host;
 use crate::backend::{Caller, Connection};
@@ -59,7 +60,8 @@ pub struct HostCall {
     last_progress: Mutex<Option<f64>>,
     /// Set for the calls that may answer `input_required`.
     may_ask: AtomicBool,
-    cancelled: AtomicBool,
+    /// Cancelled by the host (or the gateway on its behalf).
+    cancelled: CancellationToken,
     /// The host request's trace, continued by the upstream request.
     trace: Option<opentelemetry::Context>,
 }
@@ -82,7 +84,7 @@ impl HostCall {
             asked: Notify::new(),
             may_ask: AtomicBool::new(false),
             last_progress: Mutex::new(None),
-            cancelled: AtomicBool::new(false),
+            cancelled: CancellationToken::new(),
             trace: None,
         }
     }
@@ -97,13 +99,20 @@ impl HostCall {
     /// became, if any, so the caller can cancel that too. A request started after
     /// this gives up by itself ([`Caller::started`] answers `false`).
     pub fn mark_cancelled(&self) -> Option<(Arc<Connection>, u64)> {
-        self.cancelled.store(true, Ordering::SeqCst);
+        self.cancelled.cancel();
         self.upstream()
     }
 
     /// Whether the host cancelled this call.
     pub fn is_cancelled(&self) -> bool {
-        self.cancelled.load(Ordering::SeqCst)
+        self.cancelled.is_cancelled()
+    }
+
+    /// Resolves when the call is cancelled ([`HostCall::mark_cancelled`]): what
+    /// waits between upstream requests (the legacy→modern shim waiting for the
+    /// host's answers) stops there.
+    pub async fn cancelled(&self) {
+        self.cancelled.cancelled().await;
     }
 
     /// The upstream request, if it is still known.
@@ -230,6 +239,18 @@ impl Caller for HostCall {
 
     fn log_level(&self) -> Option<crate::mcp::LogLevel> {
         self.host.log_level()
+    }
+
+    /// The host's declared capabilities that the gateway can carry back to it
+    /// (`mcp::input::carried_capabilities`): a legacy session always can receive
+    /// requests on its POST's SSE stream (every POST accepts one), a modern
+    /// request through `input_required`.
+    fn client_capabilities(&self) -> Option<Value> {
+        let caps = self.host.client_capabilities();
+        Some(crate::mcp::input::carried_capabilities(
+            caps,
+            self.host.version(),
+        ))
     }
 
     fn started(&self, conn: &Arc<Connection>, id: u64) -> bool {

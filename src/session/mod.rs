@@ -44,13 +44,25 @@ pub fn log_id(id: &str) -> String {
     d[..4].iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// A server→client request relayed to the host and not yet answered.
-pub struct ClientRequest {
-    /// The backend connection that asked.
-    pub conn: Weak<Connection>,
-    /// The backend's own id for the request.
-    pub upstream_id: Id,
+/// A server→client request sent to the host and not yet answered: where its
+/// answer goes.
+pub enum ClientRequest {
+    /// Relayed from a backend: the answer goes back to that backend request.
+    Backend {
+        /// The backend connection that asked.
+        conn: Weak<Connection>,
+        /// The backend's own id for the request.
+        upstream_id: Id,
+    },
+    /// Asked by the gateway itself, for a 2026-07-28 backend's `input_required`
+    /// (the legacy→modern shim, `dispatch/shim.rs`): the answer (the host's
+    /// result, or its error) goes to the call waiting for it. Dropped unanswered
+    /// when the session ends.
+    Gateway(tokio::sync::oneshot::Sender<HostAnswer>),
 }
+
+/// A host's answer to a server→client request: its result or its error.
+pub type HostAnswer = Result<Value, crate::jsonrpc::ErrorObject>;
 
 /// What of the durable record changes after `initialize`.
 #[derive(Default)]
@@ -481,7 +493,13 @@ impl Session {
         let conn = Arc::downgrade(conn);
         let key = m
             .iter()
-            .find(|(_, r)| r.upstream_id == *upstream && r.conn.ptr_eq(&conn))
+            .find(|(_, r)| match r {
+                ClientRequest::Backend {
+                    conn: c,
+                    upstream_id,
+                } => upstream_id == upstream && c.ptr_eq(&conn),
+                ClientRequest::Gateway(_) => false,
+            })
             .map(|(k, _)| k.clone())?;
         m.remove(&key).map(|_| key)
     }

@@ -1,5 +1,5 @@
 //! The durable part of a host session: plain data that can be serialized, so a
-//! shared store can hold it for several replicas (DESIGN decision 6 and 11). It
+//! shared store can hold it for several replicas (`cluster::SharedStore`). It
 //! names backends by their configured names, never by registry indices (those
 //! are per process and per reload).
 

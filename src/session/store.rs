@@ -3,6 +3,7 @@
 //! the absolute lifetime, and the memory of which sealed ids ended here.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -22,7 +23,8 @@ pub struct StoreFull {
     pub limit: usize,
 }
 
-/// Where host sessions live (DESIGN decision 6).
+/// Where host sessions live: in memory, and with `[cluster] redis` in front of
+/// the shared store as its near-cache.
 pub trait SessionStore: Send + Sync + 'static {
     /// Adds a session. Errors with [`StoreFull`] at the cap.
     fn insert(&self, session: Arc<Session>) -> Result<(), StoreFull>;
@@ -50,6 +52,9 @@ pub trait SessionStore: Send + Sync + 'static {
     /// process's memory of what ended here, knows whether it ended (an idle
     /// expiry here only dropped the cached copy). `Ok(None)`: past its lifetime.
     fn adopt(&self, session: Arc<Session>) -> Result<Option<Arc<Session>>, StoreFull>;
+    /// Sets the cap (`server.max_sessions`, at a reload). Sessions held beyond a
+    /// lowered cap stay; new ones are refused until the count is below it.
+    fn set_limit(&self, limit: usize);
 }
 
 /// In-memory store (dashmap), the default.
@@ -63,7 +68,8 @@ pub trait SessionStore: Send + Sync + 'static {
 /// restart — comes back until its lifetime is over; only a shared store knows.
 pub struct MemoryStore {
     map: DashMap<Arc<str>, Arc<Session>>,
-    limit: usize,
+    /// `server.max_sessions` (a reload may change it).
+    limit: AtomicUsize,
     max_lifetime: Duration,
     epoch: u32,
     /// Identities minted elsewhere that ended here → Unix second they expire.
@@ -77,11 +83,15 @@ impl MemoryStore {
     pub fn new(limit: usize, max_lifetime: Duration) -> Self {
         MemoryStore {
             map: DashMap::new(),
-            limit,
+            limit: AtomicUsize::new(limit),
             max_lifetime,
             epoch: u32::from_be_bytes(random_bytes()),
             ended: Mutex::default(),
         }
+    }
+
+    fn limit(&self) -> usize {
+        self.limit.load(Ordering::Relaxed)
     }
 
     fn outlived(&self, id: &Identity, now: u32) -> bool {
@@ -93,7 +103,7 @@ impl MemoryStore {
         if id.epoch == self.epoch || self.outlived(id, now) {
             return;
         }
-        let cap = self.limit.saturating_mul(2).max(1);
+        let cap = self.limit().saturating_mul(2).max(1);
         if ended.len() >= cap {
             ended.retain(|_, until| *until > now);
         }
@@ -121,8 +131,9 @@ impl MemoryStore {
         if refused || self.outlived(&id, unix_now()) {
             return Ok(None);
         }
-        if self.map.len() >= self.limit {
-            return Err(StoreFull { limit: self.limit });
+        let limit = self.limit();
+        if self.map.len() >= limit {
+            return Err(StoreFull { limit });
         }
         Ok(Some(match self.map.entry(session.id.clone()) {
             Entry::Occupied(e) => e.get().clone(),
@@ -133,8 +144,9 @@ impl MemoryStore {
 
 impl SessionStore for MemoryStore {
     fn insert(&self, session: Arc<Session>) -> Result<(), StoreFull> {
-        if self.map.len() >= self.limit {
-            return Err(StoreFull { limit: self.limit });
+        let limit = self.limit();
+        if self.map.len() >= limit {
+            return Err(StoreFull { limit });
         }
         self.map.insert(session.id.clone(), session);
         Ok(())
@@ -191,6 +203,10 @@ impl SessionStore for MemoryStore {
 
     fn adopt(&self, session: Arc<Session>) -> Result<Option<Arc<Session>>, StoreFull> {
         self.take_back(session, false)
+    }
+
+    fn set_limit(&self, limit: usize) {
+        self.limit.store(limit, Ordering::Relaxed);
     }
 }
 

@@ -12,6 +12,8 @@ use std::sync::Arc;
 use axum::http::{HeaderMap, header};
 use base64::Engine;
 
+use crate::mcp::ProtocolVersion;
+
 pub use events::{Attached, EventLog, Frame, KEEP_ALIVE, RETRY_MS, ResumeError, parse_id};
 
 /// `Mcp-Session-Id` (spelled `MCP-Session-Id` in 2025-11-25; header names are
@@ -27,6 +29,55 @@ pub const LAST_EVENT_ID: &str = "last-event-id";
 pub const JSON: &str = "application/json";
 /// The SSE media type (streamed answers, the GET stream).
 pub const EVENT_STREAM: &str = "text/event-stream";
+/// `Mcp-Method`: the request's method, mirrored for intermediaries (MCP 2026-07-28
+/// basic/transports/streamable-http, request metadata).
+pub const MCP_METHOD: &str = "mcp-method";
+/// `Mcp-Name`: `params.name`, `params.uri` or `params.taskId`, mirrored (MCP
+/// 2026-07-28, request metadata).
+pub const MCP_NAME: &str = "mcp-name";
+/// The prefix of the `Mcp-Param-*` headers that mirror a tool's designated
+/// arguments (MCP 2026-07-28, custom headers).
+pub const MCP_PARAM_PREFIX: &str = "mcp-param-";
+
+/// Whether header `name` (any case) belongs to the transport: a client of this
+/// transport sets these itself, so a configured value must never stand in for one
+/// (a fixed `Mcp-Session-Id` on `initialize`, an `Mcp-Name` that disagrees with
+/// the body and gets the request refused with -32020).
+pub fn is_transport_header(name: &str) -> bool {
+    const NAMES: [&str; 7] = [
+        "accept",
+        "content-type",
+        SESSION_ID,
+        PROTOCOL_VERSION,
+        LAST_EVENT_ID,
+        MCP_METHOD,
+        MCP_NAME,
+    ];
+    NAMES.iter().any(|n| n.eq_ignore_ascii_case(name))
+        || name
+            .get(..MCP_PARAM_PREFIX.len())
+            .is_some_and(|p| p.eq_ignore_ascii_case(MCP_PARAM_PREFIX))
+}
+
+/// The `MCP-Protocol-Version` header (MCP 2025-11-25 basic/transports, protocol
+/// version header): `Ok(None)` when absent, `Ok(Some(revision))` when every value
+/// names the same revision a host may use after `initialize`, else `Err` with the
+/// offending value (the server answers 400). Several values that disagree are
+/// refused rather than reading only the first.
+pub fn protocol_version(h: &HeaderMap) -> Result<Option<ProtocolVersion>, String> {
+    let mut found = None;
+    for v in h.get_all(PROTOCOL_VERSION) {
+        let text = v
+            .to_str()
+            .map_err(|_| String::from_utf8_lossy(v.as_bytes()).into_owned())?;
+        let version = ProtocolVersion::parse_host(text).ok_or_else(|| text.to_owned())?;
+        if found.is_some_and(|f| f != version) {
+            return Err(text.to_owned());
+        }
+        found = Some(version);
+    }
+    Ok(found)
+}
 
 /// Generates a session id: 128 random bits, base64url (22 visible ASCII chars,
 /// MCP 2025-11-25 transports: cryptographically secure, 0x21–0x7E only). For

@@ -17,11 +17,12 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use arc_swap::ArcSwap;
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, watch};
 
 pub use cluster::follow_cluster;
-pub use reload::{ReloadReport, reload, reload_policy};
+pub use reload::{ReloadReport, end_sessions_at, reload, reload_policy, reload_server};
 
 use crate::backend::{BackendError, Connection, Owner, backoff};
 use crate::catalog::{BackendState, Catalog, fetch};
@@ -35,7 +36,8 @@ use crate::session::{Session, SessionStore};
 
 /// The supervisor; see the module docs.
 pub struct Supervisor {
-    server: Arc<ServerConfig>,
+    /// `[server]` in force (a reload replaces it whole).
+    server: Arc<ArcSwap<ServerConfig>>,
     catalog: Arc<Catalog>,
     sessions: Arc<dyn SessionStore>,
     relay: Arc<Relay>,
@@ -64,7 +66,7 @@ type SessionBackend = (Arc<str>, usize);
 impl Supervisor {
     /// A supervisor for `catalog`'s backends; call [`Supervisor::start`].
     pub fn new(
-        server: Arc<ServerConfig>,
+        server: Arc<ArcSwap<ServerConfig>>,
         catalog: Arc<Catalog>,
         sessions: Arc<dyn SessionStore>,
         relay: Arc<Relay>,
@@ -183,8 +185,8 @@ impl Supervisor {
     /// backend that does not answer a ping within its timeout is closed (a dead
     /// child must not be reported healthy while requests to it hang).
     async fn watch(&self, conn: &Arc<Connection>) {
-        let every = self.server.backend_ping_interval;
         loop {
+            let every = self.server.load().backend_ping_interval;
             tokio::select! {
                 _ = conn.closed.cancelled() => return,
                 _ = tokio::time::sleep(every) => {}

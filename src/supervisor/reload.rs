@@ -3,17 +3,19 @@
 //!
 //! A changed backend is removed and added again under a new registry index, so no
 //! per-session connection, subscription or route can mix the old and the new one.
-//! A changed `[policy]` is compiled whole and swapped in ([`reload_policy`]);
-//! `[auth]` is swapped by the gateway (`Gateway::reload`). `[server]` and
-//! `[cluster]` are read at start only; a reload that changes them logs that a
-//! restart is needed.
+//! A changed `[policy]` is compiled whole and swapped in ([`reload_policy`]); the
+//! `[server]` settings the supervisor, the session store and the catalogue read
+//! are put in force by [`reload_server`]; the sessions of endpoints a reload
+//! removed or moved end ([`end_sessions_at`]). `[auth]` and the server face are
+//! swapped by the gateway (`Gateway::reload`, `src/reload.rs`), which also
+//! decides what needs a restart.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use super::Supervisor;
 use crate::catalog::BackendState;
-use crate::config::Config;
+use crate::config::{Config, ServerConfig};
 use crate::mcp::Changed;
 
 /// What a reload changed.
@@ -29,6 +31,21 @@ pub struct ReloadReport {
     pub policy: bool,
     /// Whether `[auth]` was replaced.
     pub auth: bool,
+    /// The `[server]` settings that changed and are in force now (field names,
+    /// e.g. `rate_limit`).
+    pub server: Vec<&'static str>,
+    /// Settings that changed in the file but need a restart (e.g.
+    /// `server.listen`, `cluster`): the running values stay, each is logged.
+    pub restart: Vec<&'static str>,
+    /// Endpoints (`[endpoints.NAME]`; `""`: the one at `server.path`) whose
+    /// path serves from now on.
+    pub endpoints_added: Vec<String>,
+    /// Endpoints whose path answers 404 from now on.
+    pub endpoints_removed: Vec<String>,
+    /// Endpoints served at another path from now on.
+    pub endpoints_moved: Vec<String>,
+    /// Sessions ended because their endpoint was removed or moved.
+    pub sessions_ended: usize,
     /// Why the reload changed nothing, if it was refused.
     pub refused: Option<String>,
 }
@@ -67,6 +84,58 @@ pub fn reload_policy(
     sup.announce_changes(&Changed::ALL);
 }
 
+/// Puts new `[server]` settings in force for what outlives a request: the
+/// supervisor's own reads (idle expiry, health pings), the session cap (and
+/// its gauge), the shared store's record lifetime, the default call timeout of
+/// backends without their own, the catalogue's page size and name length (a
+/// change rebuilds the views and tells every host its lists changed). Sessions
+/// and calls in progress keep going: a lowered cap ends no session.
+pub fn reload_server(sup: &Supervisor, server: &ServerConfig) {
+    sup.server.store(Arc::new(server.clone()));
+    sup.sessions.set_limit(server.max_sessions);
+    sup.metrics
+        .sessions_max
+        .set(i64::try_from(server.max_sessions).unwrap_or(i64::MAX));
+    if let Some(store) = &sup.shared {
+        store.set_record_ttl(server.session_idle_timeout);
+    }
+    for b in sup.catalog.backends().active() {
+        b.spec.set_default_timeout(server.request_timeout);
+    }
+    if sup
+        .catalog
+        .set_paging(server.page_size, server.max_name_len)
+    {
+        sup.announce_changes(&Changed::ALL);
+    }
+}
+
+/// Ends every session opened at one of `endpoints` (names; `""` is the single
+/// endpoint of a gateway without `[endpoints]`), as a `DELETE` would: for
+/// every replica when a shared store holds it, streams closed, calls cancelled
+/// upstream, backend sessions ended. For endpoints a reload removed or moved:
+/// their hosts' URL no longer serves them. Returns how many ended.
+pub async fn end_sessions_at(sup: &Supervisor, endpoints: &BTreeSet<String>) -> usize {
+    let ending: Vec<_> = sup
+        .sessions
+        .all()
+        .into_iter()
+        .filter(|s| endpoints.contains(s.endpoint()))
+        .collect();
+    for s in &ending {
+        sup.sessions.remove(s.id());
+    }
+    // Concurrently: each shared-store end may wait for its deadline.
+    futures_util::future::join_all(ending.iter().map(|s| async move {
+        if let Some(store) = &sup.shared {
+            store.end(s.store_key()).await;
+        }
+        sup.end_session(s).await;
+    }))
+    .await;
+    ending.len()
+}
+
 /// Applies the backends of a new, already validated configuration: removed and
 /// changed backends are taken out of service, added and changed ones appended to
 /// the registry and launched; every session is told its lists changed. Returns
@@ -74,9 +143,6 @@ pub fn reload_policy(
 /// caller that reloads and then lists sees them.
 pub async fn reload(sup: &Arc<Supervisor>, config: &Config) -> ReloadReport {
     let mut report = ReloadReport::default();
-    if format!("{:?}", config.server) != format!("{:?}", *sup.server) {
-        tracing::warn!("[server] settings changed; they take effect after a restart");
-    }
     let current: BTreeMap<String, Arc<BackendState>> = sup
         .catalog
         .backends()
@@ -99,7 +165,7 @@ pub async fn reload(sup: &Arc<Supervisor>, config: &Config) -> ReloadReport {
             }
             None => report.added.push(name.clone()),
         }
-        let timeout = sup.server.request_timeout;
+        let timeout = sup.server.load().request_timeout;
         let b = sup
             .catalog
             .backends()

@@ -315,7 +315,7 @@ impl Supervisor {
             .unwrap_or_default();
         for (idx, slot) in pooled {
             let limit = self.catalog.backend(idx).spec.config.idle_timeout;
-            let limit = limit.unwrap_or(self.server.session_idle_timeout);
+            let limit = limit.unwrap_or(self.server.load().session_idle_timeout);
             if let Some(c) = slot.current()
                 && c.in_flight() == 0
                 && c.idle_for() > limit
@@ -357,7 +357,7 @@ impl Supervisor {
         self.close_idle_connections().await;
         let expired = self.sessions.take_expired(
             tokio::time::Instant::now(),
-            self.server.session_idle_timeout,
+            self.server.load().session_idle_timeout,
         );
         for s in expired {
             tracing::info!(session = %s.log_id(), "session expired");

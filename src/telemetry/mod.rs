@@ -31,7 +31,7 @@ use crate::config::TelemetryConfig;
 mod export;
 mod span;
 
-pub use span::{ClientSpan, ServerSpan, inject_current};
+pub(crate) use span::{ClientSpan, ServerSpan, inject_current};
 
 /// The `tracing` target of every span meant for OpenTelemetry.
 pub const TARGET: &str = "mcpgate::otel";

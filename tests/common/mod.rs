@@ -9,6 +9,8 @@ pub mod client;
 pub mod fake_http;
 #[path = "../support/fake_sse.rs"]
 pub mod fake_sse;
+#[path = "../support/modern.rs"]
+pub mod modern;
 pub mod served;
 pub mod store;
 #[path = "../support/tools.rs"]
@@ -54,7 +56,11 @@ pub fn fake_stdio() -> &'static str {
         let built = std::fs::metadata(&path)
             .and_then(|m| m.modified())
             .unwrap_or_else(|e| panic!("{}: {e}: {build}", path.display()));
-        for src in ["tests/support/fake_stdio.rs", "tests/support/tools.rs"] {
+        for src in [
+            "tests/support/fake_stdio.rs",
+            "tests/support/tools.rs",
+            "tests/support/modern.rs",
+        ] {
             let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(src);
             if std::fs::metadata(&src)
                 .and_then(|m| m.modified())

@@ -116,6 +116,37 @@ impl Served {
         })
     }
 
+    /// Replaces `gw.toml` with `config` (by rename, so the file watcher never
+    /// reads half of it), sends SIGHUP and waits until a reload that started
+    /// after the change ended (`configuration applied`, or the refusal).
+    pub async fn reload(&self, config: &str) {
+        let mark = self.log().lines().count();
+        let next = self.dir.path("gw.toml.next");
+        std::fs::write(&next, config).unwrap();
+        std::fs::rename(&next, self.dir.path("gw.toml")).unwrap();
+        self.signal(Signal::SIGHUP);
+        let end = Instant::now() + Duration::from_secs(15);
+        while Instant::now() < end {
+            let messages: Vec<String> = self
+                .log()
+                .lines()
+                .skip(mark)
+                .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+                .filter_map(|v| v["fields"]["message"].as_str().map(str::to_owned))
+                .collect();
+            let started = messages.iter().position(|m| m == "reloading configuration");
+            if let Some(i) = started
+                && messages[i..].iter().any(|m| {
+                    m == "configuration applied" || m.starts_with("configuration reload refused")
+                })
+            {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        panic!("the reload did not finish:\n{}", self.log());
+    }
+
     /// Waits for the process to exit; its status code.
     pub async fn exit_code(&mut self, within: Duration) -> Option<i32> {
         let end = Instant::now() + within;

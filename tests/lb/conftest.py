@@ -83,18 +83,20 @@ def check_path(replica: Replica) -> str:
 def start_lb(
     request: pytest.FixtureRequest, tmp_path: Path, mcpgate_bin: Path, haproxy_bin: str
 ) -> Iterator[StartLoadBalancer]:
-    """Factory: `start_lb(config=DEFAULT_CONFIG, lb_env=None, peers=False)` -> LoadBalancer.
+    """Factory: `start_lb(config=DEFAULT_CONFIG, lb_env=None, peers=False, haproxy_cfg=None,
+    replica_env=None)` -> LoadBalancer.
 
     Two gateways (`serve --config CONFIG --listen 127.0.0.1:PORT`; `config` is a Path or
-    TOML text) behind HAProxy running the shipped haproxy.cfg with loopback ports and any
-    extra MCPGATE_LB_* settings in `lb_env`. With `peers`, a second HAProxy instance in
+    TOML text; `replica_env` added to their environment) behind HAProxy running the
+    shipped haproxy.cfg (or a test's variant of it, `haproxy_cfg`) with loopback ports
+    and any extra MCPGATE_LB_* settings in `lb_env`. With `peers`, a second HAProxy instance in
     front of the same replicas shares the stick table with the first through the config's
     `peers` section (`LoadBalancer.peer`). Returns once HAProxy sees both replicas UP.
     Everything is stopped by PID at teardown.
     """
     started: list[Replica | ServerProcess] = []
 
-    def start_haproxy(name: str, replicas: list[Replica], lb_env: dict[str, str]) -> LoadBalancer:
+    def start_haproxy(name: str, replicas: list[Replica], lb_env: dict[str, str], cfg: Path) -> LoadBalancer:
         lb_port, stats_port = support.free_port(), support.free_port()
         env = {
             "MCPGATE_LB_BIND": f"127.0.0.1:{lb_port}",
@@ -106,11 +108,11 @@ def start_lb(
             **lb_env,
         }
         check = subprocess.run(
-            [haproxy_bin, "-c", "-f", str(HAPROXY_CFG)], env={**os.environ, **env}, capture_output=True, text=True
+            [haproxy_bin, "-c", "-f", str(cfg)], env={**os.environ, **env}, capture_output=True, text=True
         )
         assert check.returncode == 0, f"haproxy -c failed:\n{check.stdout}{check.stderr}"
         # -db: stay in the foreground, logs on stdout (captured to the log file).
-        argv = [haproxy_bin, "-db", "-f", str(HAPROXY_CFG)]
+        argv = [haproxy_bin, "-db", "-f", str(cfg)]
         haproxy = ServerProcess(name, argv, lb_port, tmp_path / f"{name}.log", env)
         started.append(haproxy)
         _register(request, haproxy)
@@ -126,7 +128,11 @@ def start_lb(
         return balancer
 
     def start(
-        config: Path | str = support.DEFAULT_CONFIG, lb_env: dict[str, str] | None = None, peers: bool = False
+        config: Path | str = support.DEFAULT_CONFIG,
+        lb_env: dict[str, str] | None = None,
+        peers: bool = False,
+        haproxy_cfg: Path = HAPROXY_CFG,
+        replica_env: dict[str, str] | None = None,
     ) -> LoadBalancer:
         if isinstance(config, str):
             config_path = tmp_path / "mcpgate.toml"
@@ -137,7 +143,7 @@ def start_lb(
         for n in (1, 2):
             port = support.free_port()
             argv = [str(mcpgate_bin), "serve", "--config", str(config_path), "--listen", f"127.0.0.1:{port}"]
-            proc = ServerProcess(f"mcpgate-{n}", argv, port, tmp_path / f"mcpgate-{n}.log")
+            proc = ServerProcess(f"mcpgate-{n}", argv, port, tmp_path / f"mcpgate-{n}.log", replica_env)
             replicas.append(Replica(f"mcpgate-{n}", port, proc))
             started.append(replicas[-1])
             _register(request, proc)
@@ -145,15 +151,19 @@ def start_lb(
             r.process.wait_for_port()
 
         if not peers:
-            return start_haproxy("haproxy", replicas, lb_env or {})
+            return start_haproxy("haproxy", replicas, lb_env or {}, haproxy_cfg)
         peer_env = {
             "MCPGATE_LB_PEER1_NAME": "lb-1",
             "MCPGATE_LB_PEER1_ADDR": f"127.0.0.1:{support.free_port()}",
             "MCPGATE_LB_PEER2_NAME": "lb-2",
             "MCPGATE_LB_PEER2_ADDR": f"127.0.0.1:{support.free_port()}",
         }
-        first = start_haproxy("haproxy", replicas, {**peer_env, "MCPGATE_LB_LOCAL_PEER": "lb-1", **(lb_env or {})})
-        first.peer = start_haproxy("haproxy-2", replicas, {**peer_env, "MCPGATE_LB_LOCAL_PEER": "lb-2", **(lb_env or {})})
+        first = start_haproxy(
+            "haproxy", replicas, {**peer_env, "MCPGATE_LB_LOCAL_PEER": "lb-1", **(lb_env or {})}, haproxy_cfg
+        )
+        first.peer = start_haproxy(
+            "haproxy-2", replicas, {**peer_env, "MCPGATE_LB_LOCAL_PEER": "lb-2", **(lb_env or {})}, haproxy_cfg
+        )
         return first
 
     yield start

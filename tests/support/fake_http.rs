@@ -17,6 +17,7 @@ use serde_json::{Value, json};
 use tokio::sync::{mpsc, oneshot};
 use tokio_stream::wrappers::UnboundedReceiverStream;
 
+use super::modern;
 use super::tools::{self, Catalog, Peer};
 
 /// Start-up knobs of a fake HTTP backend.
@@ -36,6 +37,10 @@ pub struct FakeHttpOptions {
     /// How `server/discover` (the 2026-07-28 era probe) is answered; `None`: like
     /// any request without a session (400), as a legacy-only server does.
     pub discover: Option<Discover>,
+    /// Also serve 2026-07-28 requests (those whose `_meta` claims a revision)
+    /// statelessly, with the `input_required` tools of `modern.rs`: a dual-era
+    /// server. Before `discover`.
+    pub modern: bool,
 }
 
 /// Answers to the era probe, for the client face's `auto` cases.
@@ -64,6 +69,7 @@ impl Default for FakeHttpOptions {
             get_sse: true,
             label: "fx-http".into(),
             discover: None,
+            modern: false,
         }
     }
 }
@@ -264,6 +270,33 @@ fn sse(rx: mpsc::UnboundedReceiver<Value>) -> Response {
     resp
 }
 
+/// A 2026-07-28 request's answer: JSON, or SSE when notifications go first; the
+/// errors the spec gives a status get it (-32601: 404; -32602, -32021: 400).
+async fn modern_reply(inner: &Inner, msg: &Value) -> Response {
+    let Some(reply) = modern::answer(&inner.catalog, msg).await else {
+        return StatusCode::ACCEPTED.into_response();
+    };
+    if !reply.related.is_empty() {
+        let (tx, rx) = mpsc::unbounded_channel();
+        for m in reply.related.into_iter().chain([reply.response]) {
+            let _ = tx.send(m);
+        }
+        return sse(rx);
+    }
+    let code = match reply
+        .response
+        .pointer("/error/code")
+        .and_then(Value::as_i64)
+    {
+        Some(-32601) => StatusCode::NOT_FOUND,
+        Some(-32602 | -32021) => StatusCode::BAD_REQUEST,
+        _ => StatusCode::OK,
+    };
+    let mut resp = json_reply(&reply.response);
+    *resp.status_mut() = code;
+    resp
+}
+
 /// The session named by the request: 400 without id, 404 unknown or dropped.
 fn session_of(inner: &Inner, h: &HeaderMap) -> Result<(String, String), StatusCode> {
     let Some(id) = h.get("mcp-session-id").and_then(|v| v.to_str().ok()) else {
@@ -300,6 +333,9 @@ async fn post_inner(inner: &Arc<Inner>, h: &HeaderMap, msg: Option<Value>) -> Re
         if !(accept.contains("application/json") && accept.contains("text/event-stream")) {
             return status(StatusCode::NOT_ACCEPTABLE, "Not Acceptable");
         }
+    }
+    if inner.opts.modern && modern::is_modern(&msg) {
+        return modern_reply(inner, &msg).await;
     }
     let method = msg
         .get("method")

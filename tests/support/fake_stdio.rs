@@ -17,7 +17,9 @@
 //! capability and serves task-augmented `tools/call`, `tasks/get|result|cancel|list`,
 //! sending `notifications/tasks/status` on every status change),
 //! `--storm` (sends `notifications/tools/list_changed` after every `tools/list`
-//! answer, with nothing changed: a notification storm).
+//! answer, with nothing changed: a notification storm), `--modern` (a 2026-07-28
+//! server only: `server/discover`, `_meta` on every request, `input_required`
+//! tools; see `modern.rs`).
 //!
 //! A tool named `log_later` (declare it with `--tools-json`) answers at once and
 //! sends a `notifications/message` `{delay_ms}` later, unrelated to any request.
@@ -25,6 +27,7 @@
 //! `structuredContent` and a `resource_link` block; `bogus_progress` sends progress
 //! for tokens it was never given, then one for its own token.
 
+mod modern;
 mod tools;
 
 use std::collections::HashMap;
@@ -60,6 +63,7 @@ struct Knobs {
     subscribe: bool,
     tasks: bool,
     storm: bool,
+    modern: bool,
 }
 
 fn parse_args() -> Knobs {
@@ -87,6 +91,7 @@ fn parse_args() -> Knobs {
             "--subscribe" => k.subscribe = true,
             "--tasks" => k.tasks = true,
             "--storm" => k.storm = true,
+            "--modern" => k.modern = true,
             other => eprintln!("fake-stdio: unknown argument {other:?}"),
         }
     }
@@ -191,6 +196,17 @@ impl Server {
     }
 
     fn handle(self: &Arc<Self>, msg: &Value) {
+        if self.knobs.modern {
+            // Stateless: every request on its own (notifications ignored).
+            let (me, msg) = (self.clone(), msg.clone());
+            tokio::spawn(async move {
+                if let Some(reply) = modern::answer(&me.catalog, &msg).await {
+                    reply.related.iter().for_each(|n| me.send(n));
+                    me.send(&reply.response);
+                }
+            });
+            return;
+        }
         let method = msg.get("method").and_then(Value::as_str).map(str::to_owned);
         let id = msg.get("id").cloned();
         match (method, id) {
