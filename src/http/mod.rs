@@ -26,6 +26,7 @@ use axum::routing::get;
 use tower::Layer;
 use tower_http::cors::{AllowOrigin, Cors, CorsLayer};
 use tower_http::sensitive_headers::{SetSensitiveRequestHeaders, SetSensitiveRequestHeadersLayer};
+use tower_http::set_header::{SetResponseHeader, SetResponseHeaderLayer};
 use tower_http::timeout::{RequestBodyTimeout, RequestBodyTimeoutLayer};
 
 pub use error::HttpError;
@@ -172,7 +173,8 @@ pub fn app(state: AppState) -> Face {
             HeaderName::from_static("mcp-session-id"),
             HeaderName::from_static("mcp-protocol-version"),
             header::WWW_AUTHENTICATE,
-        ]);
+        ])
+        .vary(Vec::<HeaderName>::new());
     let router = AxumRouter::new()
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
@@ -182,6 +184,10 @@ pub fn app(state: AppState) -> Face {
         .layer(SetSensitiveRequestHeadersLayer::new([
             header::AUTHORIZATION,
         ]))
+        .layer(SetResponseHeaderLayer::appending(
+            header::VARY,
+            HeaderValue::from_static(VARY),
+        ))
         .layer(cors)
         .layer(RequestBodyTimeoutLayer::new(server.body_read_timeout))
         .layer(DefaultBodyLimit::max(server.max_body_bytes))
@@ -189,11 +195,21 @@ pub fn app(state: AppState) -> Face {
 }
 
 /// The server face [`app`] builds: the router inside (outermost first) the
-/// sensitive `Authorization` marking, CORS, the body read timeout and the body
-/// size limit.
+/// sensitive `Authorization` marking, the `Vary` header, CORS, the body read
+/// timeout and the body size limit.
 pub type Face = SetSensitiveRequestHeaders<
-    Cors<RequestBodyTimeout<<DefaultBodyLimit as Layer<AxumRouter>>::Service>>,
+    SetResponseHeader<
+        Cors<RequestBodyTimeout<<DefaultBodyLimit as Layer<AxumRouter>>::Service>>,
+        HeaderValue,
+    >,
 >;
+
+/// `Vary` of every response, preflights included: what tower-http's CORS layer
+/// sends by default (the request headers a CORS answer depends on, so that a
+/// cache does not serve one origin's answer to another). Set as one constant
+/// by a layer around CORS, which is told to send none: CORS builds its value
+/// anew for every response (a joined `Vec` and a `HeaderValue` copy).
+const VARY: &str = "origin, access-control-request-method, access-control-request-headers";
 
 /// `GET /readyz`: 200 when ready, 503 otherwise, with per-backend state.
 async fn readyz(
