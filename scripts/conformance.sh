@@ -14,20 +14,24 @@
 #             started with --http first and its endpoint exported under that name.
 #             So a new gateway target is just a new conformance-NAME.toml.
 #             gw-stdio-default fronts the demo server over stdio in the default
-#             connection mode: its pass set must be the one of gw-stdio (per_session).
+#             connection mode and era (auto: it finds the demo modern, so legacy hosts
+#             go through the shim): its pass set must be the one of gw-stdio
+#             (per_session, legacy).
 # Optional baseline per target: tests/e2e/configs/conformance-TARGET.expected-failures.yml
 # (the suite's --expected-failures format: "server: [scenario, ...]").
 #
 # Requirement-set runs (0.2.0-alpha.12), CONFORMANCE_NEXT_RUNS (comma-separated TARGET@REVISION;
-# default "demo@2025-11-25,gw-stdio@2025-11-25,gw-stdio@2026-07-28,gw-http@2025-11-25,
-# gw-http@2026-07-28"; empty = none). Targets as above, each started afresh per run. Not by
-# default: demo@2026-07-28 (the demo serves the session-based revisions only, so nearly
-# every 2026 check fails there by design; run it to see what the gateway adds). Counted:
-# the checks of the scenarios the revision scores (extensions and pending scenarios are
-# run and shown, never counted, as in the suite's own verdict; scripts/conformance_tally.py).
+# default: both revisions against each of demo, gw-stdio, gw-http, gw-stdio-modern and
+# gw-http-modern; empty = none). Targets as above, each started afresh per run. The demo
+# server is dual-era, so the gateway is checked over it both ways: gw-stdio and gw-http
+# pin it to era = "legacy" (2026-07-28 hosts through the bridge), gw-stdio-modern and
+# gw-http-modern to era = "modern" (2026-07-28 hosts through the relay, legacy hosts
+# through the shim); demo@REVISION is what the demo scores by itself. Counted: the
+# checks of the scenarios the revision scores (extensions and pending scenarios are run
+# and shown, never counted, as in the suite's own verdict; scripts/conformance_tally.py).
 # Optional baseline per run: tests/e2e/configs/conformance-TARGET-REVISION.expected-failures.yml,
-# else conformance-REVISION.expected-failures.yml (per check, "<scenario>:<check-id>"; only
-# for checks that need fixture tools no backend has: each entry says which). The suite
+# else conformance-REVISION.expected-failures.yml (per check, "<scenario>:<check-id>";
+# only for checks that cannot pass on that target: each entry says why). The suite
 # fails a run on an unexpected failure, a warning, or a baseline entry that now passes.
 #
 # Client scenarios, CONFORMANCE_CLIENT_SCENARIOS (comma-separated; default
@@ -67,7 +71,10 @@ PER_TARGET_TIMEOUT="${CONFORMANCE_TIMEOUT:-600}"
 CONFIG_DIR="$ROOT/tests/e2e/configs"
 SUITE_JS="$ROOT/tests/node_modules/@modelcontextprotocol/conformance/dist/index.js"
 NEXT_JS="$ROOT/tests/node_modules/conformance-next/dist/index.js"
-NEXT_RUNS="${CONFORMANCE_NEXT_RUNS-demo@2025-11-25,gw-stdio@2025-11-25,gw-stdio@2026-07-28,gw-http@2025-11-25,gw-http@2026-07-28}"
+NEXT_DEFAULT="demo@2025-11-25,demo@2026-07-28,gw-stdio@2025-11-25,gw-stdio@2026-07-28"
+NEXT_DEFAULT+=",gw-http@2025-11-25,gw-http@2026-07-28,gw-stdio-modern@2025-11-25"
+NEXT_DEFAULT+=",gw-stdio-modern@2026-07-28,gw-http-modern@2025-11-25,gw-http-modern@2026-07-28"
+NEXT_RUNS="${CONFORMANCE_NEXT_RUNS-$NEXT_DEFAULT}"
 TALLY="$ROOT/scripts/conformance_tally.py"
 STARTUP_TIMEOUT=30
 
@@ -421,7 +428,7 @@ printf '\n===== conformance summary (0.1.16 --suite %s; requirement sets: TARGET
 ((${#SUMMARY[@]})) || SUMMARY+=("no targets (CONFORMANCE_TARGETS is empty)")
 for line in "${SUMMARY[@]}"; do printf '  %s\n' "$line"; done
 printf 'conformance client scenarios (auth/* skipped, see above): %d passed, %d failed\n' "$CLIENT_PASSED" "$CLIENT_FAILED"
-printf 'conformance expected failures (baselined checks that need fixture tools no backend has, not counted): %d\n' "$NEXT_EXPECTED"
+printf 'conformance expected failures (baselined checks that cannot pass on their target, each file says why; not counted): %d\n' "$NEXT_EXPECTED"
 printf 'conformance: %d passed, %d failed\n' "$TOTAL_PASSED" "$TOTAL_FAILED"
 OVERALL=$STATUS
 exit "$STATUS"

@@ -14,10 +14,11 @@
 #   7. conformance scripts/conformance.sh      (official MCP conformance suite, 0.1.16: server
 #                 scenarios, then client scenarios with mcpgate as the client; 0.2.0-alpha.12:
 #                 the 2025-11-25 and 2026-07-28 requirement sets)
-#   8. lb          tests/lb/ensure-haproxy.sh (apt-get install haproxy if missing), then
-#                 tests/.venv/bin/python -m pytest tests/lb -v  (two gateways behind the
-#                 shipped deploy/haproxy/haproxy.cfg, and behind a round-robin variant
-#                 without affinity for 2026-07-28 traffic)
+#   8. lb          tests/lb/ensure-haproxy.sh (apt-get install haproxy if missing; Redis
+#                 comes from step redis), then tests/.venv/bin/python -m pytest tests/lb -v
+#                 (two gateways behind the shipped deploy/haproxy/haproxy.cfg, and behind a round-robin variant
+#                 without affinity for 2026-07-28 traffic; three gateways sharing Redis
+#                 through a rolling restart and a kill -9, test_replica_faults.py)
 #   9. lint-deploy scripts/lint-deploy.sh      (hadolint, yamllint, kubernetes-validate,
 #                 ShellCheck, haproxy -c, promtool, check-config of the deploy configs)
 #  10. bench-lint cargo fmt --check and cargo clippy --all-targets -D warnings of bench/
@@ -221,7 +222,7 @@ run redis step_redis
 run cargo-test step_cargo_test
 run e2e step_e2e npm python build
 run conformance step_conformance npm python build
-run lb step_lb python build
+run lb step_lb python build redis
 run lint-deploy step_lint_deploy python
 run bench-lint step_bench_lint
 run bench-smoke step_bench_smoke build

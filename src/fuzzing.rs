@@ -14,9 +14,9 @@ use crate::catalog::cursor::CursorKey;
 use crate::cluster::Sealer;
 use crate::config::Config;
 use crate::dispatch::rewrite::{ResultKind, rewrite_result};
-use crate::jsonrpc::{self, Message};
-use crate::mcp::names;
+use crate::jsonrpc;
 use crate::mcp::version::ProtocolVersion;
+use crate::mcp::{Message, names};
 use crate::session::{MemoryStore, SessionStore, SessionToken};
 use crate::streamable_http::EventLog;
 
@@ -240,7 +240,7 @@ pub fn modern_request(data: &[u8]) {
         if let Ok(text) = value.to_str() {
             let sent = crate::backend::modern::header_value(text);
             if let Some(sent) = sent {
-                let back = crate::http::modern::decode_header(sent.to_str().unwrap());
+                let back = crate::streamable_http::decode_header_value(sent.to_str().unwrap());
                 assert_eq!(back.as_deref(), Some(text), "header value round trip");
             }
         }
@@ -257,14 +257,14 @@ pub fn modern_request(data: &[u8]) {
     let requested = claim.as_str().unwrap_or("2026-07-28");
     if crate::http::modern::check_headers(&h, req, requested).is_ok() {
         let version = h.get("mcp-protocol-version").and_then(|v| v.to_str().ok());
-        let decoded = version.and_then(|v| crate::http::modern::decode_header(v.trim()));
+        let decoded = version.and_then(|v| crate::streamable_http::decode_header_value(v.trim()));
         assert_eq!(
             decoded.as_deref(),
             Some(requested),
             "accepted version header"
         );
         let method = h.get("mcp-method").and_then(|v| v.to_str().ok());
-        let decoded = method.and_then(|v| crate::http::modern::decode_header(v.trim()));
+        let decoded = method.and_then(|v| crate::streamable_http::decode_header_value(v.trim()));
         assert_eq!(
             decoded.as_deref(),
             Some(req.method.as_str()),

@@ -81,6 +81,10 @@ pub struct Gateway {
     /// One reload at a time.
     reloading: tokio::sync::Mutex<()>,
     stop: CancellationToken,
+    /// Stops the MCP listener only (a child of `stop`): at shutdown it is
+    /// cancelled before the backends stop, so that no request starts on a
+    /// backend that is going away.
+    listening: CancellationToken,
     server_task: JoinHandle<()>,
 }
 
@@ -211,11 +215,12 @@ impl Gateway {
             let live = live_server.clone();
             move || live.load().header_read_timeout
         };
+        let listening = stop.child_token();
         let server_task = tokio::spawn(http::serve::serve(
             listener,
             face.clone(),
             header_timeout.clone(),
-            stop.clone(),
+            listening.clone(),
         ));
         let reaper = Arc::new(tokio::sync::Notify::new());
         tokio::spawn(reap_idle(
@@ -260,6 +265,7 @@ impl Gateway {
             running: std::sync::Mutex::new(config),
             reloading: tokio::sync::Mutex::new(()),
             stop,
+            listening,
             server_task,
         })
     }
@@ -331,12 +337,17 @@ impl Gateway {
     /// in flight, and the requests of existing sessions (answers to sampling,
     /// cancels, calls). It waits for `server.drain_delay` and until no host
     /// request is in flight, at most `server.shutdown_grace` in all; calls still
-    /// running then get a JSON-RPC error and are cancelled upstream. Then every
-    /// session ends (its SSE streams close), the listener stops, and every
-    /// backend is stopped (stdio children: close stdin → SIGTERM → SIGKILL; HTTP
-    /// backends: `DELETE`). With a shared store (`[cluster] redis`) sessions are
+    /// running then get a JSON-RPC error and are cancelled upstream. Then the
+    /// listener stops (no new connection, idle keep-alive connections close,
+    /// each connection's current exchange finishes), the requests that arrived
+    /// before it stopped are answered, every session ends (its SSE streams
+    /// close) and every backend is stopped (stdio children: close stdin →
+    /// SIGTERM → SIGKILL; HTTP backends: `DELETE`). With a shared store (`[cluster] redis`) sessions are
     /// released instead: their records stay and the HTTP backends' sessions of
-    /// host sessions get no `DELETE`, so other replicas go on serving them.
+    /// host sessions get no `DELETE`, so other replicas go on serving them, and
+    /// the listener stops as soon as `drain_delay` is over: the load balancer
+    /// sends what comes next to another replica (a refused connection is
+    /// retried), while the calls in flight here finish.
     pub async fn shutdown(self) {
         let start = tokio::time::Instant::now();
         self.supervisor.begin_shutdown();
@@ -352,20 +363,45 @@ impl Gateway {
         );
         let grace_end = start + grace;
         tokio::time::sleep_until((start + drain_delay).min(grace_end)).await;
-        while self.supervisor.calls_in_flight() > 0 {
-            if tokio::time::Instant::now() >= grace_end {
-                tracing::warn!(
-                    in_flight = self.supervisor.calls_in_flight(),
-                    "shutdown grace period over; answering the calls in flight with an error"
-                );
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
+        if self.supervisor.shared().is_some() {
+            // Other replicas serve these sessions from here on (answers to what
+            // runs here reach it through the inbox): take no new request, so
+            // that the calls in flight can finish instead of being joined by
+            // new ones until the grace period ends.
+            tracing::info!(
+                in_flight = self.supervisor.calls_in_flight(),
+                "drain delay over: the listener is closed, the calls in flight finish"
+            );
+            self.listening.cancel();
+        }
+        let settled = self.settle(grace_end).await;
+        // No request may start on a backend that is stopping: one would fail
+        // with "session ended" although the session lives on elsewhere. The
+        // requests that arrived before the listener closed are answered first.
+        self.listening.cancel();
+        if settled {
+            self.settle(grace_end).await;
         }
         self.supervisor.shutdown().await;
         self.stop.cancel();
         let _ = tokio::time::timeout(Duration::from_secs(5), self.server_task).await;
         tracing::info!("stopped");
+    }
+
+    /// Waits until no host call is in flight and no request is between its
+    /// arrival and its response head (true), or until `grace_end` (false).
+    async fn settle(&self, grace_end: tokio::time::Instant) -> bool {
+        while self.supervisor.calls_in_flight() > 0 || self.face.answering() > 0 {
+            if tokio::time::Instant::now() >= grace_end {
+                tracing::warn!(
+                    in_flight = self.supervisor.calls_in_flight(),
+                    "shutdown grace period over; answering the calls in flight with an error"
+                );
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        true
     }
 }
 

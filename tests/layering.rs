@@ -5,11 +5,10 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-/// Lowest first. Modules on one layer may not import each other, except where
-/// `SAME_LAYER_ALLOWED` says so.
+/// Lowest first. Modules on one layer may not import each other.
 const LAYERS: &[&[&str]] = &[
-    &["metrics", "logging"],
-    &["jsonrpc", "mcp"],
+    &["metrics", "logging", "jsonrpc"],
+    &["mcp"],
     &["streamable_http"],
     &["config"],
     &["auth", "cluster", "telemetry"],
@@ -21,10 +20,6 @@ const LAYERS: &[&[&str]] = &[
     &["http"],
     &["lib", "reload", "fuzzing"],
 ];
-
-/// The vocabulary pair: `jsonrpc` parses `mcp::Method`, `mcp::version` shapes
-/// JSON-RPC errors for older revisions.
-const SAME_LAYER_ALLOWED: &[(&str, &str)] = &[("jsonrpc", "mcp"), ("mcp", "jsonrpc")];
 
 fn layer_of(module: &str) -> Option<usize> {
     LAYERS.iter().position(|l| l.contains(&module))
@@ -106,10 +101,7 @@ fn every_import_points_down() {
                 ));
                 continue;
             };
-            let allowed = theirs < own
-                || (theirs == own
-                    && SAME_LAYER_ALLOWED.contains(&(module.as_str(), used.as_str())));
-            if !allowed {
+            if theirs >= own {
                 problems.push(format!(
                     "{}:{line}: {module} (layer {own}) imports crate::{used} (layer {theirs})",
                     rel.display()

@@ -13,16 +13,21 @@ use serde_json::{Value, json};
 
 const MODERN: &str = "2026-07-28";
 
+const FX: &str = "[backends.fx]\ntype = \"stdio\"\ncommand = \"${FAKE_STDIO}\"\nargs = [\"--modern\", \"--log\", \"${TEST_DIR}/fx.log\"]\n";
+
 async fn gateway() -> TestGateway {
-    TestGateway::start(
-        "[backends.fx]\ntype = \"stdio\"\ncommand = \"${FAKE_STDIO}\"\nargs = [\"--modern\", \"--log\", \"${TEST_DIR}/fx.log\"]\n",
-    )
-    .await
+    TestGateway::start(FX).await
 }
 
 /// A 2026-07-28 `tools/call` of `fx__{tool}` declaring `caps`, with `extra`
-/// params (`inputResponses`, `requestState`); its JSON answer.
-async fn call(c: &McpClient, tool: &str, args: Value, caps: &Value, extra: Value) -> Value {
+/// params (`inputResponses`, `requestState`): the body and the tool's exposed name.
+fn call_body(
+    c: &McpClient,
+    tool: &str,
+    args: &Value,
+    caps: &Value,
+    extra: &Value,
+) -> (Value, String) {
     let name = format!("fx__{tool}");
     let mut params = json!({"name": name, "arguments": args, "_meta": {
         "io.modelcontextprotocol/protocolVersion": MODERN,
@@ -33,12 +38,22 @@ async fn call(c: &McpClient, tool: &str, args: Value, caps: &Value, extra: Value
     }
     let body =
         json!({"jsonrpc": "2.0", "id": c.next_id(), "method": "tools/call", "params": params});
-    let h = [
+    (body, name)
+}
+
+/// The standard headers of a `tools/call` of `name`.
+fn call_headers(name: &str) -> [(&'static str, &str); 3] {
+    [
         ("mcp-protocol-version", MODERN),
         ("mcp-method", "tools/call"),
-        ("mcp-name", name.as_str()),
-    ];
-    let mut stream = c.open_with(&h, &body).await;
+        ("mcp-name", name),
+    ]
+}
+
+/// [`call_body`] sent; its JSON answer.
+async fn call(c: &McpClient, tool: &str, args: Value, caps: &Value, extra: Value) -> Value {
+    let (body, name) = call_body(c, tool, &args, caps, &extra);
+    let mut stream = c.open_with(&call_headers(&name), &body).await;
     let mut last = Value::Null;
     while let Some(m) = stream.next(std::time::Duration::from_secs(10)).await {
         assert!(
@@ -190,4 +205,27 @@ async fn nothing_is_asked_that_the_request_did_not_declare() {
     assert_eq!(seen["clientCapabilities"], json!({"sampling": {}}), "{v}");
     let v = call(&c, "mrtr_elicit", json!({}), &json!({}), json!({})).await;
     assert_eq!(v["error"]["code"], -32021, "{v}");
+}
+
+/// -32021 is answered with HTTP 400 (MCP 2026-07-28 basic/index, error codes;
+/// streamable-http), whether the gateway's capability gate refuses the backend's
+/// ask or the backend refuses by itself and the refusal is relayed.
+#[tokio::test]
+async fn a_missing_capability_is_http_400() {
+    // The status follows the error only in a JSON answer (an SSE stream, once
+    // started after `json_response_window`, is 200): a window no loaded machine's
+    // stdio round trip outlasts keeps the answer JSON.
+    let gw = TestGateway::start(&format!("[server]\njson_response_window = \"10s\"\n{FX}")).await;
+    let c = gw.client();
+    for (tool, caps) in [
+        ("mrtr_anyway", json!({"sampling": {}})),
+        ("mrtr_elicit", json!({})),
+    ] {
+        let (body, name) = call_body(&c, tool, &json!({}), &caps, &json!({}));
+        let raw = c.post(&call_headers(&name), body.to_string()).await;
+        assert_eq!(raw.status, 400, "{tool}: {:?}", raw.body);
+        let v = raw.json();
+        assert_eq!(v["error"]["code"], -32021, "{tool}: {v}");
+        assert_eq!(v["id"], body["id"], "{tool}: {v}");
+    }
 }

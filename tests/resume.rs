@@ -115,15 +115,25 @@ async fn resumes_that_cannot_be_honoured_are_400_or_410_never_an_empty_200() {
         let r = s.resume(gone).await;
         assert_eq!(r.status, 410, "unknown stream {gone:?}");
     }
-    // A stream longer than the replay buffer: its first events are evicted.
+    // A short call's stream, then one longer than the replay buffer: the short
+    // call's events, its response among them, are evicted; resuming it is 410.
+    let mut short = s.open(&slow_progress(2, 1, 1, "short")).await;
+    until_response(&mut short, 2).await;
+    let short_stream = stream_of(&short.event_ids[0]).to_owned();
     let mut long = s.open(&slow_progress(3, 300, 1, "long")).await;
     let msgs = until_response(&mut long, 3).await;
     assert_eq!(progress(&msgs).len(), 300);
+    let r = s.resume(&format!("{short_stream}-0")).await;
+    assert_eq!(r.status, 410, "an evicted response");
     let stream = stream_of(&long.event_ids[0]).to_owned();
-    let r = s.resume(&format!("{stream}-1")).await;
-    assert_eq!(r.status, 410, "evicted events");
     let r = s.resume(&format!("{stream}-100000")).await;
     assert_eq!(r.status, 410, "an id never issued");
+    // Only progress notifications were evicted from the long stream: resuming
+    // from its start skips them and still ends with the response.
+    let mut resumed = s.resume(&format!("{stream}-1")).await;
+    assert_eq!(resumed.status, 200);
+    let rest = until_response(&mut resumed, 3).await;
+    assert!(rest.len() < 300, "the evicted notifications are skipped");
 }
 
 #[tokio::test]

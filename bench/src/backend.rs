@@ -25,6 +25,8 @@ use serde_json::value::RawValue;
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
 
+use crate::client::{EVENT_STREAM, JSON, SESSION_ID};
+
 /// What the backend answers with; shared by both transports.
 pub struct Server {
     tools_list: String,
@@ -229,9 +231,9 @@ async fn answer(
         framed.extend_from_slice(b"event: message\ndata: ");
         framed.extend_from_slice(&out);
         framed.extend_from_slice(b"\n\n");
-        ("text/event-stream", framed)
+        (EVENT_STREAM, framed)
     } else {
-        ("application/json", out)
+        (JSON, out)
     };
     let mut resp = Response::new(Full::new(Bytes::from(out)));
     resp.headers_mut()
@@ -239,7 +241,7 @@ async fn answer(
     if initialize {
         let n = server.sessions.fetch_add(1, Ordering::Relaxed);
         if let Ok(v) = HeaderValue::from_str(&format!("bench-{n:016x}")) {
-            resp.headers_mut().insert("mcp-session-id", v);
+            resp.headers_mut().insert(SESSION_ID, v);
         }
     }
     Ok(resp)

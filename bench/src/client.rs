@@ -23,6 +23,18 @@ use tokio::sync::{mpsc, oneshot};
 /// The revision the load generator asks for.
 pub const VERSION: &str = "2025-11-25";
 
+// Streamable HTTP names (MCP 2025-11-25 basic/transports), written once for the
+// bench's client and backend: the same as `mcpgate::streamable_http`'s, which the
+// bench does not link (its own workspace, so that the product builds without it).
+/// `Mcp-Session-Id`.
+pub const SESSION_ID: &str = "mcp-session-id";
+/// `MCP-Protocol-Version`.
+pub const PROTOCOL_VERSION: &str = "mcp-protocol-version";
+/// A JSON body.
+pub const JSON: &str = "application/json";
+/// An SSE body.
+pub const EVENT_STREAM: &str = "text/event-stream";
+
 /// A JSON-RPC request as bytes.
 pub fn request_body(id: u64, method: &str, params: &str) -> Bytes {
     Bytes::from(format!(
@@ -104,9 +116,9 @@ impl HttpConn {
             .uri(self.endpoint.path.as_str())
             .header(HOST, self.endpoint.authority.as_str())
             .header(ACCEPT, accept)
-            .header("mcp-protocol-version", VERSION);
+            .header(PROTOCOL_VERSION, VERSION);
         if let Some(s) = session {
-            b = b.header("mcp-session-id", s);
+            b = b.header(SESSION_ID, s);
         }
         b
     }
@@ -123,13 +135,13 @@ impl HttpConn {
     pub async fn post(&mut self, session: Option<&str>, body: Bytes) -> anyhow::Result<Answer> {
         let req = self
             .request(Method::POST, session, "application/json, text/event-stream")
-            .header(CONTENT_TYPE, "application/json")
+            .header(CONTENT_TYPE, JSON)
             .body(Full::new(body))?;
         let resp = self.send(req).await?;
         let status = resp.status();
         let session = resp
             .headers()
-            .get("mcp-session-id")
+            .get(SESSION_ID)
             .and_then(|v| v.to_str().ok())
             .map(str::to_owned);
         let sse = is_event_stream(resp.headers());
@@ -145,7 +157,7 @@ impl HttpConn {
     /// Opens the standalone GET stream of `session`; the caller reads the body.
     pub async fn get_stream(&mut self, session: &str) -> anyhow::Result<Response<Incoming>> {
         let req = self
-            .request(Method::GET, Some(session), "text/event-stream")
+            .request(Method::GET, Some(session), EVENT_STREAM)
             .body(Full::new(Bytes::new()))?;
         let resp = self.send(req).await?;
         if resp.status() != StatusCode::OK || !is_event_stream(resp.headers()) {
@@ -209,7 +221,7 @@ async fn handshake(authority: &str) -> anyhow::Result<SendRequest<Full<Bytes>>> 
 fn is_event_stream(h: &HeaderMap) -> bool {
     h.get(CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.starts_with("text/event-stream"))
+        .is_some_and(|v| v.starts_with(EVENT_STREAM))
 }
 
 /// The JSON-RPC response in an SSE body: the last `data` of an event that is a

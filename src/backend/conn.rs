@@ -13,10 +13,11 @@ use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
+use super::listen;
 use super::modern::{self, EraCache};
-use super::{BackendError, Caller, Link, UpstreamHandler};
-use crate::jsonrpc::{self, ErrorObject, Id, Message, Notification};
-use crate::mcp::{Method, ProtocolVersion};
+use super::{BackendError, Caller, Link, Mirrored, UpstreamHandler};
+use crate::jsonrpc::{self, ErrorObject, Id};
+use crate::mcp::{Message, Method, Notification, ProtocolVersion};
 use crate::telemetry::ClientSpan;
 
 /// What the backend said about itself in its `initialize` result.
@@ -90,6 +91,8 @@ pub struct Connection {
     pub(super) modern: Mutex<Option<ProtocolVersion>>,
     /// The backend's cached era, forgotten when this connection finds it wrong.
     era_cache: Option<Arc<EraCache>>,
+    /// A modern backend's listen (list changes, resource subscriptions).
+    pub(super) watch: super::listen::Watch,
 }
 
 impl Connection {
@@ -118,6 +121,7 @@ impl Connection {
             closing: std::sync::atomic::AtomicBool::new(false),
             last_used: Mutex::new(tokio::time::Instant::now()),
             close_reason: OnceLock::new(),
+            watch: super::listen::Watch::default(),
         }
     }
 
@@ -234,7 +238,9 @@ impl Connection {
         let method = match self.modern().map(|_| modern::stateless(method)) {
             Some(modern::Stateless::Send(m)) => m,
             Some(modern::Stateless::Answer(v)) => return Ok(v),
-            Some(modern::Stateless::Refuse(e)) => return Err(BackendError::Rpc(e)),
+            Some(modern::Stateless::Watch(on)) => {
+                return listen::resource(self, params.as_ref(), on);
+            }
             None => method,
         };
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
@@ -249,9 +255,7 @@ impl Connection {
             let caps = call.as_ref().and_then(|c| c.client_capabilities());
             modern::stamp_envelope(&mut params, version, caps, level);
         }
-        let name = self
-            .modern()
-            .and_then(|_| modern::mcp_name(method, params.as_ref()));
+        let mirrored = self.mirrored(method, params.as_ref(), call.as_deref());
         let (tx, rx) = oneshot::channel();
         let caller = call.clone();
         if let Ok(mut p) = self.pending.lock() {
@@ -271,7 +275,7 @@ impl Connection {
             ClientSpan::start(parent, &self.backend, method, id, transport, &mut params)
         });
         let bytes = jsonrpc::request_bytes(&Id::Num(id as i64), method.as_str(), params.as_ref());
-        let exchange = self.exchange(link, id, method, name.as_deref(), bytes, rx);
+        let exchange = self.exchange(link, id, method, &mirrored, bytes, rx);
         let outcome = match &span {
             Some(s) => tokio::time::timeout(timeout, exchange.instrument(s.span().clone())).await,
             None => tokio::time::timeout(timeout, exchange).await,
@@ -294,6 +298,28 @@ impl Connection {
         result
     }
 
+    /// What a 2026-07-28 request mirrors into headers: `Mcp-Name`, and the
+    /// `Mcp-Param-*` of the called tool's annotations from the final arguments
+    /// (fixed values injected; the route's annotations are the backend's own).
+    fn mirrored(
+        &self,
+        method: &Method,
+        params: Option<&Value>,
+        call: Option<&dyn Caller>,
+    ) -> Mirrored {
+        if self.modern().is_none() {
+            return Mirrored::default();
+        }
+        let params_headers = call
+            .and_then(|c| c.param_headers())
+            .map(|h| h.mirror(params.and_then(|p| p.get("arguments"))))
+            .unwrap_or_default();
+        Mirrored {
+            name: modern::mcp_name(method, params),
+            params: params_headers,
+        }
+    }
+
     /// Sends one request and waits for its answer. The answer may come while the
     /// response stream is still open; a cancel (the pending entry removed) ends
     /// the wait and drops the stream, which is how a stateless HTTP request is
@@ -303,14 +329,14 @@ impl Connection {
         link: &Link,
         id: u64,
         method: &Method,
-        name: Option<&str>,
+        mirrored: &Mirrored,
         bytes: Vec<u8>,
         mut rx: oneshot::Receiver<Result<Box<RawValue>, ErrorObject>>,
     ) -> Result<Box<RawValue>, BackendError> {
         let answer = tokio::select! {
             biased;
             got = &mut rx => got,
-            sent = link.send_request(self, id, method, name, bytes) => {
+            sent = link.send_request(self, id, method, mirrored, bytes) => {
                 sent?;
                 rx.await
             }
@@ -427,6 +453,9 @@ impl Connection {
                 }
             }
             Message::Notification(n) => {
+                let Some(n) = listen::intercept(self, n) else {
+                    return;
+                };
                 let call = self.related_call(&n, related);
                 self.handler.on_notification(self, call, n);
             }
@@ -470,7 +499,9 @@ impl Connection {
         if matches!(self.owner, Owner::Shared) && !guess_shared {
             return None;
         }
-        let mut calls = p.values().filter_map(|e| e.call.as_ref());
+        let mut calls = p
+            .values()
+            .filter_map(|e| e.call.as_ref().filter(|c| !c.background()));
         let only = calls.next()?;
         calls.next().is_none().then(|| only.clone())
     }

@@ -20,10 +20,10 @@ use http::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderName, H
 use http::{Method as HttpMethod, StatusCode};
 use tokio::sync::oneshot;
 
-use super::BackendError;
 use super::client::{Body, HttpClient, Target};
 use super::conn::{Connection, dispatch_text};
 use super::modern;
+use super::{BackendError, Mirrored};
 use crate::auth::upstream::UpstreamCredentials;
 use crate::mcp::{Method, ProtocolVersion};
 use crate::streamable_http::{
@@ -151,15 +151,18 @@ impl HttpLink {
         &self,
         conn: &Connection,
         body: Bytes,
-        rpc: Option<(&Method, Option<&str>)>,
+        rpc: Option<(&Method, &Mirrored)>,
     ) -> Result<Response, BackendError> {
         let mut h = self.headers(conn, BOTH);
-        if let (Some((method, name)), Some(_)) = (rpc, conn.modern()) {
+        if let (Some((method, mirrored)), Some(_)) = (rpc, conn.modern()) {
             if let Ok(v) = HeaderValue::from_str(method.as_str()) {
                 h.insert(METHOD_HEADER, v);
             }
-            if let Some(v) = name.and_then(modern::header_value) {
+            if let Some(v) = mirrored.name.as_deref().and_then(modern::header_value) {
                 h.insert(NAME_HEADER, v);
+            }
+            for (k, v) in &mirrored.params {
+                h.insert(k.clone(), v.clone());
             }
         }
         self.authorize(conn, &mut h).await?;
@@ -177,14 +180,16 @@ impl HttpLink {
         conn: &Arc<Connection>,
         id: u64,
         method: &Method,
-        name: Option<&str>,
+        mirrored: &Mirrored,
         bytes: Vec<u8>,
     ) -> Result<(), BackendError> {
         let body = Bytes::from(bytes);
         let mut retried = false;
         loop {
             let sent_session = self.session();
-            let resp = self.post(conn, body.clone(), Some((method, name))).await?;
+            let resp = self
+                .post(conn, body.clone(), Some((method, mirrored)))
+                .await?;
             if conn.modern().is_some() && !resp.status().is_success() {
                 return Box::pin(self.refused_modern(conn, id, resp)).await;
             }

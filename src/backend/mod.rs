@@ -1,29 +1,34 @@
 //! Client face: MCP client connections to backends over stdio and Streamable HTTP.
 
+mod caller;
 mod client;
 mod conn;
 pub(crate) mod events;
 mod handshake;
 mod http;
+mod listen;
 pub(crate) mod modern;
 mod slot;
 mod sse;
 mod stdio;
 
-use std::any::Any;
 use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Value, json};
 
+pub(crate) use caller::Mirrored;
+pub use caller::{Caller, UpstreamHandler};
 pub use conn::{Connection, InitInfo, Owner};
+pub use listen::watch_lists;
 pub use slot::{Slot, backoff};
 
 use self::modern::{Era, EraCache, Verdict};
+
 use crate::auth::upstream::UpstreamCredentials;
 use crate::config::{BackendConfig, BackendEra, Transport};
-use crate::jsonrpc::{self, ErrorObject, Notification, Request};
-use crate::mcp::{LogLevel, Method, ProtocolVersion};
+use crate::jsonrpc::{self, ErrorObject};
+use crate::mcp::{Method, ProtocolVersion};
 
 /// How long a new HTTP connection waits for its standalone GET stream to open.
 const GET_STREAM_WAIT: Duration = Duration::from_secs(1);
@@ -115,67 +120,6 @@ impl BackendError {
     }
 }
 
-/// The caller of one upstream request, opaque to the client face (for the
-/// gateway: the host request being served). The connection asks it what it needs
-/// to send the request, and hands it back to the [`UpstreamHandler`] with every
-/// message the backend relates to that request.
-pub trait Caller: Send + Sync + 'static {
-    /// Whether the request asks for progress: the upstream request then carries
-    /// its upstream id as progress token (MCP basic/utilities/progress).
-    fn wants_progress(&self) -> bool;
-    /// The lowest log level the caller wants (`None`: no logs). Sent as
-    /// `_meta` `logLevel` to stateless backends (MCP 2026-07-28
-    /// server/utilities/logging); `None` by default.
-    fn log_level(&self) -> Option<LogLevel> {
-        None
-    }
-    /// The client capabilities a 2026-07-28 backend is told this request's client
-    /// has (`_meta` `clientCapabilities`, MCP 2026-07-28 basic/index): only what
-    /// the caller can carry back to its host. `None` (the default): `{}`, none.
-    fn client_capabilities(&self) -> Option<serde_json::Value> {
-        None
-    }
-    /// The request became upstream request `id` on `conn` (it is pending from now
-    /// on, so a cancel finds it). `false`: the caller gave up meanwhile, and the
-    /// request is not sent.
-    fn started(&self, conn: &Arc<Connection>, id: u64) -> bool;
-    /// The caller as `Any`, so the handler that created it can downcast it.
-    fn into_any(self: Arc<Self>) -> Arc<dyn Any + Send + Sync>;
-    /// The trace the upstream request continues (its CLIENT span is a child of
-    /// it); `None` (the default): not traced.
-    fn trace_parent(&self) -> Option<opentelemetry::Context> {
-        None
-    }
-}
-
-/// Receives what backends send on their own initiative, and answers what the
-/// client face must ask about a connection's owner. Implemented by the layer that
-/// gave the connection its [`Owner`] (the gateway's relay).
-///
-/// `call` is the request the message relates to, when the connection could tell
-/// (progress token, the HTTP stream it came on, or the only request with a caller
-/// in flight: on an exclusive connection for anything, on a shared one only for
-/// server→client requests and `notifications/message`).
-pub trait UpstreamHandler: Send + Sync + 'static {
-    /// A notification from the backend.
-    fn on_notification(
-        &self,
-        conn: &Arc<Connection>,
-        call: Option<Arc<dyn Caller>>,
-        n: Notification,
-    );
-    /// A request from the backend; answer it with [`Connection::respond`].
-    fn on_request(&self, conn: &Arc<Connection>, call: Option<Arc<dyn Caller>>, r: Request);
-    /// The connection closed (process exit, transport failure or [`Connection::close`]).
-    fn on_closed(&self, conn: &Arc<Connection>);
-    /// The access token of the client that owns `conn` (exclusive connections),
-    /// for credentials exchanged for it (RFC 8693). `None` by default.
-    fn subject_token(&self, conn: &Connection) -> Option<Arc<str>> {
-        let _ = conn;
-        None
-    }
-}
-
 /// The transport under a [`Connection`].
 pub(crate) enum Link {
     Stdio(stdio::StdioLink),
@@ -191,12 +135,12 @@ impl Link {
         conn: &Arc<Connection>,
         id: u64,
         method: &Method,
-        name: Option<&str>,
+        mirrored: &Mirrored,
         bytes: Vec<u8>,
     ) -> Result<(), BackendError> {
         match self {
             Link::Stdio(l) => l.send(&conn.backend, bytes).await,
-            Link::Http(l) => l.send_request(conn, id, method, name, bytes).await,
+            Link::Http(l) => l.send_request(conn, id, method, mirrored, bytes).await,
             Link::Sse(l) => l.send(bytes).await,
         }
     }

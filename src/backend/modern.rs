@@ -12,14 +12,12 @@
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::Duration;
 
-use base64::Engine;
 use reqwest::header::HeaderValue;
 use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
 use super::BackendError;
 use super::conn::InitInfo;
-use crate::jsonrpc::{self, ErrorObject};
 use crate::mcp::{self, LogLevel, Method, ProtocolVersion};
 
 /// The longest an era probe (`server/discover`) waits, bounded by the backend's
@@ -206,26 +204,23 @@ pub(crate) enum Stateless<'a> {
     Send(&'a Method),
     /// Answer it locally with this result.
     Answer(Box<RawValue>),
-    /// Refuse it locally with this error.
-    Refuse(ErrorObject),
+    /// `resources/subscribe` (`true`) or `unsubscribe`: the URI joins or leaves
+    /// the connection's listen (`backend::listen`).
+    Watch(bool),
 }
 
 /// `ping` becomes `server/discover` (the health check of a stateless server);
 /// `logging/setLevel` is answered locally (the level travels in each request's
-/// `_meta`); `resources/subscribe`/`unsubscribe` are refused (-32601: the
-/// gateway does not yet feed them from `subscriptions/listen`); the rest is sent.
+/// `_meta`); `resources/subscribe`/`unsubscribe` change what the connection's
+/// `subscriptions/listen` asks for; the rest is sent.
 pub(crate) fn stateless(method: &Method) -> Stateless<'_> {
     match method {
         Method::Ping => Stateless::Send(&Method::ServerDiscover),
         Method::LoggingSetLevel => {
             Stateless::Answer(RawValue::from_string("{}".to_owned()).unwrap_or_default())
         }
-        Method::ResourcesSubscribe | Method::ResourcesUnsubscribe => {
-            Stateless::Refuse(ErrorObject::new(
-                jsonrpc::METHOD_NOT_FOUND,
-                format!("{method} is not served by this 2026-07-28 backend through the gateway"),
-            ))
-        }
+        Method::ResourcesSubscribe => Stateless::Watch(true),
+        Method::ResourcesUnsubscribe => Stateless::Watch(false),
         _ => Stateless::Send(method),
     }
 }
@@ -242,18 +237,10 @@ pub(crate) fn mcp_name(method: &Method, params: Option<&Value>) -> Option<String
     Some(params?.get(key)?.as_str()?.to_owned())
 }
 
-/// A header value for `s`: as is when it is plain visible ASCII, else the
-/// `=?base64?…?=` form (MCP 2026-07-28 basic/transports/streamable-http).
+/// A header value for `s` by the 2026-07-28 value encoding
+/// ([`encode_header_value`](crate::streamable_http::encode_header_value)).
 pub(crate) fn header_value(s: &str) -> Option<HeaderValue> {
-    let plain = !s.is_empty()
-        && s.bytes().all(|b| (0x20..0x7f).contains(&b))
-        && !s.starts_with("=?base64?")
-        && s.trim() == s;
-    if plain {
-        return HeaderValue::from_str(s).ok();
-    }
-    let encoded = base64::engine::general_purpose::STANDARD.encode(s.as_bytes());
-    HeaderValue::from_str(&format!("=?base64?{encoded}?=")).ok()
+    HeaderValue::from_str(&crate::streamable_http::encode_header_value(s)).ok()
 }
 
 /// The handshake's equivalent from a `DiscoverResult` (MCP 2026-07-28
@@ -289,6 +276,7 @@ pub(crate) fn discover_info(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::jsonrpc::ErrorObject;
 
     fn rpc(code: i64, data: Value) -> BackendError {
         BackendError::Rpc(ErrorObject::new(code, "x").with_data(data))

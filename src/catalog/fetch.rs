@@ -117,7 +117,9 @@ async fn list_all(
 /// Missing, `null` or non-object schemas become `{"type":"object"}`; an object
 /// without `type` gets `"type":"object"` (a root union stays under it); a schema
 /// whose root type can never be an object is omitted with a log line. An invalid
-/// `outputSchema` is dropped. Tools without a string `name` are omitted.
+/// `outputSchema` is dropped. Tools without a string `name` are omitted, and so are
+/// tools whose `x-mcp-header` annotations break the 2026-07-28 rules (a client
+/// MUST drop them: MCP 2026-07-28 streamable-http, custom headers).
 pub fn repair_tool(backend: &str, mut tool: Value) -> Option<Value> {
     let obj = tool.as_object_mut()?;
     let Some(name) = obj.get("name").and_then(Value::as_str).map(str::to_owned) else {
@@ -144,6 +146,11 @@ pub fn repair_tool(backend: &str, mut tool: Value) -> Option<Value> {
             tracing::warn!(backend, tool = %name, "inputSchema missing or not an object; replaced by {{\"type\":\"object\"}}");
             *other = json!({"type": "object"});
         }
+    }
+    let schema = obj.get("inputSchema").unwrap_or(&Value::Null);
+    if let Err(why) = crate::streamable_http::ParamHeaders::from_schema(schema) {
+        tracing::warn!(backend, tool = %name, %why, "invalid x-mcp-header annotation; tool omitted");
+        return None;
     }
     let bad_output = match obj.get("outputSchema") {
         None => false,

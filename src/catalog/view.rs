@@ -13,6 +13,7 @@ use super::cursor::CursorKey;
 use super::fetch::BackendCatalog;
 use crate::mcp::ListKind;
 use crate::mcp::names;
+use crate::streamable_http::ParamHeaders;
 
 /// Where an exposed tool or prompt name leads.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -21,6 +22,9 @@ pub struct Route {
     pub backend: usize,
     /// The backend's own name for it.
     pub original: String,
+    /// A tool's `x-mcp-header` annotations, when it has any (`Mcp-Param-*`
+    /// headers checked on 2026-07-28 requests and mirrored to HTTP backends).
+    pub headers: Option<Arc<ParamHeaders>>,
 }
 
 /// Which items a view shows, by (backend index, list, the backend's own name or
@@ -135,6 +139,11 @@ impl View {
                 let curated = input.tools.override_for(original);
                 let public = curated.and_then(|o| o.name.as_deref()).unwrap_or(original);
                 let exposed = claim(&mut tools, input, idx, original, public, max_name_len);
+                if let Some(h) = param_headers(tool)
+                    && let Some(r) = tools.get_mut(&exposed)
+                {
+                    r.headers = Some(h);
+                }
                 if !visible(idx, ListKind::Tools, original) {
                     hidden.push((ListKind::Tools, exposed));
                     continue;
@@ -287,6 +296,13 @@ impl View {
     }
 }
 
+/// A tool's `x-mcp-header` annotations, `None` when it has none (invalid ones
+/// were dropped with their tool by `fetch::repair_tool`).
+fn param_headers(tool: &Value) -> Option<Arc<ParamHeaders>> {
+    let headers = ParamHeaders::from_schema(tool.get("inputSchema")?).ok()?;
+    (!headers.is_empty()).then(|| Arc::new(headers))
+}
+
 /// Picks the exposed name for `original`, resolving collisions deterministically:
 /// the first claimant (backends in name order, items in backend order) keeps the
 /// plain name; later ones get a suffix derived from backend and original name.
@@ -301,6 +317,7 @@ fn claim(
     let route = Route {
         backend: idx,
         original: original.to_owned(),
+        headers: None,
     };
     let plain = names::expose(input.prefix, public, max_len);
     if !table.contains_key(&plain) {
@@ -424,14 +441,16 @@ mod tests {
             v.tools["a__b__c"],
             Route {
                 backend: 0,
-                original: "b__c".into()
+                original: "b__c".into(),
+                headers: None
             }
         );
         assert_eq!(
             v.tools["a-b__echo"],
             Route {
                 backend: 1,
-                original: "echo".into()
+                original: "echo".into(),
+                headers: None
             }
         );
         let uris: Vec<Value> = items(&v, ListKind::Resources)

@@ -1,4 +1,6 @@
-//! What a handler can do while serving one request: progress, logs, server→client requests.
+//! What a handler can do while serving one request: progress, logs, and asking the
+//! client for input (server→client requests on a session, MRTR rounds on a
+//! stateless 2026-07-28 request).
 
 use std::sync::Arc;
 
@@ -8,21 +10,24 @@ use serde_json::{Map, Value, json};
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
-use crate::demo::server::{CLIENT_REQUEST_TIMEOUT, Route, Server, lock};
+use crate::demo::modern::Stateless;
+use crate::demo::server::{CLIENT_REQUEST_TIMEOUT, Route, Server, Sink, lock};
 use crate::demo::session::SessionInner;
 
 /// The context of one client request, handed to every tool, resource and prompt handler.
 ///
 /// Messages sent through it are *related* to the request ([`Route::Related`]): over
 /// Streamable HTTP they travel on the request's SSE stream, before its response.
-/// Cancellation (client `notifications/cancelled` or session end) drops the handler's
-/// future.
+/// Cancellation (client `notifications/cancelled`, a closed stream or session end)
+/// drops the handler's future.
 #[derive(Clone)]
 pub struct CallContext {
     session: Arc<SessionInner>,
     request_id: Id,
     progress_token: Option<Value>,
     cancel: CancellationToken,
+    /// A 2026-07-28 request: what it declared; `None` on a session.
+    stateless: Option<Arc<Stateless>>,
 }
 
 impl CallContext {
@@ -31,13 +36,58 @@ impl CallContext {
         request_id: Id,
         progress_token: Option<Value>,
         cancel: CancellationToken,
+        stateless: Option<Arc<Stateless>>,
     ) -> Self {
         CallContext {
             session,
             request_id,
             progress_token,
             cancel,
+            stateless,
         }
+    }
+
+    /// Whether this is a stateless (2026-07-28) request rather than one of a session.
+    pub fn is_stateless(&self) -> bool {
+        self.stateless.is_some()
+    }
+
+    /// The id of the request being served.
+    pub fn request_id(&self) -> &Id {
+        &self.request_id
+    }
+
+    /// Where this request's related messages go, for what outlives a handler's
+    /// own sends (a `subscriptions/listen` stream).
+    pub(crate) fn related_sink(&self) -> (Arc<dyn Sink>, Route) {
+        (
+            self.session.sink.clone(),
+            Route::Related(self.request_id.clone()),
+        )
+    }
+
+    /// Whether the client declared capability `name` (`sampling`, `elicitation`,
+    /// `roots`, …): in this request's `_meta` when stateless, at `initialize` on a
+    /// session.
+    pub fn declares(&self, name: &str) -> bool {
+        match &self.stateless {
+            Some(s) => s.capabilities.get(name).is_some_and(Value::is_object),
+            None => self
+                .session
+                .state()
+                .client_capabilities
+                .get(name)
+                .is_some_and(Value::is_object),
+        }
+    }
+
+    /// Whether this round of a stateless request came with a `requestState` this
+    /// server issued and verified (always `false` on a session).
+    pub fn state_verified(&self) -> bool {
+        self.stateless
+            .as_ref()
+            .and_then(|s| s.round.as_ref())
+            .is_some_and(|r| r.verified())
     }
 
     pub(crate) fn session(&self) -> &Arc<SessionInner> {
@@ -50,7 +100,7 @@ impl CallContext {
     }
 
     /// Sends a notification related to this request.
-    fn notify(&self, method: &Method, params: &Value) {
+    pub(crate) fn notify(&self, method: &Method, params: &Value) {
         let msg = jsonrpc::notification_bytes(method.as_str(), Some(params));
         self.session
             .sink
@@ -74,24 +124,69 @@ impl CallContext {
         self.notify(&Method::Progress, &params);
     }
 
-    /// Sends `notifications/message` if `level` passes the session's `logging/setLevel`.
+    /// Sends `notifications/message` if `level` passes the session's
+    /// `logging/setLevel` (every level without one), or on a stateless request
+    /// the request's `logLevel` (nothing without one: MCP 2026-07-28
+    /// server/utilities/logging).
     pub fn log(&self, level: LogLevel, logger: Option<&str>, data: Value) {
-        if let Some(msg) = log_message(&self.session, level, logger, data) {
+        let wanted = match &self.stateless {
+            Some(s) => s.log_level.is_some_and(|min| level >= min),
+            None => self
+                .session
+                .state()
+                .log_level
+                .is_none_or(|min| level >= min),
+        };
+        if wanted {
+            let msg = log_message(level, logger, data);
             self.session
                 .sink
                 .send(&Route::Related(self.request_id.clone()), msg);
         }
     }
 
-    /// Sends a server→client request related to this request (`sampling/createMessage`,
-    /// `elicitation/create`, `roots/list`) and waits for the client's answer.
-    ///
-    /// Fails with `-32601` if the client did not declare the matching capability, and
-    /// with `-32603` on timeout, cancellation or session end; in those last cases the
-    /// client is told with `notifications/cancelled`.
+    /// Asks the client for input (`sampling/createMessage`, `elicitation/create`,
+    /// `roots/list`) and returns its answer: [`input`](Self::input) under a key
+    /// numbered in the order of the handler's asks (`input_1`, `input_2`, …).
     pub async fn request(&self, method: Method, params: Value) -> Result<Value, ErrorObject> {
-        let route = Route::Related(self.request_id.clone());
-        send_request(&self.session, route, &method, &params, &self.cancel).await
+        let key = match self.stateless.as_ref().and_then(|s| s.round.as_ref()) {
+            Some(round) => round.next_key(),
+            None => String::new(),
+        };
+        self.input(&key, method, params).await
+    }
+
+    /// Asks the client for input under `key` and returns its answer.
+    ///
+    /// On a session: a server→client request related to this request, which fails
+    /// with `-32601` if the client did not declare the matching capability and with
+    /// `-32603` on timeout, cancellation or session end (the client is then told
+    /// with `notifications/cancelled`); `key` is not used.
+    ///
+    /// On a stateless request: an MRTR ask (`mcpgate::demo::mrtr`): this round's
+    /// answer under `key` (`-32602` if it has not the result's shape), else the
+    /// request ends with `input_required` (or `-32021` for a capability the request
+    /// did not declare) and this never returns. `-32603` on a method that cannot
+    /// carry `input_required` (only `tools/call`, `prompts/get`, `resources/read` can).
+    pub async fn input(
+        &self,
+        key: &str,
+        method: Method,
+        params: Value,
+    ) -> Result<Value, ErrorObject> {
+        let Some(stateless) = &self.stateless else {
+            let route = Route::Related(self.request_id.clone());
+            return send_request(&self.session, route, &method, &params, &self.cancel).await;
+        };
+        let Some(round) = &stateless.round else {
+            return Err(ErrorObject::new(
+                INTERNAL_ERROR,
+                format!("{method} cannot be asked for while serving this method"),
+            ));
+        };
+        round
+            .ask(key, &method, params, &stateless.capabilities)
+            .await
     }
 
     /// Closes the connection carrying this request's SSE stream without ending the stream,
@@ -111,25 +206,14 @@ fn number(x: f64) -> Value {
     }
 }
 
-fn log_message(
-    session: &SessionInner,
-    level: LogLevel,
-    logger: Option<&str>,
-    data: Value,
-) -> Option<Vec<u8>> {
-    if session.state().log_level.is_some_and(|min| level < min) {
-        return None;
-    }
+fn log_message(level: LogLevel, logger: Option<&str>, data: Value) -> Vec<u8> {
     let mut params = Map::new();
     params.insert("level".into(), json!(level.as_str()));
     if let Some(logger) = logger {
         params.insert("logger".into(), json!(logger));
     }
     params.insert("data".into(), data);
-    Some(jsonrpc::notification_bytes(
-        Method::LogMessage.as_str(),
-        Some(&Value::Object(params)),
-    ))
+    jsonrpc::notification_bytes(Method::LogMessage.as_str(), Some(&Value::Object(params)))
 }
 
 /// Forgets an outstanding server→client request however the wait ends; if it ended

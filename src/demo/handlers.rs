@@ -10,9 +10,12 @@ use crate::demo::catalog::{
     CompletionRef, CompletionRequest, HandlerResult, completion_result, error_result,
 };
 use crate::demo::context::CallContext;
+use crate::demo::{listen, modern};
 
-/// Routes one request to its method. Before `initialize` only `initialize` and `ping`
-/// are served (MCP 2025-11-25 basic/lifecycle "Initialization"). A method whose
+/// Routes one request to its method. On a session, before `initialize` only
+/// `initialize` and `ping` are served (MCP 2025-11-25 basic/lifecycle
+/// "Initialization"); a stateless request needs no handshake and may also be
+/// `server/discover` or `subscriptions/listen` (MCP 2026-07-28). A method whose
 /// capability the server does not announce is not found.
 pub(crate) async fn dispatch(
     ctx: CallContext,
@@ -20,7 +23,11 @@ pub(crate) async fn dispatch(
     params: Option<Value>,
 ) -> HandlerResult {
     let params = params.unwrap_or_else(|| json!({}));
-    if !matches!(method, Method::Initialize | Method::Ping) && !ctx.session().is_initialized() {
+    let stateless = ctx.is_stateless();
+    if !stateless
+        && !matches!(method, Method::Initialize | Method::Ping)
+        && !ctx.session().is_initialized()
+    {
         return Err(ErrorObject::new(
             INVALID_REQUEST,
             "Server not initialized: send initialize first",
@@ -67,6 +74,8 @@ pub(crate) async fn dispatch(
         }
         Method::CompletionComplete => require("completions").and_then(|()| complete(&ctx, &params)),
         Method::LoggingSetLevel => require("logging").and_then(|()| set_level(&ctx, &params)),
+        Method::ServerDiscover if stateless => Ok(modern::discover(&ctx.server())),
+        Method::SubscriptionsListen if stateless => listen::listen(&ctx, &params).await,
         _ => Err(method_not_found(&method)),
     }
 }

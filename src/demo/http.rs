@@ -7,6 +7,8 @@
 //! and responses get 202. GET opens the standalone stream or resumes one
 //! (`Last-Event-ID`); DELETE ends the session. Host/Origin checks guard against DNS
 //! rebinding; Accept, Content-Type and `MCP-Protocol-Version` are validated.
+//! 2026-07-28 (stateless) messages on the same endpoint are
+//! [`http_modern`](super::http_modern)'s.
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -22,10 +24,9 @@ use axum::routing::post;
 use bytes::Bytes;
 use futures_util::StreamExt;
 use mcpgate::jsonrpc::{
-    self, EnvelopeError, ErrorObject, INVALID_REQUEST, Message, Request, SESSION_NOT_FOUND,
-    TRANSPORT_ERROR,
+    self, EnvelopeError, ErrorObject, INVALID_REQUEST, SESSION_NOT_FOUND, TRANSPORT_ERROR,
 };
-use mcpgate::mcp::{Method, ProtocolVersion};
+use mcpgate::mcp::{Message, Method, ProtocolVersion, Request};
 use mcpgate::streamable_http::{
     Attached, EVENT_STREAM, JSON, LAST_EVENT_ID, SESSION_ID, accepts, is_json, new_session_id,
 };
@@ -33,6 +34,7 @@ use serde_json::value::RawValue;
 use tokio::time::Instant;
 
 use crate::demo::headers::{check_host, header_str, supported_version};
+use crate::demo::http_modern;
 use crate::demo::server::{Server, lock};
 use crate::demo::session::Session;
 use crate::demo::streams::Streams;
@@ -141,9 +143,11 @@ impl HttpServer {
             .with_state(self.clone())
     }
 
-    /// Ends every session (their clients get 404 next and must re-initialize).
-    /// Returns how many were ended.
+    /// Ends every session (their clients get 404 next and must re-initialize) and
+    /// every stateless listen stream (with its graceful result). Returns how many
+    /// sessions were ended.
     pub fn drop_sessions(&self) -> usize {
+        self.inner.server.stop_listening();
         let all: Vec<Arc<HttpSession>> =
             lock(&self.inner.sessions).drain().map(|(_, s)| s).collect();
         for s in &all {
@@ -261,10 +265,18 @@ async fn post_mcp(
             "Client must accept both application/json and text/event-stream",
         ));
     }
+    let mut message = if body.trim_ascii_start().first() == Some(&b'[') {
+        None
+    } else {
+        Some(jsonrpc::parse_message(&body).map_err(HttpError::Envelope)?)
+    };
+    if let Some(m) = message.take_if(|m| http_modern::is_modern(m, &headers)) {
+        return Ok(http_modern::post(&http.inner.server, &headers, m).await);
+    }
     if !supported_version(&headers) {
         return Err(unsupported_version());
     }
-    if body.trim_ascii_start().first() == Some(&b'[') {
+    let Some(message) = message else {
         let entry = http.session(&headers)?;
         let items: Vec<Box<RawValue>> = serde_json::from_slice(&body)
             .map_err(|e| HttpError::Envelope(EnvelopeError::Parse(e.to_string())))?;
@@ -272,8 +284,7 @@ async fn post_mcp(
             Some(out) => json_response(out, Some(&entry.id)),
             None => accepted(),
         });
-    }
-    let message = jsonrpc::parse_message(&body).map_err(HttpError::Envelope)?;
+    };
     match message {
         Message::Request(req)
             if req.method == Method::Initialize && header_str(&headers, SESSION_ID).is_none() =>
@@ -357,6 +368,9 @@ async fn get_mcp(
     headers: HeaderMap,
 ) -> Result<Response, HttpError> {
     http.check_host(&headers)?;
+    if let Some(refused) = http_modern::refuse_get_or_delete(&headers) {
+        return Ok(refused);
+    }
     if !accepts(&headers, EVENT_STREAM) {
         return Err(HttpError::NotAcceptable(
             "Client must accept text/event-stream",
@@ -391,6 +405,9 @@ async fn delete_mcp(
     headers: HeaderMap,
 ) -> Result<Response, HttpError> {
     http.check_host(&headers)?;
+    if let Some(refused) = http_modern::refuse_get_or_delete(&headers) {
+        return Ok(refused);
+    }
     let entry = http.session(&headers)?;
     lock(&http.inner.sessions).remove(&entry.id);
     end(&entry);

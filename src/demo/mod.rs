@@ -1,9 +1,13 @@
 //! The built-in demo MCP server of the `mcpgate` binary (`mcpgate demo-server`).
 //!
-//! It speaks MCP 2025-03-26, 2025-06-18 and 2025-11-25 over stdio or Streamable HTTP,
-//! and serves a catalogue that covers every server scenario of the official
-//! conformance suite (`@modelcontextprotocol/conformance` 0.1.16) plus a few tools a
-//! person would try. The embedded default configuration runs it as its backend. It
+//! It is dual-era over stdio and Streamable HTTP: sessions at MCP 2025-03-26,
+//! 2025-06-18 and 2025-11-25 (`initialize`), and stateless 2026-07-28 requests
+//! (`params._meta`, `server/discover`, MRTR `input_required` instead of
+//! server→client requests, `subscriptions/listen`) next to them on the same
+//! connection or endpoint. It serves a catalogue that covers every server scenario
+//! of the official conformance suite (`@modelcontextprotocol/conformance` 0.1.16,
+//! and 0.2.0-alpha.12's `--requirements 2025-11-25` and `2026-07-28`) plus a few
+//! tools a person would try. The embedded default configuration runs it as its backend. It
 //! is part of the binary, not of the gateway library, and uses only the library's
 //! public API: `mcpgate::jsonrpc` (envelope), `mcpgate::mcp` (methods, list kinds, log
 //! levels, revisions) and `mcpgate::streamable_http` (header names and rules, session
@@ -14,12 +18,13 @@
 //! |---|---|
 //! | `catalog` | `Tool`, `Resource`, `ResourceTemplate`, `Prompt`: JSON definitions passed through untouched + async handler closures; `DemoCatalog` with its completer; result builders |
 //! | `server` | `Server`: identity, capabilities, catalogue snapshot, live sessions; `update_catalog` sends `list_changed`, `notify_resource_updated` sends `resources/updated`; the transport's `Sink` and `Route` |
-//! | `session` | `Session`: one client's engine: version negotiation, request dispatch, concurrency, `notifications/cancelled`, server→client request correlation, 2025-03-26 batches |
-//! | `context` | `CallContext` given to handlers: progress, logs, sampling / elicitation / roots requests, SSE stream closing |
-//! | `handlers` | the MCP methods (`initialize`, `tools/*`, `resources/*`, `prompts/*`, `completion/complete`, `logging/setLevel`, `ping`) |
+//! | `session` | `Session`: one client's engine: version negotiation, request dispatch (stateless ones too), concurrency, `notifications/cancelled`, server→client request correlation, 2025-03-26 batches |
+//! | `context` | `CallContext` given to handlers: progress, logs, asking the client for input (sampling / elicitation / roots), SSE stream closing |
+//! | `handlers` | the MCP methods (`initialize`, `tools/*`, `resources/*`, `prompts/*`, `completion/complete`, `logging/setLevel`, `ping`; stateless: `server/discover`, `subscriptions/listen`) |
+//! | `modern`, `mrtr`, `listen` | 2026-07-28: the validation ladder and result shaping; MRTR rounds and the sealed `requestState`; listen streams |
 //! | `stdio` | newline-delimited JSON-RPC on stdin/stdout |
-//! | `http`, `streams`, `headers` | Streamable HTTP: `HttpServer` (sessions, JSON/SSE answers, GET stream, resumption, DELETE); `Streams`, the session's SSE streams in the library's `streamable_http::EventLog`; the Host/Origin policy and version header check |
-//! | `tools`, `content`, `media`, `uri_template` | the demo catalogue and its generated PNG/WAV media |
+//! | `http`, `http_modern`, `streams`, `headers` | Streamable HTTP: `HttpServer` (sessions, JSON/SSE answers, GET stream, resumption, DELETE); stateless POSTs (ladder with headers, JSON or id-less SSE, cancel on close); `Streams`, the session's SSE streams in the library's `streamable_http::EventLog`; the Host/Origin policy and version header check |
+//! | `tools`, `mrtr_tools`, `content`, `media`, `uri_template` | the demo catalogue (the 2026-07-28 scenarios' tools in `mrtr_tools`) and its generated PNG/WAV media |
 //!
 //! The catalogue can change at run time (`toggle_bonus` uses `Server::update_catalog`).
 
@@ -29,7 +34,12 @@ mod context;
 mod handlers;
 mod headers;
 mod http;
+mod http_modern;
+mod listen;
 mod media;
+mod modern;
+mod mrtr;
+mod mrtr_tools;
 mod server;
 mod session;
 mod stdio;
@@ -61,7 +71,7 @@ pub fn demo_catalog() -> DemoCatalog {
     for p in content::prompts() {
         catalog = catalog.with_prompt(p);
     }
-    catalog
+    mrtr_tools::add(catalog)
 }
 
 /// The demo server: [`demo_catalog`] with mcpgate's identity.
@@ -133,6 +143,19 @@ mod tests {
             "test_elicitation_sep1330_enums",
             "json_schema_2020_12_tool",
             "test_reconnection",
+            "test_missing_capability",
+            "test_streaming_elicitation",
+            "test_logging_tool",
+            "test_trigger_tool_change",
+            "test_trigger_prompt_change",
+            "test_input_required_result_elicitation",
+            "test_input_required_result_sampling",
+            "test_input_required_result_list_roots",
+            "test_input_required_result_request_state",
+            "test_input_required_result_multiple_inputs",
+            "test_input_required_result_multi_round",
+            "test_input_required_result_tampered_state",
+            "test_input_required_result_capabilities",
         ] {
             assert!(c.tool(tool).is_some(), "{tool}");
         }
@@ -149,6 +172,7 @@ mod tests {
             "test_prompt_with_arguments",
             "test_prompt_with_embedded_resource",
             "test_prompt_with_image",
+            "test_input_required_result_prompt",
         ] {
             assert!(c.prompt(prompt).is_some(), "{prompt}");
         }

@@ -10,11 +10,13 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock, Weak};
 use std::time::Duration;
 
 use serde_json::{Map, Value, json};
+use tokio_util::sync::CancellationToken;
 
 use mcpgate::jsonrpc::{self, Id};
 use mcpgate::mcp::{Changed, Method};
 
 use crate::demo::catalog::DemoCatalog;
+use crate::demo::listen::Listener;
 use crate::demo::session::{Session, SessionInner};
 
 /// Where an outgoing message belongs.
@@ -71,6 +73,10 @@ struct ServerInner {
     /// Snapshot semantics: readers clone the `Arc` and never hold the lock across `.await`.
     catalog: RwLock<Arc<DemoCatalog>>,
     sessions: Mutex<Vec<Weak<SessionInner>>>,
+    /// Open `subscriptions/listen` streams of stateless clients.
+    listeners: Mutex<Vec<Weak<Listener>>>,
+    /// Cancelled when the server stops: listen streams end gracefully.
+    listening: CancellationToken,
 }
 
 /// Locks a mutex, recovering the data if a panicking thread poisoned it.
@@ -91,6 +97,8 @@ impl Server {
                 capabilities,
                 catalog: RwLock::new(Arc::new(catalog)),
                 sessions: Mutex::new(Vec::new()),
+                listeners: Mutex::new(Vec::new()),
+                listening: CancellationToken::new(),
             }),
         }
     }
@@ -143,8 +151,9 @@ impl Server {
         changed
     }
 
-    /// Sends `notifications/<kind>/list_changed` to every initialized session, if the
-    /// capability declares `listChanged`.
+    /// Sends `notifications/<kind>/list_changed` to every initialized session and
+    /// every listen stream that asked for it, if the capability declares
+    /// `listChanged`.
     pub fn notify_list_changed(&self, kind: Changed) {
         let cap = match kind {
             Changed::Tools => "tools",
@@ -160,10 +169,14 @@ impl Server {
                 s.sink.send(&Route::Unrelated, msg.clone());
             }
         }
+        for l in self.live_listeners() {
+            l.list_changed(kind);
+        }
     }
 
     /// Sends `notifications/resources/updated {uri}` to the sessions subscribed to `uri`
-    /// (MCP 2025-11-25 server/resources "Subscriptions"). Returns how many were notified.
+    /// (MCP 2025-11-25 server/resources "Subscriptions") and the listen streams that
+    /// subscribed to it. Returns how many were notified.
     pub fn notify_resource_updated(&self, uri: &str) -> usize {
         let msg = jsonrpc::notification_bytes(
             Method::ResourcesUpdated.as_str(),
@@ -176,7 +189,40 @@ impl Server {
                 n += 1;
             }
         }
+        for l in self.live_listeners() {
+            n += usize::from(l.resource_updated(uri));
+        }
         n
+    }
+
+    /// Registers an open listen stream; it is forgotten when its last `Arc` drops.
+    pub(crate) fn add_listener(&self, listener: &Arc<Listener>) {
+        let mut listeners = lock(&self.inner.listeners);
+        listeners.retain(|w| w.strong_count() > 0);
+        listeners.push(Arc::downgrade(listener));
+    }
+
+    fn live_listeners(&self) -> Vec<Arc<Listener>> {
+        lock(&self.inner.listeners)
+            .iter()
+            .filter_map(Weak::upgrade)
+            .collect()
+    }
+
+    /// Cancelled by [`Server::stop_listening`].
+    pub(crate) fn listening(&self) -> &CancellationToken {
+        &self.inner.listening
+    }
+
+    /// Ends every listen stream with its graceful result (at shutdown).
+    pub fn stop_listening(&self) {
+        self.inner.listening.cancel();
+    }
+
+    /// A session for stateless requests whose messages go to `sink`: never
+    /// registered, so nothing unrelated to its requests reaches it.
+    pub fn detached(&self, sink: Arc<dyn Sink>) -> Session {
+        Session::from_inner(Arc::new(SessionInner::new(self.clone(), sink)))
     }
 
     /// Starts a session whose outgoing messages go to `sink`.

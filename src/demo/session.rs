@@ -1,4 +1,6 @@
-//! One client's session: the per-connection protocol engine (requests, cancellation, batches).
+//! One client's session: the per-connection protocol engine (requests, cancellation,
+//! batches). A 2026-07-28 request (a `_meta` protocol version claim) is served
+//! statelessly on whatever connection it arrives (`crate::demo::modern`).
 
 use std::collections::{HashMap, HashSet};
 use std::panic::AssertUnwindSafe;
@@ -12,14 +14,13 @@ use serde_json::value::RawValue;
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
-use mcpgate::jsonrpc::{
-    self, ErrorObject, INTERNAL_ERROR, INVALID_REQUEST, Id, Message, Notification, Request,
-    Response,
-};
-use mcpgate::mcp::{LogLevel, Method, ProtocolVersion};
+use mcpgate::jsonrpc::{self, ErrorObject, INTERNAL_ERROR, INVALID_REQUEST, Id, Response};
+use mcpgate::mcp::{LogLevel, Message, Method, Notification, ProtocolVersion, Request};
 
 use crate::demo::context::CallContext;
 use crate::demo::handlers;
+use crate::demo::modern::{self, Stateless};
+use crate::demo::mrtr;
 use crate::demo::server::{Server, Sink, lock};
 
 /// One client's session: negotiated version, client capabilities, log level,
@@ -113,10 +114,33 @@ impl Session {
 
     /// Handles one client request and returns the serialized response.
     ///
-    /// Returns `None` when the request was cancelled (`notifications/cancelled` or
-    /// [`Session::close`]): the receiver then sends no response (MCP 2025-11-25
-    /// basic/utilities/cancellation). Dropping the returned future also stops the work.
+    /// A request whose `params._meta` claims a protocol version is served
+    /// statelessly, after the validation ladder (`modern::validate`; its first
+    /// failure is the answer). Returns `None` when the request was cancelled
+    /// (`notifications/cancelled` or [`Session::close`]): the receiver then sends no
+    /// response (MCP 2025-11-25 basic/utilities/cancellation). Dropping the returned
+    /// future also stops the work.
     pub async fn handle_request(&self, req: Request) -> Option<Vec<u8>> {
+        if !modern::claims(req.params.as_ref()) {
+            return self.serve(req, None).await;
+        }
+        match modern::validate(&req) {
+            Ok(stateless) => self.serve(req, Some(Arc::new(stateless))).await,
+            Err(e) => Some(jsonrpc::error_bytes(Some(&req.id), &e)),
+        }
+    }
+
+    /// Serves a 2026-07-28 request that already passed the validation ladder (over
+    /// HTTP the transport climbs it, headers included).
+    pub(crate) async fn handle_stateless(
+        &self,
+        req: Request,
+        stateless: Stateless,
+    ) -> Option<Vec<u8>> {
+        self.serve(req, Some(Arc::new(stateless))).await
+    }
+
+    async fn serve(&self, req: Request, stateless: Option<Arc<Stateless>>) -> Option<Vec<u8>> {
         let id = req.id.clone();
         let token = self.inner.closed.child_token();
         {
@@ -132,12 +156,33 @@ impl Session {
             id: id.clone(),
         };
         let progress = jsonrpc::progress_token(req.params.as_ref()).cloned();
-        let ctx = CallContext::new(self.inner.clone(), id.clone(), progress, token.clone());
-        let work = AssertUnwindSafe(handlers::dispatch(ctx, req.method, req.params)).catch_unwind();
+        let ctx = CallContext::new(
+            self.inner.clone(),
+            id.clone(),
+            progress,
+            token.clone(),
+            stateless.clone(),
+        );
+        let method = req.method.clone();
+        let handler = handlers::dispatch(ctx, req.method, req.params);
+        let round = stateless.as_ref().and_then(|s| s.round.as_ref());
+        let work = async {
+            match round {
+                Some(round) => mrtr::run(round, handler).await,
+                None => handler.await,
+            }
+        };
         let outcome = tokio::select! {
             biased;
             () = token.cancelled() => return None,
-            outcome = work => outcome,
+            outcome = AssertUnwindSafe(work).catch_unwind() => outcome,
+        };
+        let outcome = match (outcome, &stateless) {
+            (Ok(Ok(result)), Some(_)) => {
+                Ok(Ok(modern::complete(&method, result, &self.inner.server)))
+            }
+            (Ok(Err(error)), Some(_)) => Ok(Err(modern::shape_error(error))),
+            (outcome, _) => outcome,
         };
         Some(match outcome {
             Ok(Ok(result)) => jsonrpc::result_value_bytes(&id, &result),
@@ -213,6 +258,11 @@ impl Session {
                 Err(e) => outputs.push(jsonrpc::error_bytes(e.id(), &e.to_error_object())),
                 Ok(Message::Request(r)) if r.method == Method::Initialize => {
                     let e = ErrorObject::new(INVALID_REQUEST, "initialize must not be batched");
+                    outputs.push(jsonrpc::error_bytes(Some(&r.id), &e));
+                }
+                Ok(Message::Request(r)) if modern::claims(r.params.as_ref()) => {
+                    let e =
+                        ErrorObject::new(INVALID_REQUEST, "2026-07-28 requests are never batched");
                     outputs.push(jsonrpc::error_bytes(Some(&r.id), &e));
                 }
                 Ok(Message::Request(r)) => requests.push(self.handle_request(r)),

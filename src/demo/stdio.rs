@@ -17,7 +17,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::demo::server::{Route, Server, Sink};
 use crate::demo::session::Session;
-use mcpgate::jsonrpc::{self, ErrorObject, INVALID_REQUEST, Message};
+use mcpgate::jsonrpc::{self, ErrorObject, INVALID_REQUEST};
+use mcpgate::mcp::Message;
 
 /// Serves one session on the process's stdin and stdout until stdin ends.
 pub async fn serve_stdio(server: Server) -> io::Result<()> {

@@ -42,6 +42,7 @@ impl Dispatch {
         let token = jsonrpc::progress_token(Some(&up.params)).cloned();
         let call =
             HostCall::new(host.clone(), id.clone(), token, tx).with_trace(ctx.trace_context());
+        let call = call.with_param_headers(up.headers.clone());
         let call = Arc::new(call);
         match host {
             // A legacy host cancels by id: the call must be findable, and its id
@@ -114,6 +115,15 @@ impl Dispatch {
                 asks = true;
                 let name = &self.catalog.backend(up.backend).spec.name;
                 wrap::pass(&self.bridge, m, up, name, &raw)
+            }
+            // 2026-07-28 has no -32042: the URLs are asked, the call replayed.
+            (Host::Modern(m), Err(BackendError::Rpc(e)))
+                if e.code == jsonrpc::URL_ELICITATION_REQUIRED =>
+            {
+                let name = &self.catalog.backend(up.backend).spec.name;
+                let asked = wrap::url_required(&self.bridge, m, up, name, &e);
+                asks = asked.is_ok();
+                asked
             }
             (_, outcome) => outcome,
         };
@@ -251,7 +261,8 @@ impl Dispatch {
         };
         let missing = cont.answer(params.get("inputResponses").and_then(Value::as_object));
         let (tx, rx) = mpsc::channel(CALL_QUEUE);
-        cont.call.rebind(tx);
+        cont.call
+            .rebind(tx, jsonrpc::progress_token(Some(params)).cloned());
         let me = self.clone();
         let id = id.clone();
         let span = tracing::Span::current();

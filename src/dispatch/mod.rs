@@ -23,12 +23,13 @@ use tokio::sync::mpsc;
 use crate::catalog::{Catalog, View, inject_overrides};
 use crate::cluster::Sealer;
 use crate::error::RpcError;
-use crate::jsonrpc::{self, Id, Request};
-use crate::mcp::{ListKind, LogLevel, Method};
+use crate::jsonrpc::{self, Id};
+use crate::mcp::{ListKind, LogLevel, Method, Request};
 use crate::metrics::Metrics;
 use crate::relay::Relay;
 use crate::request::{Outcome, RequestContext};
 use crate::session::{Host, Outbound, Session};
+use crate::streamable_http::ParamHeaders;
 use crate::supervisor::Supervisor;
 pub use call::Call;
 use rewrite::ResultKind;
@@ -58,6 +59,9 @@ struct Upstream {
     /// For a 2026-07-28 call: the digest of the host's own params, which a retry
     /// answering `input_required` must match.
     digest: String,
+    /// The called tool's `x-mcp-header` annotations, mirrored toward 2026-07-28
+    /// HTTP backends.
+    headers: Option<Arc<ParamHeaders>>,
 }
 
 /// What the route phase decided.
@@ -337,6 +341,7 @@ impl Dispatch {
             kind,
             task: None,
             digest: String::new(),
+            headers: route.headers.clone(),
         }))
     }
 
@@ -363,6 +368,7 @@ impl Dispatch {
             kind: ResultKind::Resource,
             task: None,
             digest: String::new(),
+            headers: None,
         }))
     }
 
@@ -411,6 +417,7 @@ impl Dispatch {
             kind: ResultKind::Opaque,
             task: None,
             digest: String::new(),
+            headers: None,
         }))
     }
 
@@ -532,6 +539,7 @@ impl Dispatch {
             kind,
             task: Some(exposed),
             digest: String::new(),
+            headers: None,
         }))
     }
 }

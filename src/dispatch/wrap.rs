@@ -24,6 +24,14 @@
 //!   to a relayed round, they get a prefix of their own and are taken out of
 //!   `inputResponses` before the retry goes upstream.
 //!
+//! - **Replay** (a 2025-11-25 backend's -32042 URLElicitationRequired; dual-era.md
+//!   R24). 2026-07-28 has no -32042: each of its URL elicitations becomes a URL
+//!   input request (`mcpgate-url-N`, without its `elicitationId`), under a wrapped
+//!   state without backend state, marked replay. The retry re-issues the original
+//!   call to the backend, without `inputResponses` or `requestState` (the backend
+//!   asked to be called again once the URLs were visited). A host that did not
+//!   declare URL elicitation gets -32021 instead, naming it.
+//!
 //! **Any replica.** The wrap holds nothing in the process: the sealed state
 //! carries all the gateway needs, and it is sealed with the `[cluster]` keys, so
 //! a retry is served by whichever replica it reaches (every replica with the same
@@ -37,7 +45,7 @@
 
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
-use serde_json::{Map, Value};
+use serde_json::{Map, Value, json};
 
 use super::Upstream;
 use super::bridge::{Bridge, Kind, call_digest, caller_digest};
@@ -65,6 +73,10 @@ struct Wrapped {
     /// The backend's own `requestState`, verbatim.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     s: Option<String>,
+    /// A replay: the retry re-issues the call without the 2026-07-28 fields (a
+    /// legacy backend's -32042, [`url_required`]).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    r: bool,
 }
 
 /// A retry's wrapped state, opened and checked against the caller and the call;
@@ -109,7 +121,7 @@ pub(super) fn pass(
                     "The server needs a client capability this request did not declare ({method})"
                 ),
             )
-            .with_data(serde_json::json!({
+            .with_data(json!({
                 "requiredCapabilities": input::required_capability(&method, params)
             }));
             return Err(BackendError::Rpc(error));
@@ -122,12 +134,85 @@ pub(super) fn pass(
         d: up.digest.clone(),
         e: super::bridge::now_secs() + bridge.ttl().as_secs(),
         s: asked.state,
+        r: false,
     };
     v.insert(
         "requestState".into(),
         bridge.seal_as(WRAPPED, &state).into(),
     );
     serde_json::value::to_raw_value(&v).map_err(|e| refuse(e.to_string()))
+}
+
+/// A legacy backend's URLElicitationRequiredError `error` (-32042, MCP 2025-11-25
+/// client/elicitation) for the modern host `host`, which must never see -32042
+/// (MCP 2026-07-28 removed it): an `input_required` result asking each of its
+/// `data.elicitations[]` as a URL elicitation without its `elicitationId`, with a
+/// replay state ([`Unwrapped::apply`] re-issues the call). `backend`: the
+/// backend's configured name.
+///
+/// Errors: -32021 with `data.requiredCapabilities` `{elicitation: {url: {}}}`
+/// when the host request did not declare URL elicitation; -32603 when `error`
+/// names no elicitation, or answers a method that cannot return `input_required`.
+pub(super) fn url_required(
+    bridge: &Bridge,
+    host: &ModernHost,
+    up: &Upstream,
+    backend: &str,
+    error: &ErrorObject,
+) -> Result<Box<RawValue>, BackendError> {
+    let refuse = |why: String| BackendError::Rpc(ErrorObject::new(INTERNAL_ERROR, why));
+    let listed = error
+        .data
+        .as_ref()
+        .and_then(|d| d.get("elicitations"))
+        .and_then(Value::as_array);
+    let mut requests = Map::new();
+    for (n, e) in listed.into_iter().flatten().enumerate() {
+        let (Some(url), Some(message)) = (
+            e.get("url").and_then(Value::as_str),
+            e.get("message").and_then(Value::as_str),
+        ) else {
+            continue;
+        };
+        let params = json!({"mode": "url", "url": url, "message": message});
+        let method = Method::ElicitationCreate;
+        if !input::may_ask(host.version, &host.capabilities, &method, Some(&params)) {
+            tracing::info!(
+                backend,
+                "backend requires URL elicitation the client did not declare; refused"
+            );
+            let error = ErrorObject::new(
+                MISSING_CLIENT_CAPABILITY,
+                "The server needs a client capability this request did not declare (elicitation/create)",
+            )
+            .with_data(json!({
+                "requiredCapabilities": input::required_capability(&method, Some(&params))
+            }));
+            return Err(BackendError::Rpc(error));
+        }
+        let key = format!("mcpgate-url-{}", n + 1);
+        requests.insert(key, json!({"method": method.as_str(), "params": params}));
+    }
+    if requests.is_empty() || !up.may_ask() {
+        return Err(refuse(format!(
+            "backend {backend} requires URL elicitation for {}, which the gateway cannot ask: {}",
+            up.method, error.message
+        )));
+    }
+    let state = Wrapped {
+        b: backend.to_owned(),
+        p: caller_digest(host.principal.as_ref()),
+        d: up.digest.clone(),
+        e: super::bridge::now_secs() + bridge.ttl().as_secs(),
+        s: None,
+        r: true,
+    };
+    let result = json!({
+        "resultType": "input_required",
+        "inputRequests": requests,
+        "requestState": bridge.seal_as(WRAPPED, &state),
+    });
+    serde_json::value::to_raw_value(&result).map_err(|e| refuse(e.to_string()))
 }
 
 /// Opens `request_state` if it is a wrapped one: `None` when it is not (a
@@ -163,8 +248,9 @@ impl Unwrapped {
     /// Puts the backend's own state (or none) in place of mcpgate's in the
     /// params of the routed retry, after checking that it goes to the backend
     /// that issued it (`backend`: the routed backend's configured name). The
-    /// host's `inputResponses` go on unchanged. Errors: -32602 for another
-    /// backend. Counted in `bridge`'s retries either way.
+    /// host's `inputResponses` go on unchanged, but for a replay, which goes
+    /// without them. Errors: -32602 for another backend. Counted in `bridge`'s
+    /// retries either way.
     pub(super) fn apply(
         self,
         bridge: &Bridge,
@@ -183,6 +269,9 @@ impl Unwrapped {
                 Some(s) => p.insert("requestState".into(), s.into()),
                 None => p.remove("requestState"),
             };
+            if self.0.r {
+                p.remove("inputResponses");
+            }
         }
         Ok(())
     }
@@ -203,6 +292,7 @@ mod tests {
             d: call_digest(&Method::ToolsCall, &params),
             e: super::super::bridge::now_secs() + 60,
             s: Some("inner \"state\" é".into()),
+            r: false,
         };
         let sealed = bridge.seal_as(WRAPPED, &state);
         let open = |s: &str, p: &Value| open(&bridge, s, &Method::ToolsCall, p, None);
@@ -242,5 +332,67 @@ mod tests {
         let as_continuation: Option<Value> =
             bridge.open_as(super::super::bridge::CONTINUATION, &sealed);
         assert!(as_continuation.is_none());
+    }
+
+    #[test]
+    fn url_elicitation_required_asks_the_urls_and_replays_the_call() {
+        use crate::mcp::version::ProtocolVersion;
+        let bridge = super::super::bridge::tests::bridge(&[("k1", 1)], "a");
+        let params = json!({"name": "t", "arguments": {"x": 1}});
+        let up = Upstream {
+            backend: 0,
+            method: Method::ToolsCall,
+            params: params.clone(),
+            kind: super::super::ResultKind::ToolCall,
+            task: None,
+            digest: call_digest(&Method::ToolsCall, &params),
+            headers: None,
+        };
+        let host = |caps: Value| ModernHost {
+            version: ProtocolVersion::MODERN,
+            capabilities: caps,
+            log_level: None,
+            principal: None,
+            view_key: Default::default(),
+        };
+        let error = ErrorObject::new(-32042, "go there first").with_data(json!({"elicitations": [
+            {"mode": "url", "url": "https://a.example/", "message": "A", "elicitationId": "up:1"},
+            {"mode": "url", "url": "https://b.example/", "message": "B", "elicitationId": "up:2"}]}));
+        let url = host(json!({"elicitation": {"url": {}}}));
+        let raw = url_required(&bridge, &url, &up, "up", &error).expect("asked");
+        let v: Value = serde_json::from_str(raw.get()).unwrap();
+        assert_eq!(v["resultType"], "input_required");
+        assert_eq!(
+            v["inputRequests"],
+            json!({
+            "mcpgate-url-1": {"method": "elicitation/create",
+                "params": {"mode": "url", "url": "https://a.example/", "message": "A"}},
+            "mcpgate-url-2": {"method": "elicitation/create",
+                "params": {"mode": "url", "url": "https://b.example/", "message": "B"}}})
+        );
+        // The retry goes to the backend as the original call.
+        let state = v["requestState"].as_str().unwrap();
+        let mut retry = json!({"name": "t", "arguments": {"x": 1}, "requestState": state,
+            "inputResponses": {"mcpgate-url-1": {"action": "accept"}}});
+        let unwrapped = open(&bridge, state, &Method::ToolsCall, &retry, None)
+            .expect("wrapped")
+            .expect("valid");
+        unwrapped.apply(&bridge, "up", &mut retry).unwrap();
+        assert_eq!(retry, params);
+        // Form only: -32021 naming URL mode; nothing to ask: -32603, never -32042.
+        let form = host(json!({"elicitation": {"form": {}}}));
+        let Err(BackendError::Rpc(e)) = url_required(&bridge, &form, &up, "up", &error) else {
+            panic!("asked a host that did not declare URL elicitation");
+        };
+        assert_eq!(e.code, MISSING_CLIENT_CAPABILITY);
+        assert_eq!(
+            e.data.unwrap(),
+            json!({"requiredCapabilities": {"elicitation": {"url": {}}}})
+        );
+        let empty = ErrorObject::new(-32042, "nothing listed");
+        let Err(BackendError::Rpc(e)) = url_required(&bridge, &url, &up, "up", &empty) else {
+            panic!("an input_required without requests");
+        };
+        assert_eq!(e.code, INTERNAL_ERROR);
     }
 }

@@ -25,9 +25,9 @@ use super::{AppState, HttpError};
 use crate::auth::Principal;
 use crate::config::ModernFace;
 use crate::dispatch::{Call, Reply};
-use crate::jsonrpc::{self, EnvelopeError, ErrorObject, Message, Request as RpcRequest};
+use crate::jsonrpc::{self, EnvelopeError, ErrorObject};
 use crate::mcp::version::shape_capabilities;
-use crate::mcp::{Method, ProtocolVersion};
+use crate::mcp::{Message, Method, ProtocolVersion, Request as RpcRequest};
 use crate::request::{Outcome, Rejection, RequestContext};
 use crate::session::{Host, Identity, Outbound, Session, SessionToken, StreamSlot};
 use crate::streamable_http::SESSION_ID;
@@ -375,9 +375,7 @@ async fn open_session(
     client_info: Value,
     principal: Option<&Arc<Principal>>,
 ) -> Result<Arc<Session>, HttpError> {
-    st.supervisor
-        .wait_loaded(std::time::Duration::from_secs(10))
-        .await;
+    st.supervisor.wait_loaded(modern::LOAD_WAIT).await;
     let p = principal.map(|p| &**p);
     let endpoint = ctx.endpoint().clone();
     let key = st.catalog.view_key_at(&endpoint, p);

@@ -19,7 +19,6 @@ use std::time::Duration;
 use axum::body::{Body, Bytes};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use base64::Engine;
 use futures_util::stream;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
@@ -30,17 +29,22 @@ use super::sse::json_response;
 use super::{AppState, HttpError};
 use crate::auth::Principal;
 use crate::dispatch::Reply;
-use crate::jsonrpc::{self, Id, Message, Request};
+use crate::jsonrpc::{self, Id};
 use crate::mcp::{
-    LogLevel, META_CLIENT_CAPABILITIES, META_LOG_LEVEL, META_PROTOCOL_VERSION, Method,
-    ProtocolVersion,
+    LogLevel, META_CLIENT_CAPABILITIES, META_LOG_LEVEL, META_PROTOCOL_VERSION, Message, Method,
+    ProtocolVersion, Request,
 };
 use crate::request::{Outcome, Rejection, RequestContext};
 use crate::session::{Host, ModernHost, Outbound};
-use crate::streamable_http::{MCP_METHOD, MCP_NAME, PROTOCOL_VERSION, SESSION_ID};
+use crate::streamable_http::{PROTOCOL_VERSION, SESSION_ID, check_metadata};
 
-/// How long a request waits for backends still loading at start.
-pub(super) const LOAD_WAIT: Duration = Duration::from_secs(2);
+/// How long a request waits for backends still loading at start (until every
+/// backend's first connection attempt is over): `initialize`, and any request
+/// of a session restored on a process that has just started, which a load
+/// balancer may send before readiness (a rolling restart, `option persist`).
+/// One bound for both, so that a session sees the whole catalogue either way
+/// (a slow stdio child takes seconds to list its tools).
+pub(super) const LOAD_WAIT: Duration = Duration::from_secs(10);
 /// Most time between two writes on an idle modern stream. A closed connection
 /// is noticed only when a write fails, and closing the stream is how a modern
 /// client cancels: a comment every second finds a gone client within ~2 s.
@@ -130,11 +134,14 @@ pub async fn serve(
     // A stateless client may call before it lists (no handshake waits for the
     // backends at start, as `initialize` does): give them a bounded moment.
     st.supervisor.wait_loaded(LOAD_WAIT).await;
+    if let Err(e) = check_params(st, h, &req, &host) {
+        return reject(ctx, e);
+    }
     let reply = st.dispatch.handle(ctx, &host, req).await;
     match reply {
         Reply::Now(bytes) => {
             st.metrics.bytes_out.inc_by(bytes.len() as u64);
-            json_response(bytes)
+            answer(bytes)
         }
         Reply::Stream(rx) => {
             let server = &st.server;
@@ -248,15 +255,14 @@ fn unsupported_version(id: &Id, requested: &str) -> HttpError {
 }
 
 /// The standard headers against the body (MCP 2026-07-28 streamable-http,
-/// request metadata and server validation): `MCP-Protocol-Version` equal to the
-/// `_meta` version, `Mcp-Method` equal to the method, `Mcp-Name` equal to
-/// `params.name` / `params.uri` / `params.taskId` where the method has one.
+/// request metadata and server validation; the rule is
+/// [`streamable_http::check_metadata`](crate::streamable_http::check_metadata)).
 pub(crate) fn check_headers(
     h: &HeaderMap,
     req: &Request,
     requested: &str,
 ) -> Result<(), HttpError> {
-    let mismatch = |what: String| {
+    check_metadata(h, &req.method, req.params.as_ref(), requested).map_err(|what| {
         refuse(
             Rejection::HeaderMismatch,
             StatusCode::BAD_REQUEST,
@@ -264,84 +270,73 @@ pub(crate) fn check_headers(
             &req.id,
             format!("Header mismatch: {what}"),
         )
-    };
-    let one = |name: &str| -> Result<Option<String>, HttpError> {
-        let mut values = h.get_all(name).iter();
-        let Some(v) = values.next() else {
-            return Ok(None);
-        };
-        if values.next().is_some() {
-            return Err(mismatch(format!("more than one {name} header")));
-        }
-        let v = v
-            .to_str()
-            .map_err(|_| mismatch(format!("{name} is not visible ASCII")))?;
-        decode_header(v.trim())
-            .map(Some)
-            .ok_or_else(|| mismatch(format!("{name} has a malformed =?base64?…?= value")))
-    };
-    match one(PROTOCOL_VERSION)? {
-        Some(v) if v == requested => {}
-        Some(v) => {
-            return Err(mismatch(format!(
-                "MCP-Protocol-Version {v:?} but params._meta names {requested:?}"
-            )));
-        }
-        None => return Err(mismatch("MCP-Protocol-Version is required".into())),
+    })
+}
+
+/// A `tools/call`'s `Mcp-Param-*` headers against the called tool's
+/// `x-mcp-header` annotations ([`ParamHeaders::check`](crate::streamable_http::ParamHeaders::check); MCP 2026-07-28
+/// streamable-http, custom headers: whoever reads the body refuses a disagreement
+/// with 400 and -32020). A tool the caller cannot see is left to the dispatcher's
+/// unknown-tool error.
+fn check_params(st: &AppState, h: &HeaderMap, req: &Request, host: &Host) -> Result<(), HttpError> {
+    if req.method != Method::ToolsCall {
+        return Ok(());
     }
-    match one(MCP_METHOD)? {
-        Some(m) if m == req.method.as_str() => {}
-        Some(m) => {
-            return Err(mismatch(format!(
-                "Mcp-Method {m:?} but the body's method is {:?}",
-                req.method.as_str()
-            )));
-        }
-        None => return Err(mismatch("Mcp-Method is required".into())),
-    }
-    let Some(key) = name_param(&req.method) else {
+    let params = req.params.as_ref();
+    let Some(name) = params.and_then(|p| p.get("name")).and_then(Value::as_str) else {
         return Ok(());
     };
-    let want = req
-        .params
-        .as_ref()
-        .and_then(|p| p.get(key))
-        .and_then(Value::as_str);
-    match (one(MCP_NAME)?, want) {
-        (Some(n), Some(w)) if n == w => Ok(()),
-        (None, _) => Err(mismatch("Mcp-Name is required".into())),
-        (Some(n), Some(w)) => Err(mismatch(format!(
-            "Mcp-Name {n:?} but params.{key} is {w:?}"
-        ))),
-        (Some(n), None) => Err(mismatch(format!(
-            "Mcp-Name {n:?} but the body has no params.{key}"
-        ))),
-    }
-}
-
-/// The `params` member `Mcp-Name` mirrors for `method`, if any.
-fn name_param(method: &Method) -> Option<&'static str> {
-    match method {
-        Method::ToolsCall | Method::PromptsGet => Some("name"),
-        Method::ResourcesRead => Some("uri"),
-        Method::TasksGet | Method::TasksCancel => Some("taskId"),
-        _ => None,
-    }
-}
-
-/// A header value, with the `=?base64?…?=` form decoded (values that are not
-/// plain visible ASCII travel that way). `None`: malformed.
-pub(crate) fn decode_header(v: &str) -> Option<String> {
-    let Some(inner) = v
-        .strip_prefix("=?base64?")
-        .and_then(|r| r.strip_suffix("?="))
-    else {
-        return Some(v.to_owned());
+    let view = st.catalog.view_for_key(&host.view_key());
+    let Some(headers) = view.tools.get(name).and_then(|r| r.headers.as_ref()) else {
+        return Ok(());
     };
-    let bytes = base64::engine::general_purpose::STANDARD
-        .decode(inner)
-        .ok()?;
-    String::from_utf8(bytes).ok()
+    headers
+        .check(h, params.and_then(|p| p.get("arguments")))
+        .map_err(|what| {
+            refuse(
+                Rejection::HeaderMismatch,
+                StatusCode::BAD_REQUEST,
+                jsonrpc::HEADER_MISMATCH,
+                &req.id,
+                format!("Header mismatch: {what}"),
+            )
+        })
+}
+
+/// A JSON answer, its status by its error code (MCP 2026-07-28 basic/index,
+/// error codes; streamable-http): 400 for -32021 (a capability the request did
+/// not declare, whether the gateway or the backend found it), 200 for results and
+/// the in-band errors (-32601 is refused before dispatch, with 404). Once an SSE
+/// stream has started the status is 200 whatever the response.
+fn answer(body: Bytes) -> Response {
+    let status = match error_code(&body) {
+        Some(jsonrpc::MISSING_CLIENT_CAPABILITY) => StatusCode::BAD_REQUEST,
+        _ => StatusCode::OK,
+    };
+    let mut resp = json_response(body);
+    *resp.status_mut() = status;
+    resp
+}
+
+/// The `error.code` of a JSON-RPC response. Only bodies small enough to be an
+/// error are read (results can be megabytes and never change the status).
+fn error_code(body: &[u8]) -> Option<i64> {
+    const ERROR_MAX: usize = 16 * 1024;
+    #[derive(serde::Deserialize)]
+    struct Response {
+        error: Option<Code>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Code {
+        code: i64,
+    }
+    if body.len() > ERROR_MAX {
+        return None;
+    }
+    serde_json::from_slice::<Response>(body)
+        .ok()?
+        .error
+        .map(|e| e.code)
 }
 
 /// The answer to a forwarded request: JSON when it comes within `window` with
@@ -357,7 +352,7 @@ async fn respond(
     let first = match tokio::time::timeout(window, rx.recv()).await {
         Ok(Some(Outbound::Final(body))) => {
             st.metrics.bytes_out.inc_by(body.len() as u64);
-            return json_response(body);
+            return answer(body);
         }
         Ok(Some(m)) => Some(m),
         Ok(None) | Err(_) => None,
@@ -499,16 +494,5 @@ mod tests {
         }
         let response = msg(r#"{"jsonrpc":"2.0","id":1,"result":{}}"#);
         assert_eq!(era_of(&response, &with_version("2026-07-28")), Era::Legacy);
-    }
-
-    #[test]
-    fn decodes_base64_header_values() {
-        assert_eq!(decode_header("plain").as_deref(), Some("plain"));
-        let enc = base64::engine::general_purpose::STANDARD.encode("wetter-übersicht");
-        assert_eq!(
-            decode_header(&format!("=?base64?{enc}?=")).as_deref(),
-            Some("wetter-übersicht")
-        );
-        assert_eq!(decode_header("=?base64?!!!?="), None);
     }
 }

@@ -27,7 +27,9 @@
 //! when it arrives, so a reload (new routes, limits, rules) applies from the
 //! next request on, on connections already open too; a request in progress
 //! finishes with the generation it started with. The header read timeout is
-//! read per accepted connection.
+//! read per accepted connection. It counts the requests it is answering (from
+//! arrival to the response head, [`LiveApp::answering`]), so that a shutdown can
+//! tell when no request is left that could still reach a backend.
 //!
 //! HTTP/1.1 only. hyper-util's automatic HTTP/1-or-2 detection first waits for
 //! the 24-byte HTTP/2 preface with no timer at all, so a client sending `PRI` and
@@ -35,8 +37,11 @@
 //! HTTP/2 from browsers ends at the TLS-terminating load balancer.
 
 use std::convert::Infallible;
+use std::future::Future;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -59,17 +64,53 @@ const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
 
 /// The application a listener serves, replaceable while it serves: a router, or
 /// a service around one (the server face, [`super::Face`]).
-pub struct LiveApp<S = AxumRouter>(ArcSwap<S>);
+pub struct LiveApp<S = AxumRouter> {
+    app: ArcSwap<S>,
+    /// Requests between their arrival and their response head.
+    answering: AtomicUsize,
+}
 
 impl<S> LiveApp<S> {
     /// Serves `app` until it is replaced.
     pub fn new(app: S) -> Arc<LiveApp<S>> {
-        Arc::new(LiveApp(ArcSwap::from_pointee(app)))
+        Arc::new(LiveApp {
+            app: ArcSwap::from_pointee(app),
+            answering: AtomicUsize::new(0),
+        })
     }
 
     /// Requests that arrive from now on go to `app`.
     pub fn replace(&self, app: S) {
-        self.0.store(Arc::new(app));
+        self.app.store(Arc::new(app));
+    }
+
+    /// How many requests have arrived and not yet got their response head (an
+    /// SSE answer counts until its head is sent, not while it streams). A
+    /// request counted here may still start a backend call; once the listener
+    /// is stopped and this is 0, no new call can start.
+    pub fn answering(&self) -> usize {
+        self.answering.load(Ordering::Acquire)
+    }
+}
+
+/// The future of one request, counted in [`LiveApp::answering`] until it
+/// resolves or is dropped.
+struct Answering<F, S> {
+    inner: F,
+    app: Arc<LiveApp<S>>,
+}
+
+impl<F: Future + Unpin, S> Future for Answering<F, S> {
+    type Output = F::Output;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        Pin::new(&mut self.inner).poll(cx)
+    }
+}
+
+impl<F, S> Drop for Answering<F, S> {
+    fn drop(&mut self) {
+        self.app.answering.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -80,7 +121,7 @@ pub trait App:
         axum::http::Request<Incoming>,
         Response = Response,
         Error = Infallible,
-        Future: Send + 'static,
+        Future: Send + Unpin + 'static,
     > + Clone
     + Send
     + Sync
@@ -93,7 +134,7 @@ impl<S> App for S where
             axum::http::Request<Incoming>,
             Response = Response,
             Error = Infallible,
-            Future: Send + 'static,
+            Future: Send + Unpin + 'static,
         > + Clone
         + Send
         + Sync
@@ -120,7 +161,7 @@ impl<S> Clone for Current<S> {
 impl<S: App> Service<axum::http::Request<Incoming>> for Current<S> {
     type Response = Response;
     type Error = Infallible;
-    type Future = S::Future;
+    type Future = Answering<S::Future, S>;
 
     fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
         Poll::Ready(Ok(()))
@@ -129,8 +170,12 @@ impl<S: App> Service<axum::http::Request<Incoming>> for Current<S> {
     fn call(&mut self, mut req: axum::http::Request<Incoming>) -> Self::Future {
         req.extensions_mut()
             .insert(ConnectInfo::<SocketAddr>(self.peer));
-        let mut app = S::clone(&self.app.0.load());
-        app.call(req)
+        let mut app = S::clone(&self.app.app.load());
+        self.app.answering.fetch_add(1, Ordering::AcqRel);
+        Answering {
+            inner: app.call(req),
+            app: self.app.clone(),
+        }
     }
 }
 

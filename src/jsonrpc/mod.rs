@@ -1,7 +1,9 @@
 //! JSON-RPC 2.0 envelope: message classification, ids and standard error objects.
 //!
 //! MCP (2025-11-25 basic/index) carries every message as a JSON-RPC 2.0 request,
-//! notification or response. This module only classifies the envelope; `params`
+//! notification or response. This module only classifies the envelope and knows no
+//! MCP vocabulary: a method name is parsed into whatever [`MethodName`] the caller
+//! asks for (the gateway's is `mcp::Method`, see `mcp::Message`); `params`
 //! stay a `serde_json::Value` (small, and the router rewrites a few fields in them)
 //! and a response's `result` stays a [`RawValue`] so that large results pass through
 //! without being parsed unless the router has to rewrite something inside them.
@@ -13,8 +15,6 @@ use serde::de::{self, Deserializer};
 use serde::{Deserialize, Serialize, Serializer};
 use serde_json::Value;
 use serde_json::value::RawValue;
-
-use crate::mcp::Method;
 
 mod parse;
 pub use parse::{classify_raw, parse_message};
@@ -41,6 +41,9 @@ pub const UNSUPPORTED_PROTOCOL_VERSION: i64 = -32022;
 pub const HEADER_MISMATCH: i64 = -32020;
 /// The request needs a client capability it did not declare (MCP 2026-07-28 basic/index).
 pub const MISSING_CLIENT_CAPABILITY: i64 = -32021;
+/// MCP 2025-11-25 client/elicitation: the request needs URL elicitations first,
+/// `data.elicitations[]`. Removed in 2026-07-28 (never sent to a modern host).
+pub const URL_ELICITATION_REQUIRED: i64 = -32042;
 
 /// A JSON-RPC request id: an integer or a string, never `null` (MCP basic/index).
 ///
@@ -127,22 +130,38 @@ impl ErrorObject {
     }
 }
 
-/// A request: has a method and a non-null id.
+/// What a message's method name becomes when the message is classified: parsed
+/// once, by the vocabulary above the envelope (`mcp::Method`). Parsing never fails:
+/// a vocabulary keeps names it does not know (JSON-RPC 2.0 §4: any string is a
+/// method name).
+pub trait MethodName {
+    /// The method named `name` on the wire, e.g. `"tools/call"`.
+    fn from_name(name: &str) -> Self;
+}
+
+/// The name verbatim, for code that needs no vocabulary.
+impl MethodName for String {
+    fn from_name(name: &str) -> Self {
+        name.to_owned()
+    }
+}
+
+/// A request: has a method (parsed into `M`) and a non-null id.
 #[derive(Debug, Clone)]
-pub struct Request {
+pub struct Request<M> {
     /// Request id, unique per requestor within a session.
     pub id: Id,
     /// Method, e.g. `tools/call` (parsed once, when the message is framed).
-    pub method: Method,
+    pub method: M,
     /// Parameters (an object when present).
     pub params: Option<Value>,
 }
 
-/// A notification: has a method and no id.
+/// A notification: has a method (parsed into `M`) and no id.
 #[derive(Debug, Clone)]
-pub struct Notification {
+pub struct Notification<M> {
     /// Method, e.g. `notifications/progress`.
-    pub method: Method,
+    pub method: M,
     /// Parameters (an object when present).
     pub params: Option<Value>,
 }
@@ -156,13 +175,13 @@ pub struct Response {
     pub outcome: Result<Box<RawValue>, ErrorObject>,
 }
 
-/// One JSON-RPC message of any kind.
+/// One JSON-RPC message of any kind, its method parsed into `M`.
 #[derive(Debug)]
-pub enum Message {
+pub enum Message<M> {
     /// A request.
-    Request(Request),
+    Request(Request<M>),
     /// A notification.
-    Notification(Notification),
+    Notification(Notification<M>),
     /// A response (result or error).
     Response(Response),
 }
@@ -310,7 +329,7 @@ pub fn progress_token(params: Option<&Value>) -> Option<&Value> {
 mod tests {
     use super::*;
 
-    fn parse(s: &str) -> Result<Message, EnvelopeError> {
+    fn parse(s: &str) -> Result<Message<String>, EnvelopeError> {
         parse_message(s.as_bytes())
     }
 
@@ -393,7 +412,7 @@ mod tests {
         let Message::Request(r) = escaped else {
             panic!("not a request")
         };
-        assert_eq!(r.method, Method::ToolsCall);
+        assert_eq!(r.method, "tools/call", "unescaped");
     }
 
     #[test]

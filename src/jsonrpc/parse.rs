@@ -9,8 +9,7 @@ use serde_json::Value;
 use serde_json::error::Category;
 use serde_json::value::RawValue;
 
-use super::{EnvelopeError, ErrorObject, Id, Message, Notification, Request, Response};
-use crate::mcp::Method;
+use super::{EnvelopeError, ErrorObject, Id, Message, MethodName, Notification, Request, Response};
 
 /// Wire shape used only to classify; `id` distinguishes "absent" from `null`.
 /// `jsonrpc` and `method` are borrowed from the text (checked, not kept).
@@ -38,7 +37,7 @@ fn present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
 /// JSON that is not a JSON-RPC 2.0 message (wrong `jsonrpc`, `null` or fractional id,
 /// non-string method, non-object params, a response with both or neither of
 /// `result`/`error`).
-pub fn parse_message(text: &[u8]) -> Result<Message, EnvelopeError> {
+pub fn parse_message<M: MethodName>(text: &[u8]) -> Result<Message<M>, EnvelopeError> {
     // One pass for a well-formed object; a failure is classified against a
     // skim of the whole text, as if the skim had come first.
     if text.trim_ascii_start().first() != Some(&b'{') {
@@ -79,7 +78,7 @@ fn envelope_error(e: &serde_json::Error) -> EnvelopeError {
 }
 
 /// Classifies one already-parsed JSON value (used for batch elements).
-pub fn classify_raw(raw: &RawValue) -> Result<Message, EnvelopeError> {
+pub fn classify_raw<M: MethodName>(raw: &RawValue) -> Result<Message<M>, EnvelopeError> {
     // serde's derived struct impl would also take an array of the fields in order.
     if !raw.get().trim_start().starts_with('{') {
         return Err(not_an_object());
@@ -88,7 +87,7 @@ pub fn classify_raw(raw: &RawValue) -> Result<Message, EnvelopeError> {
     classify(env)
 }
 
-fn classify(env: Envelope<'_>) -> Result<Message, EnvelopeError> {
+fn classify<M: MethodName>(env: Envelope<'_>) -> Result<Message<M>, EnvelopeError> {
     let id = match &env.id {
         None => None,
         Some(v) => match Id::from_value(v) {
@@ -121,12 +120,12 @@ fn classify(env: Envelope<'_>) -> Result<Message, EnvelopeError> {
         }
         return match id {
             None => Ok(Message::Notification(Notification {
-                method: Method::parse(&method),
+                method: M::from_name(&method),
                 params: env.params,
             })),
             Some(Ok(id)) => Ok(Message::Request(Request {
                 id,
-                method: Method::parse(&method),
+                method: M::from_name(&method),
                 params: env.params,
             })),
             Some(Err(true)) => Err(invalid("id must not be null")),

@@ -13,6 +13,8 @@ pub(crate) mod version;
 
 use std::fmt;
 
+use crate::jsonrpc;
+
 pub use version::ProtocolVersion;
 
 /// `_meta` key that marks a 2026-07-28 ("modern") request and names its revision
@@ -30,6 +32,10 @@ pub const META_LOG_LEVEL: &str = "io.modelcontextprotocol/logLevel";
 
 /// `_meta` key of the server's identity in 2026-07-28 results (MCP 2026-07-28 basic/index).
 pub const META_SERVER_INFO: &str = "io.modelcontextprotocol/serverInfo";
+
+/// `_meta` key tying a `subscriptions/listen` stream's messages to it: the
+/// listen request's JSON-RPC id (MCP 2026-07-28 basic/patterns/subscriptions).
+pub const META_SUBSCRIPTION_ID: &str = "io.modelcontextprotocol/subscriptionId";
 
 /// The four per-request keys of a 2026-07-28 envelope; the gateway's own hop to a
 /// backend carries its own, never the host's.
@@ -189,6 +195,23 @@ impl fmt::Display for Method {
         f.write_str(self.as_str())
     }
 }
+
+/// The envelope parses a method name into a `Method` once, when a message is framed.
+impl jsonrpc::MethodName for Method {
+    fn from_name(name: &str) -> Self {
+        Method::parse(name)
+    }
+}
+
+/// An MCP request: the JSON-RPC envelope with its method parsed into [`Method`].
+pub type Request = jsonrpc::Request<Method>;
+
+/// An MCP notification: the JSON-RPC envelope with its method parsed into [`Method`].
+pub type Notification = jsonrpc::Notification<Method>;
+
+/// An MCP message of any kind, as [`jsonrpc::parse_message`] and
+/// [`jsonrpc::classify_raw`] frame it for the gateway.
+pub type Message = jsonrpc::Message<Method>;
 
 /// The four paginated lists (MCP 2025-11-25 server/utilities/pagination).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

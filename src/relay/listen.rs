@@ -17,11 +17,8 @@ use serde_json::{Map, Value, json};
 use tokio::sync::mpsc;
 
 use crate::jsonrpc::{self, Id};
-use crate::mcp::{Changed, META_SERVER_INFO, Method, implementation};
+use crate::mcp::{Changed, META_SERVER_INFO, META_SUBSCRIPTION_ID, Method, implementation};
 use crate::session::Outbound;
-
-/// `_meta` key tying a notification to its listen stream.
-pub const META_SUBSCRIPTION_ID: &str = "io.modelcontextprotocol/subscriptionId";
 
 /// One open listen stream.
 struct Listen {

@@ -26,8 +26,8 @@ use crate::backend::{Caller, Connection, UpstreamHandler};
 use crate::catalog::Catalog;
 use crate::cluster::SharedStore;
 use crate::config::ConnectionMode;
-use crate::jsonrpc::{self, ErrorObject, Notification, Request};
-use crate::mcp::{Method, names};
+use crate::jsonrpc::{self, ErrorObject};
+use crate::mcp::{Method, Notification, Request, names};
 use crate::metrics::Metrics;
 use crate::session::{HostCall, Session, SessionStore};
 
@@ -329,7 +329,7 @@ fn relay_progress(conn: &Connection, call: Option<Arc<HostCall>>, mut params: Va
         return;
     };
     let (Some(token), Some(progress)) = (
-        call.progress_token.clone(),
+        call.progress_token(),
         params.get("progress").and_then(Value::as_f64),
     ) else {
         return;

@@ -11,8 +11,8 @@ use serde_json::{Value, json};
 
 use super::{Relay, notification};
 use crate::backend::Connection;
-use crate::jsonrpc::{self, ErrorObject, Id, Notification, Request, Response};
-use crate::mcp::{Method, input, names};
+use crate::jsonrpc::{self, ErrorObject, Id, Response};
+use crate::mcp::{Message, Method, Notification, Request, input, names};
 use crate::session::{Ask, ClientRequest, HostAnswer, HostCall, Session};
 
 impl Relay {
@@ -37,92 +37,119 @@ impl Relay {
     }
 
     /// A request from a backend (server→client): answered locally (`ping`) or
-    /// relayed to the host session it belongs to, if that host declared the
-    /// capability it needs. Refusals are answered to the backend.
+    /// relayed to the host it belongs to, if that host declared the capability it
+    /// needs. Refusals are answered to the backend.
     pub(super) fn on_backend_request(
         &self,
         conn: &Arc<Connection>,
         call: Option<&Arc<HostCall>>,
         req: &Request,
     ) {
-        let refuse = |code: i64, msg: &str| {
-            conn.respond(&req.id, Err(&ErrorObject::new(code, msg)));
-        };
         if req.method == Method::Ping {
             conn.respond(&req.id, Ok(&json!({})));
             return;
         }
+        if let Err(refusal) = self.route_backend_request(conn, call, req) {
+            conn.respond(&req.id, Err(&refusal));
+        }
+    }
+
+    /// Where a server→client request goes: to a 2026-07-28 host's call as an
+    /// `Ask` (the bridge), or to the legacy session the connection or call
+    /// belongs to.
+    ///
+    /// Errors: the refusal answered to the backend: -32601 for a method a client
+    /// does not serve, a host that did not declare the capability, or a shared
+    /// connection with no one call to attribute the request to; -32602 for an
+    /// elicitation mode the session did not declare; -32603 (from
+    /// [`Relay::relay_to_session`]) when no stream reaches the host.
+    fn route_backend_request(
+        &self,
+        conn: &Arc<Connection>,
+        call: Option<&Arc<HostCall>>,
+        req: &Request,
+    ) -> Result<(), ErrorObject> {
+        let refusal = |code: i64, msg: &str| ErrorObject::new(code, msg);
         let Some(needed) = req.method.client_capability() else {
-            return refuse(jsonrpc::METHOD_NOT_FOUND, "Method not found");
+            return Err(refusal(jsonrpc::METHOD_NOT_FOUND, "Method not found"));
         };
         if let Some(call) = call.filter(|c| c.host.session().is_none()) {
             // A 2026-07-28 host never receives a JSON-RPC request on any stream:
             // the request waits for the host's retry (the bridge), if the host
             // declared what it needs in this request.
-            return match bridgeable(call, &req.method, req.params.as_ref()) {
-                Ok(()) => call.ask(Ask {
-                    method: req.method.clone(),
-                    params: without_elicitation_id(req.params.clone()),
-                    conn: Arc::downgrade(conn),
-                    upstream_id: req.id.clone(),
-                }),
-                Err(why) => refuse(jsonrpc::METHOD_NOT_FOUND, why),
-            };
+            bridgeable(call, &req.method, req.params.as_ref())
+                .map_err(|why| refusal(jsonrpc::METHOD_NOT_FOUND, why))?;
+            call.ask(Ask {
+                method: req.method.clone(),
+                params: without_elicitation_id(req.params.clone()),
+                conn: Arc::downgrade(conn),
+                upstream_id: req.id.clone(),
+            });
+            return Ok(());
         }
         let Some(session) = self.session_of(conn, call) else {
             self.shared_message(conn, req.method.as_str(), false);
-            return refuse(
+            return Err(refusal(
                 jsonrpc::METHOD_NOT_FOUND,
                 "mcpgate cannot tell which client this request is for: this backend connection is shared and not exactly one client call is in flight on it (configure mode = \"per_session\")",
-            );
+            ));
         };
         self.shared_message(conn, req.method.as_str(), true);
         if !session.has_capability(needed) {
-            return refuse(
+            return Err(refusal(
                 jsonrpc::METHOD_NOT_FOUND,
                 &format!("Client does not support {needed}"),
-            );
+            ));
         }
-        let mut params = req.params.clone();
-        if let Some(p) = params.as_mut() {
-            super::tasks::expose_related_task(p, &conn.backend);
-            if let Some(Value::String(id)) = p.get_mut("elicitationId") {
-                *id = names::expose_id(&conn.backend, id);
-            }
-        }
+        let params = exposed_params(conn, req.params.clone());
         if req.method == Method::ElicitationCreate
             && !elicitation_mode_declared(&session, params.as_ref())
         {
-            return refuse(
+            return Err(refusal(
                 jsonrpc::INVALID_PARAMS,
                 "Client does not support this elicitation mode",
-            );
+            ));
         }
+        self.relay_to_session(conn, call, req, session, params.as_ref())
+    }
+
+    /// Puts a backend's request to a legacy session under a fresh host-facing id
+    /// (remembered as a `ClientRequest::Backend` for the answer), on the call's
+    /// stream when it came during a call, else on the session's unrelated
+    /// stream. Unanswered, it is failed to the backend after 0.9 × the
+    /// connection's timeout, before the backend's own call times out, so it can
+    /// still handle the refusal.
+    ///
+    /// Errors: -32603 when no open stream reaches the host (nothing is kept).
+    fn relay_to_session(
+        &self,
+        conn: &Arc<Connection>,
+        call: Option<&Arc<HostCall>>,
+        req: &Request,
+        session: Arc<Session>,
+        params: Option<&Value>,
+    ) -> Result<(), ErrorObject> {
         let ours = self.relayed_id(session.next_client_id());
         let pending = ClientRequest::Backend {
             conn: Arc::downgrade(conn),
             upstream_id: req.id.clone(),
         };
         session.add_client_request(ours.clone(), pending);
-        let bytes = jsonrpc::request_bytes(&ours, req.method.as_str(), params.as_ref());
+        let bytes = jsonrpc::request_bytes(&ours, req.method.as_str(), params);
         let delivered = match call {
             Some(c) => c.send_related(bytes.into()),
             None => session.send_unrelated(bytes.into()),
         };
         if !delivered {
             session.take_client_request(&ours);
-            return refuse(
+            return Err(ErrorObject::new(
                 jsonrpc::INTERNAL_ERROR,
                 "no open stream to reach the client",
-            );
+            ));
         }
-        // Expire before the backend's own call times out, so it can still handle
-        // the refusal.
-        tokio::spawn(expire_client_request(
-            session,
-            ours,
-            conn.timeout().mul_f64(0.9),
-        ));
+        let after = conn.timeout().mul_f64(0.9);
+        tokio::spawn(expire_client_request(session, ours, after));
+        Ok(())
     }
 
     /// Puts a request of the gateway's own to the legacy session of `call`, on the
@@ -286,7 +313,7 @@ impl Relay {
     /// (`message`: the host's JSON-RPC response).
     pub fn answer_forwarded(&self, session: &Arc<Session>, message: &str) {
         match jsonrpc::parse_message(message.as_bytes()) {
-            Ok(jsonrpc::Message::Response(r)) => self.handle_response(session, r),
+            Ok(Message::Response(r)) => self.handle_response(session, r),
             _ => tracing::debug!("a forwarded answer that is not a response; ignored"),
         }
     }
@@ -351,6 +378,19 @@ fn bridgeable(
     } else {
         Err("Client does not support this request (not declared in this request's capabilities)")
     }
+}
+
+/// A backend's request params in the host's namespace: its related task and its
+/// `elicitationId` prefixed with the backend's name, so the host's answer and
+/// later notifications route back to it.
+fn exposed_params(conn: &Connection, mut params: Option<Value>) -> Option<Value> {
+    if let Some(p) = params.as_mut() {
+        super::tasks::expose_related_task(p, &conn.backend);
+        if let Some(Value::String(id)) = p.get_mut("elicitationId") {
+            *id = names::expose_id(&conn.backend, id);
+        }
+    }
+    params
 }
 
 /// A URL-mode elicitation without its `elicitationId`: 2026-07-28 has none (the

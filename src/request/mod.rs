@@ -32,8 +32,8 @@ use tokio::time::Instant;
 use crate::auth::Principal;
 use crate::backend::BackendError;
 use crate::error::RpcError;
-use crate::jsonrpc::{Id, Request};
-use crate::mcp::{Method, ProtocolVersion};
+use crate::jsonrpc::Id;
+use crate::mcp::{Method, ProtocolVersion, Request};
 use crate::metrics::Metrics;
 use crate::telemetry::ServerSpan;
 

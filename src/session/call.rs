@@ -16,6 +16,7 @@ use super::Host;
 use crate::backend::{Caller, Connection};
 use crate::jsonrpc::Id;
 use crate::mcp::Method;
+use crate::streamable_http::ParamHeaders;
 
 /// A server→client request a backend sent during a 2026-07-28 host's call. Such a
 /// host never receives a JSON-RPC request: the gateway answers it
@@ -49,8 +50,10 @@ pub struct HostCall {
     pub host: Host,
     /// The host's id for the request.
     pub id: Id,
-    /// The host's progress token, if it asked for progress.
-    pub progress_token: Option<Value>,
+    /// The progress token of the host request being answered, if it asked for
+    /// progress: a 2026-07-28 retry after `input_required` is a request of its
+    /// own, with a token of its own ([`HostCall::rebind`]).
+    progress_token: Mutex<Option<Value>>,
     /// Where related messages and the response go: one HTTP response stream per
     /// round of a 2026-07-28 call answered `input_required` and retried.
     sink: Mutex<mpsc::Sender<Outbound>>,
@@ -64,6 +67,8 @@ pub struct HostCall {
     cancelled: CancellationToken,
     /// The host request's trace, continued by the upstream request.
     trace: Option<opentelemetry::Context>,
+    /// The called tool's `x-mcp-header` annotations ([`Caller::param_headers`]).
+    param_headers: Option<Arc<ParamHeaders>>,
 }
 
 impl HostCall {
@@ -77,7 +82,7 @@ impl HostCall {
         HostCall {
             host,
             id,
-            progress_token,
+            progress_token: Mutex::new(progress_token),
             sink: Mutex::new(sink),
             upstream: Mutex::new(None),
             asks: Mutex::new(Vec::new()),
@@ -86,7 +91,14 @@ impl HostCall {
             last_progress: Mutex::new(None),
             cancelled: CancellationToken::new(),
             trace: None,
+            param_headers: None,
         }
+    }
+
+    /// The call is to a tool with these `x-mcp-header` annotations.
+    pub fn with_param_headers(mut self, headers: Option<Arc<ParamHeaders>>) -> Self {
+        self.param_headers = headers;
+        self
     }
 
     /// The call continues trace `trace` upstream ([`Caller::trace_parent`]).
@@ -176,11 +188,23 @@ impl HostCall {
     }
 
     /// A new round of the call (a retry with `inputResponses`): its messages go
-    /// to `sink` from now on.
-    pub fn rebind(&self, sink: mpsc::Sender<Outbound>) {
+    /// to `sink` from now on, and its progress carries `progress_token`, the
+    /// retry's own (none: the retry asked for no progress, and gets none). MCP
+    /// 2026-07-28 basic/patterns/mrtr: the retry is a new request; a progress
+    /// notification names the request that asked for it.
+    pub fn rebind(&self, sink: mpsc::Sender<Outbound>, progress_token: Option<Value>) {
         if let Ok(mut s) = self.sink.lock() {
             *s = sink;
         }
+        if let Ok(mut t) = self.progress_token.lock() {
+            *t = progress_token;
+        }
+    }
+
+    /// The progress token of the host request being answered, if it asked for
+    /// progress.
+    pub fn progress_token(&self) -> Option<Value> {
+        self.progress_token.lock().ok().and_then(|t| t.clone())
     }
 
     /// Lets backend requests be put to the host as `input_required` (a
@@ -203,13 +227,17 @@ impl HostCall {
         self.asked.notify_one();
     }
 
-    /// Resolves when a backend request was queued with [`HostCall::ask`] (at once
-    /// if one is queued already).
+    /// Resolves when a backend request is queued with [`HostCall::ask`] (at once
+    /// if one is queued already). A wake-up with nothing queued is not one: asks
+    /// that came while nobody waited (gathered into the previous round) leave a
+    /// stored permit behind, which must not end the next round empty.
     pub async fn asked(&self) {
-        if self.asks.lock().is_ok_and(|a| !a.is_empty()) {
-            return;
+        loop {
+            if self.asks.lock().is_ok_and(|a| !a.is_empty()) {
+                return;
+            }
+            self.asked.notified().await;
         }
-        self.asked.notified().await;
     }
 
     /// Takes the queued backend requests.
@@ -234,7 +262,7 @@ impl HostCall {
 
 impl Caller for HostCall {
     fn wants_progress(&self) -> bool {
-        self.progress_token.is_some()
+        self.progress_token().is_some()
     }
 
     fn log_level(&self) -> Option<crate::mcp::LogLevel> {
@@ -251,6 +279,10 @@ impl Caller for HostCall {
             caps,
             self.host.version(),
         ))
+    }
+
+    fn param_headers(&self) -> Option<Arc<ParamHeaders>> {
+        self.param_headers.clone()
     }
 
     fn started(&self, conn: &Arc<Connection>, id: u64) -> bool {

@@ -98,6 +98,15 @@ pub enum ResumeError {
     Gone,
 }
 
+/// Whether an event is a JSON-RPC notification, conservatively: a message with
+/// no `"id"` anywhere in it (a request or a response always has one; a
+/// notification that mentions one counts as essential too). The priming event's
+/// empty data is no message to lose.
+fn is_notification(data: &[u8]) -> bool {
+    let has = |needle: &[u8]| data.windows(needle.len()).any(|w| w == needle);
+    data.is_empty() || (has(b"\"method\"") && !has(b"\"id\""))
+}
+
 /// Which stream to attach a response to.
 #[derive(Debug)]
 pub struct Attached {
@@ -114,6 +123,10 @@ struct Stream {
     finished: bool,
     /// Highest seq evicted from the buffer (0 = none).
     evicted_upto: u64,
+    /// Highest seq evicted that was not a notification (a request or a
+    /// response; 0 = none): a resumption before it is refused, one that only
+    /// skips notifications is not.
+    lost_upto: u64,
     /// Highest seq handed to an attached response (0 = none): a `GET` without
     /// `Last-Event-ID` on the standalone stream starts after it, so it neither
     /// repeats what an earlier `GET` was sent nor depends on what was evicted.
@@ -208,6 +221,9 @@ impl EventLog {
             g.bytes -= old.data.len();
             if let Some(s) = g.streams.get_mut(&old.stream) {
                 s.evicted_upto = s.evicted_upto.max(old.seq);
+                if !is_notification(&old.data) {
+                    s.lost_upto = s.lost_upto.max(old.seq);
+                }
                 if s.finished && s.next_seq == old.seq + 1 {
                     g.streams.remove(&old.stream);
                 }
@@ -272,8 +288,18 @@ impl EventLog {
         let mut g = self.inner.lock().map_err(|_| ResumeError::Gone)?;
         let g = &mut *g;
         let s = g.streams.get_mut(&stream).ok_or(ResumeError::Gone)?;
-        if after >= s.next_seq.max(1) || (s.evicted_upto > after) {
+        if after >= s.next_seq.max(1) || s.lost_upto > after {
             return Err(ResumeError::Gone);
+        }
+        if s.evicted_upto > after {
+            // Only notifications (progress, logs) were evicted: the host gets the
+            // rest, its answer included, rather than a 410 that would lose it.
+            tracing::info!(
+                stream,
+                after,
+                evicted_upto = s.evicted_upto,
+                "resumed over evicted notifications"
+            );
         }
         let replay = replay_after(&g.events, stream, after);
         if s.finished && replay.is_empty() {
@@ -328,6 +354,7 @@ impl Stream {
             next_seq: 1,
             finished: false,
             evicted_upto: 0,
+            lost_upto: 0,
             delivered: 0,
             live,
         }
@@ -488,6 +515,48 @@ mod tests {
         log.push(a, data("y"), true);
         let f = r.live.as_mut().unwrap().recv().await.unwrap();
         assert_eq!((f.data, f.last), (data("y"), true));
+    }
+
+    #[test]
+    fn a_cut_stream_flooded_with_notifications_still_resumes_to_its_answer() {
+        // The 60-minute soak: a host reading a tool's 2,000 progress notifications
+        // too slowly was cut, resumed, and got 410: the notifications after its
+        // last id had been evicted, and with them the way to the call's result.
+        let log = EventLog::default();
+        let (a, rx) = log.open();
+        let progress = |i: usize| {
+            data(&format!(
+                r#"{{"jsonrpc":"2.0","method":"notifications/progress","params":{{"progressToken":"t","progress":{i}}}}}"#
+            ))
+        };
+        for i in 0..(LIVE_CAPACITY + 1) {
+            log.push(a, progress(i), false);
+        }
+        drop(rx); // the host read nothing more: the stream was cut at LIVE_CAPACITY
+        for i in 0..2000 {
+            log.push(a, progress(i), false);
+        }
+        let answer = data(r#"{"jsonrpc":"2.0","id":"flood-1","result":{}}"#);
+        log.push(a, answer.clone(), true);
+        let r = log
+            .resume(&format!("{a}-{LIVE_CAPACITY}"))
+            .expect("only notifications were lost: resumable");
+        let last = r.replay.last().expect("replay");
+        assert_eq!((&last.data, last.last), (&answer, true));
+        // A lost request or response is never skipped over.
+        let (b, _rx) = log.open();
+        log.push(
+            b,
+            data(r#"{"jsonrpc":"2.0","id":7,"method":"sampling/createMessage"}"#),
+            false,
+        );
+        for i in 0..(MAX_EVENTS + 1) {
+            log.push(b, progress(i), false);
+        }
+        assert_eq!(
+            log.resume(&format!("{b}-0")).unwrap_err(),
+            ResumeError::Gone
+        );
     }
 
     #[test]

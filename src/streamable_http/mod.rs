@@ -2,10 +2,13 @@
 //! any server of it needs, whatever answers behind the endpoint: header names, the
 //! Accept and Content-Type rules, the loopback rules of DNS-rebinding protection,
 //! the session id format, and the per-session event log behind resumable SSE
-//! streams ([`EventLog`]). The gateway's server face and the demo server of the
-//! `mcpgate` binary both use them; nothing here knows about backends.
+//! streams ([`EventLog`]), and the 2026-07-28 request metadata headers checked
+//! against the body ([`check_metadata`]). The gateway's server face and the demo
+//! server of the `mcpgate` binary both use them; nothing here knows about backends.
 
 mod events;
+mod metadata;
+mod params;
 
 use std::sync::Arc;
 
@@ -15,6 +18,8 @@ use base64::Engine;
 use crate::mcp::ProtocolVersion;
 
 pub use events::{Attached, EventLog, Frame, KEEP_ALIVE, RETRY_MS, ResumeError, parse_id};
+pub use metadata::{check_metadata, decode_header_value, name_param};
+pub use params::{ParamHeader, ParamHeaders, encode_header_value};
 
 /// `Mcp-Session-Id` (spelled `MCP-Session-Id` in 2025-11-25; header names are
 /// case-insensitive).

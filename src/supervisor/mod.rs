@@ -24,7 +24,7 @@ use tokio::sync::{mpsc, watch};
 pub use cluster::follow_cluster;
 pub use reload::{ReloadReport, end_sessions_at, reload, reload_policy, reload_server};
 
-use crate::backend::{BackendError, Connection, Owner, backoff};
+use crate::backend::{self, BackendError, Connection, Owner, backoff};
 use crate::catalog::{BackendState, Catalog, fetch};
 use crate::cluster::SharedStore;
 use crate::config::{ConnectionMode, ServerConfig, Transport};
@@ -147,6 +147,7 @@ impl Supervisor {
                     if restarted {
                         self.relay.subscriptions().resubscribe(idx, &conn);
                     }
+                    backend::watch_lists(&conn);
                     let started = tokio::time::Instant::now();
                     self.watch(&conn).await;
                     up.set(0);

@@ -19,7 +19,7 @@ use super::Supervisor;
 use crate::backend::Slot;
 use crate::backend::{BackendError, Connection, Owner};
 use crate::catalog::BackendState;
-use crate::config::ConnectionMode;
+use crate::config::{ConnectionMode, Transport};
 use crate::jsonrpc;
 use crate::mcp::Method;
 use crate::session::{Host, ModernHost, Session, SessionRecord, UpstreamSession};
@@ -199,8 +199,12 @@ impl Supervisor {
     /// request for a capability this host request did not declare, and one
     /// principal's backend session is never another's (MCP 2026-07-28 bridging:
     /// capabilities are per request on one side and per session on the other).
-    /// Pooled connections serve many requests at once: what a backend sends is
-    /// tied to a request only by the stream it arrives on.
+    /// Pooled HTTP connections serve many requests at once: what a backend sends
+    /// is tied to a request by the stream it arrives on. A legacy stdio child has
+    /// only its pipe, so it serves one call at a time: a key has lanes, and a call
+    /// takes the first whose connection nobody holds (a parked bridge
+    /// continuation holds its own), opening a sibling child when all are busy
+    /// (bounded by `max_connections`).
     async fn pooled_connection(
         &self,
         idx: usize,
@@ -213,7 +217,7 @@ impl Supervisor {
             .as_ref()
             .map(|p| format!("{}\u{0}{}", p.issuer, p.subject))
             .unwrap_or_default();
-        let key = (idx, format!("{principal}\u{0}{caps}"));
+        let one_call = matches!(b.spec.config.transport, Transport::Stdio { .. });
         let slot = {
             let Ok(mut pool) = self.pool.lock() else {
                 return Err(BackendError::closed(
@@ -221,13 +225,24 @@ impl Supervisor {
                     "connection pool poisoned",
                 ));
             };
-            pool.entry(key)
-                .or_insert_with(|| Arc::new(Slot::default()))
-                .clone()
+            let mut lane = 0u32;
+            loop {
+                let key = (idx, format!("{principal}\u{0}{caps}\u{0}{lane}"));
+                let slot = pool
+                    .entry(key)
+                    .or_insert_with(|| Arc::new(Slot::default()))
+                    .clone();
+                // Held by the pool and by `slot` here: nobody else connects through it.
+                let connecting = Arc::strong_count(&slot) > 2;
+                match slot.current() {
+                    // Held by the slot and by `conn` here: nobody uses it.
+                    Some(conn) if !one_call || conn.modern().is_some() => return Ok(conn),
+                    Some(conn) if Arc::strong_count(&conn) == 2 => return Ok(conn),
+                    None if !one_call || !connecting => break slot,
+                    _ => lane += 1,
+                }
+            }
         };
-        if let Some(conn) = slot.current() {
-            return Ok(conn);
-        }
         b.check_connection_limit()?;
         let conn = slot
             .get(&b.spec, Owner::Shared, self.relay.handler(), caps)

@@ -10,6 +10,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use eventsource_stream::Eventsource;
 use futures_util::{Stream, StreamExt};
+use mcpgate::streamable_http::{EVENT_STREAM, JSON, LAST_EVENT_ID, PROTOCOL_VERSION, SESSION_ID};
 use reqwest::StatusCode;
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use serde_json::{Value, json};
@@ -118,7 +119,7 @@ impl SseStream {
         let is_sse = headers
             .get("content-type")
             .and_then(|v| v.to_str().ok())
-            .is_some_and(|v| v.starts_with("text/event-stream"));
+            .is_some_and(|v| v.starts_with(EVENT_STREAM));
         if is_sse {
             let events = resp
                 .bytes_stream()
@@ -231,12 +232,12 @@ impl McpClient {
             "accept",
             HeaderValue::from_static("application/json, text/event-stream"),
         );
-        h.insert("content-type", HeaderValue::from_static("application/json"));
+        h.insert("content-type", HeaderValue::from_static(JSON));
         if let Some(s) = &self.session {
-            h.insert("mcp-session-id", HeaderValue::from_str(s).unwrap());
+            h.insert(SESSION_ID, HeaderValue::from_str(s).unwrap());
         }
         if let Some(v) = &self.version {
-            h.insert("mcp-protocol-version", HeaderValue::from_str(v).unwrap());
+            h.insert(PROTOCOL_VERSION, HeaderValue::from_str(v).unwrap());
         }
         h
     }
@@ -255,7 +256,7 @@ impl McpClient {
         assert_eq!(raw.status, StatusCode::OK, "initialize: {raw:?}");
         let v = raw.json();
         self.session = Some(
-            raw.header("mcp-session-id")
+            raw.header(SESSION_ID)
                 .expect("initialize answer has Mcp-Session-Id")
                 .to_owned(),
         );
@@ -409,7 +410,7 @@ impl McpClient {
 
     /// Resumes a stream: `GET` with `Last-Event-ID`.
     pub async fn resume(&self, last_event_id: &str) -> SseStream {
-        self.get_stream_with(&[("last-event-id", last_event_id)])
+        self.get_stream_with(&[(LAST_EVENT_ID, last_event_id)])
             .await
     }
 
@@ -423,7 +424,7 @@ impl McpClient {
             );
         }
         h.remove("content-type");
-        h.insert("accept", HeaderValue::from_static("text/event-stream"));
+        h.insert("accept", HeaderValue::from_static(EVENT_STREAM));
         let resp = tokio::time::timeout(ANSWER_WITHIN, self.http.get(&self.url).headers(h).send())
             .await
             .expect("gateway answered in time")

@@ -11,6 +11,7 @@ pub mod fake_http;
 pub mod fake_sse;
 #[path = "../support/modern.rs"]
 pub mod modern;
+pub mod modern_host;
 pub mod served;
 pub mod store;
 #[path = "../support/tools.rs"]
@@ -58,6 +59,7 @@ pub fn fake_stdio() -> &'static str {
             .unwrap_or_else(|e| panic!("{}: {e}: {build}", path.display()));
         for src in [
             "tests/support/fake_stdio.rs",
+            "tests/support/tasks.rs",
             "tests/support/tools.rs",
             "tests/support/modern.rs",
         ] {

@@ -19,6 +19,57 @@ import httpx2
 from support import ServerProcess
 
 UP_TIMEOUT = 20.0  # seconds for HAProxy's health checks to see both replicas UP
+HAPROXY_CFG = Path(__file__).resolve().parents[2] / "deploy" / "haproxy" / "haproxy.cfg"
+REPLICA_HEADER = "x-mcpgate-replica"  # the variants' response header naming the server
+
+
+# --------------------------------------------------------------------------- HAProxy variants
+
+
+def haproxy_variant(
+    tmp_path: Path, *, sticky: bool = True, servers: int = 2, fast_checks: bool = False, name: str = "haproxy"
+) -> Path:
+    """A test-local variant of the shipped deploy/haproxy/haproxy.cfg, written to `tmp_path`.
+
+    Always: a response header (`REPLICA_HEADER`) naming the server that answered (HAProxy's
+    own 502/503 included). `sticky=False`: no stick table, `balance roundrobin` (no
+    affinity). `servers` > 2: `mcpgate-3`... at `MCPGATE_LB_SERVER3`... `fast_checks`:
+    health checks every 500 ms (fall 2, rise 2), so a stopped or restarted replica is
+    seen within about a second instead of 4 s. Everything else is the shipped file; fails
+    if the shipped file no longer has what is replaced, so the variants stay in step.
+    """
+    text = HAPROXY_CFG.read_text()
+
+    def replace(old: str, new: str) -> None:
+        nonlocal text
+        assert old in text, f"the shipped haproxy.cfg changed; update tests/lb/lb_support.py:\n{old}"
+        text = text.replace(old, new)
+
+    if not sticky:
+        replace(
+            ".if defined(MCPGATE_LB_LOCAL_PEER)\n"
+            "    stick-table type string len 128 size 100k expire 30m peers mcpgate\n"
+            ".else\n"
+            "    stick-table type string len 128 size 100k expire 30m\n"
+            ".endif\n",
+            "",
+        )
+        replace("    stick store-response res.hdr(mcp-session-id)\n", "")
+        replace("    stick match req.hdr(mcp-session-id)\n", "")
+        replace("    balance leastconn\n", "    balance roundrobin\n")
+    replace(
+        "    option http-no-delay\n",
+        "    option http-no-delay\n"
+        "    # test only: which replica answered (HAProxy's own errors included)\n"
+        f"    http-after-response set-header {REPLICA_HEADER} %[srv_name]\n",
+    )
+    if fast_checks:
+        replace("check inter 2s fastinter 1s downinter 2s fall 2 rise 2", "check inter 500ms fall 2 rise 2")
+    second = '    server mcpgate-2 "${MCPGATE_LB_SERVER2-mcpgate-2:8080}"\n'
+    replace(second, second + "".join(f'    server mcpgate-{n} "${{MCPGATE_LB_SERVER{n}}}"\n' for n in range(3, servers + 1)))
+    path = tmp_path / f"{name}.cfg"
+    path.write_text(text)
+    return path
 
 
 # --------------------------------------------------------------------------- processes

@@ -35,54 +35,32 @@ import httpx2
 import pytest
 
 import support
-from lb_support import LoadBalancer, Replica, StartLoadBalancer
+from lb_support import REPLICA_HEADER, LoadBalancer, Replica, StartLoadBalancer, haproxy_variant
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(180)]
 
 MODERN = "2026-07-28"
 CALLS = 1000
-REPLICA_HEADER = "x-mcpgate-replica"
 # The [cluster] session keys both replicas share (32 bytes 0x05), and the Python
 # backend's own requestState key.
 SESSION_KEYS = "k1:BQUFBQUFBQUFBQUFBQUFBQUFBQUFBQUFBQUFBQUFBQU="
 MRTR_STATE_KEY = "lb-test requestState key, the same for every child"
 MRTR_SERVER = support.REPO / "tests" / "e2e" / "mrtr_server.py"
-HAPROXY_CFG = support.REPO / "deploy" / "haproxy" / "haproxy.cfg"
 
 
 def round_robin_cfg(tmp_path: Path) -> Path:
     """The shipped haproxy.cfg without session affinity, balancing round-robin, naming the
-    replica that answered. Fails if the shipped file no longer has what is replaced."""
-    text = HAPROXY_CFG.read_text()
-    cuts = [
-        ".if defined(MCPGATE_LB_LOCAL_PEER)\n"
-        "    stick-table type string len 128 size 100k expire 30m peers mcpgate\n"
-        ".else\n"
-        "    stick-table type string len 128 size 100k expire 30m\n"
-        ".endif\n",
-        "    stick store-response res.hdr(mcp-session-id)\n",
-        "    stick match req.hdr(mcp-session-id)\n",
-    ]
-    for cut in cuts:
-        assert cut in text, f"the shipped haproxy.cfg changed; update this variant:\n{cut}"
-        text = text.replace(cut, "")
-    balance = "    balance leastconn\n"
-    assert balance in text
-    text = text.replace(
-        balance,
-        "    balance roundrobin\n"
-        "    # test only: which replica answered (HAProxy's own errors included)\n"
-        f"    http-after-response set-header {REPLICA_HEADER} %[srv_name]\n",
-    )
-    path = tmp_path / "haproxy-roundrobin.cfg"
-    path.write_text(text)
-    return path
+    replica that answered (`lb_support.haproxy_variant`)."""
+    return haproxy_variant(tmp_path, sticky=False, name="haproxy-roundrobin")
 
 
 def replica_config() -> str:
-    """The shipped default config (the demo backend, legacy) plus a 2026-07-28 backend
-    (`mrtr`, the Python server) and short list pages."""
+    """The shipped default config with its demo backend pinned to the legacy era (the demo
+    serves 2026-07-28 too, and `auto` would find that: the bridge case needs a legacy
+    backend), plus a 2026-07-28 backend (`mrtr`, the Python server) and short list pages."""
     base = support.DEFAULT_CONFIG.read_text().replace("[server]\n", "[server]\npage_size = 4\n", 1)
+    base = base.replace("[backends.demo]\n", '[backends.demo]\nera = "legacy"\n', 1)
+    assert 'era = "legacy"' in base, "the default config's demo backend table moved"
     mrtr = {
         "type": "stdio",
         "command": support.venv_python(),

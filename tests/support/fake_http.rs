@@ -13,6 +13,7 @@ use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use futures_util::StreamExt;
+use mcpgate::streamable_http::{EVENT_STREAM, JSON, PROTOCOL_VERSION, SESSION_ID};
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, oneshot};
 use tokio_stream::wrappers::UnboundedReceiverStream;
@@ -172,6 +173,14 @@ impl FakeHttp {
         }
     }
 
+    /// Adds raw tool definition `tool` (answered `called {name}`) without
+    /// announcing it: for tools a test needs before the gateway lists.
+    pub fn add_tool(&self, tool: Value) {
+        if let Ok(mut t) = self.inner.catalog.extra_tools.lock() {
+            t.push(tool);
+        }
+    }
+
     /// Adds a tool and announces it with `notifications/tools/list_changed` on
     /// every open GET stream (unrelated to any request); returns how many
     /// streams it went to.
@@ -179,7 +188,7 @@ impl FakeHttp {
         if let Ok(mut t) = self.inner.catalog.extra_tools.lock() {
             t.push(json!({"name": name, "inputSchema": {"type": "object"}}));
         }
-        let note = json!({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"});
+        let note = tools::message(None, "notifications/tools/list_changed", Value::Null);
         let Ok(s) = self.inner.sessions.lock() else {
             return 0;
         };
@@ -233,40 +242,24 @@ fn record(inner: &Inner, method: &str, h: &HeaderMap, body: Option<Value>, statu
 
 fn status(code: StatusCode, msg: &str) -> Response {
     let body = json!({"jsonrpc": "2.0", "error": {"code": -32000, "message": msg}});
-    (
-        code,
-        [(header::CONTENT_TYPE, "application/json")],
-        body.to_string(),
-    )
-        .into_response()
+    (code, [(header::CONTENT_TYPE, JSON)], body.to_string()).into_response()
 }
 
 fn json_reply(v: &Value) -> Response {
     (
         StatusCode::OK,
-        [(header::CONTENT_TYPE, "application/json")],
+        [(header::CONTENT_TYPE, JSON)],
         v.to_string(),
     )
         .into_response()
-}
-
-fn answer(id: &Value, outcome: Result<Value, (i64, String)>) -> Value {
-    match outcome {
-        Ok(r) => json!({"jsonrpc": "2.0", "id": id, "result": r}),
-        Err((code, message)) => {
-            json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}})
-        }
-    }
 }
 
 fn sse(rx: mpsc::UnboundedReceiver<Value>) -> Response {
     let body = UnboundedReceiverStream::new(rx)
         .map(|v| Ok::<_, Infallible>(Bytes::from(format!("event: message\ndata: {v}\n\n"))));
     let mut resp = Response::new(Body::from_stream(body));
-    resp.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/event-stream"),
-    );
+    resp.headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(EVENT_STREAM));
     resp
 }
 
@@ -299,7 +292,7 @@ async fn modern_reply(inner: &Inner, msg: &Value) -> Response {
 
 /// The session named by the request: 400 without id, 404 unknown or dropped.
 fn session_of(inner: &Inner, h: &HeaderMap) -> Result<(String, String), StatusCode> {
-    let Some(id) = h.get("mcp-session-id").and_then(|v| v.to_str().ok()) else {
+    let Some(id) = h.get(SESSION_ID).and_then(|v| v.to_str().ok()) else {
         return Err(StatusCode::BAD_REQUEST);
     };
     let sessions = inner
@@ -330,7 +323,7 @@ async fn post_inner(inner: &Arc<Inner>, h: &HeaderMap, msg: Option<Value>) -> Re
             .filter_map(|v| v.to_str().ok())
             .collect::<Vec<_>>()
             .join(",");
-        if !(accept.contains("application/json") && accept.contains("text/event-stream")) {
+        if !(accept.contains(JSON) && accept.contains(EVENT_STREAM)) {
             return status(StatusCode::NOT_ACCEPTABLE, "Not Acceptable");
         }
     }
@@ -348,7 +341,7 @@ async fn post_inner(inner: &Arc<Inner>, h: &HeaderMap, msg: Option<Value>) -> Re
         return match d {
             Discover::Garbage => (
                 StatusCode::OK,
-                [(header::CONTENT_TYPE, "application/json")],
+                [(header::CONTENT_TYPE, JSON)],
                 "<html>hi</html>",
             )
                 .into_response(),
@@ -365,11 +358,12 @@ async fn post_inner(inner: &Arc<Inner>, h: &HeaderMap, msg: Option<Value>) -> Re
             }
             Discover::Unauthorized => status(StatusCode::UNAUTHORIZED, "unauthorized"),
             Discover::LegacyVersions => {
-                let e = json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32022, "message": "Unsupported protocol version",
-                    "data": {"supported": inner.opts.versions, "requested": "2026-07-28"}}});
+                let error = json!({"code": -32022, "message": "Unsupported protocol version",
+                    "data": {"supported": inner.opts.versions, "requested": "2026-07-28"}});
+                let e = tools::response_with(&id.unwrap_or_default(), Err(error));
                 (
                     StatusCode::BAD_REQUEST,
-                    [(header::CONTENT_TYPE, "application/json")],
+                    [(header::CONTENT_TYPE, JSON)],
                     e.to_string(),
                 )
                     .into_response()
@@ -397,9 +391,9 @@ async fn post_inner(inner: &Arc<Inner>, h: &HeaderMap, msg: Option<Value>) -> Re
         }
         let result = json!({"protocolVersion": version, "capabilities": tools::capabilities(),
                             "serverInfo": {"name": "fx-http", "version": "0"}});
-        let mut resp = json_reply(&answer(&id.unwrap_or_default(), Ok(result)));
+        let mut resp = json_reply(&tools::response(&id.unwrap_or_default(), Ok(result)));
         resp.headers_mut()
-            .insert("mcp-session-id", HeaderValue::from_str(&sid).unwrap());
+            .insert(SESSION_ID, HeaderValue::from_str(&sid).unwrap());
         return resp;
     }
     let (_sid, version) = match session_of(inner, h) {
@@ -407,7 +401,7 @@ async fn post_inner(inner: &Arc<Inner>, h: &HeaderMap, msg: Option<Value>) -> Re
         Err(code) => return status(code, "no such session"),
     };
     if inner.opts.strict_version_header {
-        let sent = h.get("mcp-protocol-version").and_then(|v| v.to_str().ok());
+        let sent = h.get(PROTOCOL_VERSION).and_then(|v| v.to_str().ok());
         if sent != Some(version.as_str()) {
             return status(StatusCode::BAD_REQUEST, "Unsupported protocol version");
         }
@@ -432,23 +426,15 @@ async fn post_inner(inner: &Arc<Inner>, h: &HeaderMap, msg: Option<Value>) -> Re
     let cursor = params.get("cursor").and_then(Value::as_str);
     let outcome = match method {
         "ping" => Ok(json!({})),
-        "tools/list" => Ok(tools::page(&inner.catalog.tools(), "tools", cursor, 0)),
-        "resources/list" => Ok(tools::page(&tools::resources(), "resources", cursor, 0)),
-        "resources/templates/list" => Ok(tools::page(
-            &tools::templates(),
-            "resourceTemplates",
-            cursor,
-            0,
-        )),
-        "prompts/list" => Ok(tools::page(&tools::prompts(), "prompts", cursor, 0)),
         "resources/read" => {
             tools::read_resource(params.get("uri").and_then(Value::as_str).unwrap_or(""))
         }
         "prompts/get" => tools::get_prompt(&params),
         "tools/call" => return call(inner, id, params).await,
-        _ => Err((-32601, format!("Method not found: {method}"))),
+        _ => tools::list(&inner.catalog, method, cursor, 0)
+            .ok_or_else(|| (-32601, format!("Method not found: {method}"))),
     };
-    json_reply(&answer(&id, outcome))
+    json_reply(&tools::response(&id, outcome))
 }
 
 struct HttpPeer {
@@ -458,9 +444,7 @@ struct HttpPeer {
 
 impl Peer for HttpPeer {
     fn notify(&self, method: &str, params: Value) {
-        let _ = self
-            .tx
-            .send(json!({"jsonrpc": "2.0", "method": method, "params": params}));
+        let _ = self.tx.send(tools::message(None, method, params));
     }
 
     async fn ask(&self, method: &str, params: Value) -> Result<Value, Value> {
@@ -469,9 +453,7 @@ impl Peer for HttpPeer {
         if let Ok(mut m) = self.inner.asked.lock() {
             m.insert(id, tx);
         }
-        let _ = self
-            .tx
-            .send(json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
+        let _ = self.tx.send(tools::message(Some(id), method, params));
         match tokio::time::timeout(Duration::from_secs(30), rx).await {
             Ok(Ok(r)) => r,
             _ => Err(json!({"code": -1, "message": "no answer"})),
@@ -497,7 +479,7 @@ async fn call(inner: &Arc<Inner>, id: Value, params: Value) -> Response {
     let me = inner.clone();
     tokio::spawn(async move {
         let outcome = tools::call_tool(&me.catalog, &peer, &params).await;
-        let _ = tx.send(answer(&id, outcome));
+        let _ = tx.send(tools::response(&id, outcome));
     });
     if streams {
         return sse(rx);

@@ -15,6 +15,7 @@ use axum::extract::{Query, State};
 use axum::http::{HeaderValue, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use futures_util::StreamExt;
+use mcpgate::streamable_http::EVENT_STREAM;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::UnboundedReceiverStream;
@@ -157,10 +158,8 @@ async fn stream(State(inner): State<Arc<Inner>>, uri: Uri) -> Response {
     record(&inner, "GET", &uri, None, StatusCode::OK);
     let body = UnboundedReceiverStream::new(rx).map(|s| Ok::<_, Infallible>(Bytes::from(s)));
     let mut resp = Response::new(Body::from_stream(body));
-    resp.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/event-stream"),
-    );
+    resp.headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(EVENT_STREAM));
     resp
 }
 
@@ -168,7 +167,7 @@ struct StreamPeer(mpsc::UnboundedSender<String>);
 
 impl Peer for StreamPeer {
     fn notify(&self, method: &str, params: Value) {
-        let msg = json!({"jsonrpc": "2.0", "method": method, "params": params});
+        let msg = tools::message(None, method, params);
         let _ = self.0.send(format!("event: message\ndata: {msg}\n\n"));
     }
 
@@ -217,12 +216,7 @@ async fn message(
                 "tools/call" => tools::call_tool(&catalog, &peer, &params).await,
                 other => Err((-32601, format!("Method not found: {other}"))),
             };
-            let answer = match outcome {
-                Ok(r) => json!({"jsonrpc": "2.0", "id": id, "result": r}),
-                Err((code, message)) => {
-                    json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}})
-                }
-            };
+            let answer = tools::response(&id, outcome);
             let _ = tx.send(format!("event: message\ndata: {answer}\n\n"));
         });
     }

@@ -28,6 +28,7 @@
 //! for tokens it was never given, then one for its own token.
 
 mod modern;
+mod tasks;
 mod tools;
 
 use std::collections::HashMap;
@@ -39,6 +40,7 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::{mpsc, oneshot};
 
+use tasks::FakeTask;
 use tools::{Catalog, Peer};
 
 const VERSIONS: [&str; 3] = ["2025-11-25", "2025-06-18", "2025-03-26"];
@@ -138,33 +140,11 @@ struct Server {
     next_task: AtomicUsize,
 }
 
-/// A task created by a task-augmented `tools/call` (`--tasks`).
-struct FakeTask {
-    status: &'static str,
-    created: String,
-    result: Option<Result<Value, (i64, String)>>,
-    handle: Option<tokio::task::AbortHandle>,
-}
-
-impl FakeTask {
-    fn to_json(&self, id: &str) -> Value {
-        json!({"taskId": id, "status": self.status, "createdAt": self.created,
-               "lastUpdatedAt": self.created, "ttl": 60000, "pollInterval": 50})
-    }
-
-    fn terminal(&self) -> bool {
-        matches!(self.status, "completed" | "failed" | "cancelled")
-    }
-}
-
-const RELATED_TASK: &str = "io.modelcontextprotocol/related-task";
-
 struct StdioPeer(Arc<Server>);
 
 impl Peer for StdioPeer {
     fn notify(&self, method: &str, params: Value) {
-        self.0
-            .send(&json!({"jsonrpc": "2.0", "method": method, "params": params}));
+        self.0.notify(method, params);
     }
 
     async fn ask(&self, method: &str, params: Value) -> Answer {
@@ -173,8 +153,7 @@ impl Peer for StdioPeer {
         if let Ok(mut m) = self.0.asked.lock() {
             m.insert(id, tx);
         }
-        self.0
-            .send(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
+        self.0.send(&tools::message(Some(id), method, params));
         rx.await
             .unwrap_or_else(|_| Err(json!({"code": -1, "message": "no answer"})))
     }
@@ -185,14 +164,12 @@ impl Server {
         let _ = self.out.send(msg.to_string());
     }
 
+    fn notify(&self, method: &str, params: Value) {
+        self.send(&tools::message(None, method, params));
+    }
+
     fn answer(&self, id: &Value, outcome: Result<Value, (i64, String)>) {
-        let msg = match outcome {
-            Ok(r) => json!({"jsonrpc": "2.0", "id": id, "result": r}),
-            Err((code, message)) => {
-                json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}})
-            }
-        };
-        self.send(&msg);
+        self.send(&tools::response(id, outcome));
     }
 
     fn handle(self: &Arc<Self>, msg: &Value) {
@@ -309,25 +286,17 @@ impl Server {
             "tasks/get" | "tasks/result" | "tasks/cancel" | "tasks/list" if self.knobs.tasks => {
                 return self.task_request(method, id, &params);
             }
-            "tools/list" => Ok(tools::page(&self.catalog.tools(), "tools", cursor, ps)),
-            "resources/list" => Ok(tools::page(&tools::resources(), "resources", cursor, ps)),
-            "resources/templates/list" => Ok(tools::page(
-                &tools::templates(),
-                "resourceTemplates",
-                cursor,
-                ps,
-            )),
-            "prompts/list" => Ok(tools::page(&tools::prompts(), "prompts", cursor, ps)),
             "resources/read" => {
                 tools::read_resource(params.get("uri").and_then(Value::as_str).unwrap_or(""))
             }
             "prompts/get" => tools::get_prompt(&params),
             "tools/call" => return self.call(id, params),
-            _ => Err((-32601, format!("Method not found: {method}"))),
+            _ => tools::list(&self.catalog, method, cursor, ps)
+                .ok_or_else(|| (-32601, format!("Method not found: {method}"))),
         };
         self.answer(&id, outcome);
         if self.knobs.storm && method == "tools/list" {
-            self.send(&json!({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}));
+            self.notify("notifications/tools/list_changed", Value::Null);
         }
     }
 
@@ -360,10 +329,7 @@ impl Server {
             let force = params.pointer("/arguments/force") == Some(&Value::Bool(true));
             let subscribed = self.subscribed.lock().is_ok_and(|s| s.contains(&uri));
             if subscribed || force {
-                self.send(
-                    &json!({"jsonrpc": "2.0", "method": "notifications/resources/updated",
-                    "params": {"uri": uri}}),
-                );
+                self.notify("notifications/resources/updated", json!({"uri": uri}));
             }
             let text = json!({"content": [{"type": "text", "text": "touched"}]});
             return self.answer(&id, Ok(text));
@@ -372,16 +338,12 @@ impl Server {
             // Progress for tokens this server was never given, then its own.
             let own = params.pointer("/_meta/progressToken").cloned();
             for token in [json!(987_654_321), json!("never-given"), json!(null)] {
-                self.send(
-                    &json!({"jsonrpc": "2.0", "method": "notifications/progress",
-                    "params": {"progressToken": token, "progress": 1}}),
-                );
+                let progress = json!({"progressToken": token, "progress": 1});
+                self.notify("notifications/progress", progress);
             }
             if let Some(t) = own {
-                self.send(
-                    &json!({"jsonrpc": "2.0", "method": "notifications/progress",
-                    "params": {"progressToken": t, "progress": 1}}),
-                );
+                let progress = json!({"progressToken": t, "progress": 1});
+                self.notify("notifications/progress", progress);
             }
             let text = json!({"content": [{"type": "text", "text": "bogus sent"}]});
             return self.answer(&id, Ok(text));
@@ -404,8 +366,8 @@ impl Server {
             let me = self.clone();
             tokio::spawn(async move {
                 tokio::time::sleep(std::time::Duration::from_millis(delay)).await;
-                me.send(&json!({"jsonrpc": "2.0", "method": "notifications/message",
-                    "params": {"level": "info", "logger": "bg", "data": args.get("text")}}));
+                let log = json!({"level": "info", "logger": "bg", "data": args.get("text")});
+                me.notify("notifications/message", log);
             });
             let text = json!({"content": [{"type": "text", "text": "later"}]});
             return self.answer(&id, Ok(text));
@@ -426,161 +388,6 @@ impl Server {
             && !handle.is_finished()
         {
             r.insert(key, (tool, handle.abort_handle()));
-        }
-    }
-}
-
-impl Server {
-    fn now() -> String {
-        let ms = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_millis())
-            .unwrap_or(0);
-        format!("1970-01-01T00:00:00.{:03}Z+{ms}", ms % 1000)
-    }
-
-    /// Sends `notifications/tasks/status` with the task's current state.
-    fn task_status(&self, id: &str) {
-        let task = self
-            .tasks
-            .lock()
-            .ok()
-            .and_then(|t| t.get(id).map(|x| x.to_json(id)));
-        if let Some(task) = task {
-            self.send(
-                &json!({"jsonrpc": "2.0", "method": "notifications/tasks/status", "params": task}),
-            );
-        }
-    }
-
-    /// A task-augmented `tools/call`: answers `CreateTaskResult` at once and runs
-    /// the tool in the background.
-    fn create_task(self: &Arc<Self>, id: &Value, mut params: Value) {
-        let task_id = format!(
-            "task-{}",
-            self.next_task.fetch_add(1, Ordering::Relaxed) + 1
-        );
-        if let Some(o) = params.as_object_mut() {
-            o.remove("task");
-        }
-        let me = self.clone();
-        let tid = task_id.clone();
-        let handle = tokio::spawn(async move {
-            let peer = StdioPeer(me.clone());
-            let outcome = tools::call_tool(&me.catalog, &peer, &params).await;
-            let failed = match &outcome {
-                Ok(v) => v.get("isError") == Some(&Value::Bool(true)),
-                Err(_) => true,
-            };
-            if let Ok(mut t) = me.tasks.lock()
-                && let Some(task) = t.get_mut(&tid)
-            {
-                if task.terminal() {
-                    return;
-                }
-                task.status = if failed { "failed" } else { "completed" };
-                task.result = Some(outcome);
-            }
-            me.task_status(&tid);
-        });
-        let task = FakeTask {
-            status: "working",
-            created: Server::now(),
-            result: None,
-            handle: Some(handle.abort_handle()),
-        };
-        let created = task.to_json(&task_id);
-        if let Ok(mut t) = self.tasks.lock() {
-            t.insert(task_id.clone(), task);
-        }
-        self.log
-            .write(json!({"event": "task created", "taskId": task_id}));
-        // Like real servers, announce the new task's status before (or while) the
-        // CreateTaskResult travels.
-        self.task_status(&task_id);
-        self.answer(id, Ok(json!({ "task": created })));
-    }
-
-    fn task_request(self: &Arc<Self>, method: &str, id: Value, params: &Value) {
-        if method == "tasks/list" {
-            let list: Vec<Value> = self
-                .tasks
-                .lock()
-                .map(|t| t.iter().map(|(k, v)| v.to_json(k)).collect())
-                .unwrap_or_default();
-            return self.answer(&id, Ok(json!({ "tasks": list })));
-        }
-        let task_id = params
-            .get("taskId")
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_owned();
-        let unknown_task = |t: &str| Err((-32602, format!("Unknown task: {t}")));
-        let unknown = || unknown_task(&task_id);
-        match method {
-            "tasks/get" => {
-                let task = self
-                    .tasks
-                    .lock()
-                    .ok()
-                    .and_then(|t| t.get(&task_id).map(|x| x.to_json(&task_id)));
-                self.answer(&id, task.map_or_else(unknown, Ok));
-            }
-            "tasks/cancel" => {
-                let outcome = match self.tasks.lock() {
-                    Ok(mut t) => match t.get_mut(&task_id) {
-                        None => unknown(),
-                        Some(task) if task.terminal() => {
-                            Err((-32602, format!("Task {task_id} is already {}", task.status)))
-                        }
-                        Some(task) => {
-                            task.status = "cancelled";
-                            if let Some(h) = task.handle.take() {
-                                h.abort();
-                            }
-                            Ok(task.to_json(&task_id))
-                        }
-                    },
-                    Err(_) => unknown(),
-                };
-                let ok = outcome.is_ok();
-                self.answer(&id, outcome);
-                if ok {
-                    self.log
-                        .write(json!({"event": "task cancelled", "taskId": task_id}));
-                    self.task_status(&task_id);
-                }
-            }
-            _ => {
-                let me = self.clone();
-                let task_id = task_id.clone();
-                tokio::spawn(async move {
-                    loop {
-                        let state = me
-                            .tasks
-                            .lock()
-                            .ok()
-                            .map(|t| t.get(&task_id).map(|x| (x.status, x.result.clone())));
-                        match state.flatten() {
-                            None => return me.answer(&id, unknown_task(&task_id)),
-                            Some((_, Some(result))) => {
-                                let meta = json!({ RELATED_TASK: {"taskId": task_id} });
-                                let outcome = result.map(|mut r| {
-                                    r["_meta"] = meta;
-                                    r
-                                });
-                                return me.answer(&id, outcome);
-                            }
-                            Some(("cancelled", None)) => {
-                                return me.answer(&id, Err((-32603, "Task cancelled".into())));
-                            }
-                            Some(_) => {
-                                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-                            }
-                        }
-                    }
-                });
-            }
         }
     }
 }

@@ -93,14 +93,14 @@ pub async fn answer(catalog: &Catalog, msg: &Value) -> Option<Reply> {
             if r.get("resultType").is_none() {
                 r["resultType"] = "complete".into();
             }
-            json!({"jsonrpc": "2.0", "id": id, "result": r})
+            tools::response_with(&id, Ok(r))
         }
         Err((code, message, data)) => {
             let mut e = json!({"code": code, "message": message});
             if let Some(d) = data {
                 e["data"] = d;
             }
-            json!({"jsonrpc": "2.0", "id": id, "error": e})
+            tools::response_with(&id, Err(e))
         }
     };
     Some(Reply { related, response })
@@ -180,7 +180,7 @@ struct NoAsk(Mutex<Vec<Value>>);
 impl Peer for NoAsk {
     fn notify(&self, method: &str, params: Value) {
         if let Ok(mut n) = self.0.lock() {
-            n.push(json!({"jsonrpc": "2.0", "method": method, "params": params}));
+            n.push(tools::message(None, method, params));
         }
     }
 
@@ -341,8 +341,8 @@ fn mrtr(params: &Value, what: &str, related: &mut Vec<Value>) -> Outcome {
     }
     let next = asks(what, round + 1, rounds);
     if let Some(token) = params.pointer("/_meta/progressToken") {
-        related.push(json!({"jsonrpc": "2.0", "method": "notifications/progress",
-            "params": {"progressToken": token, "progress": round + 1, "total": rounds + 1}}));
+        let progress = json!({"progressToken": token, "progress": round + 1, "total": rounds + 1});
+        related.push(tools::message(None, "notifications/progress", progress));
     }
     if next.is_empty() {
         return Ok(done(what, &answers));

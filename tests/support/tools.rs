@@ -115,6 +115,55 @@ pub fn page(items: &[Value], key: &str, cursor: Option<&str>, page_size: usize) 
     out
 }
 
+/// The answer to one of the four paginated lists (`tools/list`,
+/// `resources/list`, `resources/templates/list`, `prompts/list`; MCP 2025-11-25
+/// server/utilities/pagination) in pages of `page_size` (0: all at once); `None`
+/// for any other method.
+pub fn list(
+    catalog: &Catalog,
+    method: &str,
+    cursor: Option<&str>,
+    page_size: usize,
+) -> Option<Value> {
+    let (items, key) = match method {
+        "tools/list" => (catalog.tools(), "tools"),
+        "resources/list" => (resources(), "resources"),
+        "resources/templates/list" => (templates(), "resourceTemplates"),
+        "prompts/list" => (prompts(), "prompts"),
+        _ => return None,
+    };
+    Some(page(&items, key, cursor, page_size))
+}
+
+/// A JSON-RPC response to `id`: `{result}`, or `{error: {code, message}}`.
+pub fn response(id: &Value, outcome: Result<Value, (i64, String)>) -> Value {
+    response_with(
+        id,
+        outcome.map_err(|(code, message)| json!({"code": code, "message": message})),
+    )
+}
+
+/// A JSON-RPC response to `id` whose error is a whole error object (with `data`).
+pub fn response_with(id: &Value, outcome: Result<Value, Value>) -> Value {
+    match outcome {
+        Ok(result) => json!({"jsonrpc": "2.0", "id": id, "result": result}),
+        Err(error) => json!({"jsonrpc": "2.0", "id": id, "error": error}),
+    }
+}
+
+/// A JSON-RPC request (server→client) or, with no `id`, a notification;
+/// `params: Value::Null` leaves `params` out.
+pub fn message(id: Option<i64>, method: &str, params: Value) -> Value {
+    let mut m = match id {
+        Some(id) => json!({"jsonrpc": "2.0", "id": id, "method": method}),
+        None => json!({"jsonrpc": "2.0", "method": method}),
+    };
+    if !params.is_null() {
+        m["params"] = params;
+    }
+    m
+}
+
 /// `resources/read`: `Err((code, message))` for an unknown URI.
 pub fn read_resource(uri: &str) -> Result<Value, (i64, String)> {
     let text = if uri == "fx://static" {
