@@ -67,7 +67,7 @@ pub struct Gateway {
     server: Arc<ArcSwap<ServerConfig>>,
     /// The server face in force, and the generation it was built from (the
     /// next one is built from it: `src/reload.rs`).
-    face: Arc<LiveApp>,
+    face: Arc<LiveApp<http::Face>>,
     state: std::sync::Mutex<AppState>,
     /// The metrics listener's application (admin endpoints on or off).
     metrics_face: Option<Arc<LiveApp>>,

@@ -88,6 +88,14 @@ async fn cors_allows_mcp_headers_exposes_session_id_and_refuses_hostile_origins(
     );
     let pre = c.send_raw(Method::OPTIONS, h, "".into()).await;
     assert!(pre.status.is_success(), "preflight: {pre:?}");
+    // What a CORS answer depends on, for caches: on preflights, CORS answers and
+    // answers to requests without Origin alike.
+    let vary = ["origin, access-control-request-method, access-control-request-headers"];
+    let varies = |h: &HeaderMap| -> Vec<String> {
+        let all = h.get_all("vary").iter();
+        all.map(|v| v.to_str().unwrap().to_owned()).collect()
+    };
+    assert_eq!(varies(&pre.headers), vary);
     let methods = pre
         .header("access-control-allow-methods")
         .unwrap_or_default()
@@ -125,6 +133,7 @@ async fn cors_allows_mcp_headers_exposes_session_id_and_refuses_hostile_origins(
         .unwrap_or_default()
         .to_ascii_lowercase();
     assert!(exposed.contains("mcp-session-id"), "expose: {exposed:?}");
+    assert_eq!(varies(&r.headers), vary);
 
     let s = gw.session().await;
     let before = fx.calls("tools/call").len();
@@ -144,6 +153,7 @@ async fn cors_allows_mcp_headers_exposes_session_id_and_refuses_hostile_origins(
     let r = s.post(&[], call.to_string()).await;
     assert_eq!(r.status, 200);
     assert_eq!(fx.calls("tools/call").len(), before + 1);
+    assert_eq!(varies(&r.headers), vary);
 }
 
 #[tokio::test]

@@ -16,10 +16,11 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use futures_util::StreamExt;
-use reqwest::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
-use reqwest::{Response, StatusCode};
+use http::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
+use http::{Method as HttpMethod, StatusCode};
 use tokio::sync::oneshot;
 
+use super::client::{Body, HttpClient, Target};
 use super::conn::{Connection, dispatch_text};
 use super::modern;
 use super::{BackendError, Mirrored};
@@ -31,14 +32,17 @@ use crate::streamable_http::{
 };
 
 const BOTH: &str = "application/json, text/event-stream";
+/// A backend's answer.
+type Response = http::Response<Body>;
+
 /// How often a POST response stream is resumed with `Last-Event-ID` (SEP-1699).
 const MAX_RESUMES: usize = 5;
 
 /// The HTTP side of one backend connection.
 pub(crate) struct HttpLink {
     backend: Arc<str>,
-    client: reqwest::Client,
-    url: reqwest::Url,
+    client: HttpClient,
+    url: Arc<Target>,
     extra: HeaderMap,
     session: RwLock<Option<HeaderValue>>,
     reinit: tokio::sync::Mutex<()>,
@@ -53,11 +57,11 @@ impl HttpLink {
     /// Errors: [`BackendError::Unavailable`] for an unusable URL or header.
     pub(crate) fn new(
         backend: &Arc<str>,
-        client: reqwest::Client,
+        client: HttpClient,
         url: &str,
         headers: &BTreeMap<String, String>,
     ) -> Result<HttpLink, BackendError> {
-        let url = reqwest::Url::parse(url)
+        let url = Target::parse(url)
             .map_err(|e| BackendError::closed(backend, format!("invalid url: {e}")))?;
         let mut extra = HeaderMap::new();
         for (k, v) in headers {
@@ -75,7 +79,7 @@ impl HttpLink {
         Ok(HttpLink {
             backend: backend.clone(),
             client,
-            url,
+            url: Arc::new(url),
             extra,
             session: RwLock::new(None),
             reinit: tokio::sync::Mutex::new(()),
@@ -164,12 +168,9 @@ impl HttpLink {
         self.authorize(conn, &mut h).await?;
         crate::telemetry::inject_current(&mut h);
         self.client
-            .post(self.url.clone())
-            .headers(h)
-            .body(body)
-            .send()
+            .send(HttpMethod::POST, &self.url, h, body)
             .await
-            .map_err(|e| BackendError::closed(&self.backend, describe(e)))
+            .map_err(|e| BackendError::closed(&self.backend, e.to_string()))
     }
 
     /// POSTs request `id` and reads its answer (JSON or SSE), dispatching every
@@ -190,7 +191,7 @@ impl HttpLink {
                 .post(conn, body.clone(), Some((method, mirrored)))
                 .await?;
             if conn.modern().is_some() && !resp.status().is_success() {
-                return self.refused_modern(conn, id, resp).await;
+                return Box::pin(self.refused_modern(conn, id, resp)).await;
             }
             let status = resp.status();
             if status == StatusCode::NOT_FOUND
@@ -199,7 +200,7 @@ impl HttpLink {
                 && !retried
             {
                 tracing::info!(backend = %self.backend, "backend ended our session (404); re-initializing");
-                self.reinitialize(conn, sent_session).await?;
+                Box::pin(self.reinitialize(conn, sent_session)).await?;
                 retried = true;
                 continue;
             }
@@ -233,7 +234,7 @@ impl HttpLink {
         if status == StatusCode::UNAUTHORIZED {
             self.refused(conn);
         }
-        let body = resp.bytes().await.unwrap_or_default();
+        let body = resp.into_body().bytes().await.unwrap_or_default();
         let version = conn.protocol_version().unwrap_or(ProtocolVersion::MODERN);
         let established = conn.info().is_some();
         let refusal = modern::refusal(status.as_u16(), &body, id, version);
@@ -268,9 +269,10 @@ impl HttpLink {
         }
         if !is_event_stream(resp.headers()) {
             let body = resp
+                .into_body()
                 .bytes()
                 .await
-                .map_err(|e| BackendError::closed(&self.backend, describe(e)))?;
+                .map_err(|e| BackendError::closed(&self.backend, e.to_string()))?;
             dispatch_text(conn, &body, Some(id));
             if conn.is_pending(id) {
                 // Garbage, or JSON that answers something else.
@@ -300,11 +302,9 @@ impl HttpLink {
             self.authorize(conn, &mut h).await?;
             let resp = self
                 .client
-                .get(self.url.clone())
-                .headers(h)
-                .send()
+                .send(HttpMethod::GET, &self.url, h, Bytes::new())
                 .await
-                .map_err(|e| BackendError::closed(&self.backend, describe(e)))?;
+                .map_err(|e| BackendError::closed(&self.backend, e.to_string()))?;
             if !resp.status().is_success() || !is_event_stream(resp.headers()) {
                 return Err(BackendError::HttpStatus {
                     backend: self.backend.to_string(),
@@ -344,15 +344,16 @@ impl HttpLink {
             if link.authorize(&conn, &mut h).await.is_err() {
                 return;
             }
-            let req = link.client.post(link.url.clone()).headers(h).body(bytes);
+            let (client, url) = (link.client.clone(), link.url.clone());
             drop(conn);
-            match req.send().await {
+            let sent = client.send(HttpMethod::POST, &url, h, bytes.into()).await;
+            match sent {
                 Ok(r) if r.status().is_success() => {}
                 Ok(r) => {
                     tracing::warn!(backend = %backend, status = r.status().as_u16(), "backend refused a notification or response")
                 }
                 Err(e) => {
-                    tracing::warn!(backend = %backend, cause = %describe(e), "cannot deliver a notification or response")
+                    tracing::warn!(backend = %backend, cause = %e, "cannot deliver a notification or response")
                 }
             }
         });
@@ -420,11 +421,13 @@ impl HttpLink {
         let mut h = self.headers(conn, BOTH);
         h.remove(CONTENT_TYPE);
         let _ = self.authorize(conn, &mut h).await;
-        let req = self.client.delete(self.url.clone()).headers(h);
-        match tokio::time::timeout(Duration::from_secs(3), req.send()).await {
+        let req = self
+            .client
+            .send(HttpMethod::DELETE, &self.url, h, Bytes::new());
+        match tokio::time::timeout(Duration::from_secs(3), req).await {
             Ok(Ok(_)) => {}
             Ok(Err(e)) => {
-                tracing::debug!(backend = %self.backend, cause = %describe(e), "DELETE of backend session failed")
+                tracing::debug!(backend = %self.backend, cause = %e, "DELETE of backend session failed")
             }
             Err(_) => {
                 tracing::debug!(backend = %self.backend, "DELETE of backend session timed out")
@@ -436,8 +439,8 @@ impl HttpLink {
 
 async fn listen(
     conn: Weak<Connection>,
-    client: reqwest::Client,
-    url: reqwest::Url,
+    client: HttpClient,
+    url: Arc<Target>,
     ready: oneshot::Sender<()>,
 ) {
     let mut ready = Some(ready);
@@ -466,7 +469,7 @@ async fn listen(
         }
         let backend = c.backend.clone();
         drop(c);
-        let answer = client.get(url.clone()).headers(h).send().await;
+        let answer = client.send(HttpMethod::GET, &url, h, Bytes::new()).await;
         if let Some(tx) = ready.take() {
             let _ = tx.send(());
         }
@@ -486,7 +489,7 @@ async fn listen(
                 tracing::debug!(backend = %backend, status = r.status().as_u16(), "backend GET stream refused");
             }
             Err(e) => {
-                tracing::debug!(backend = %backend, cause = %describe(e), "backend GET stream failed");
+                tracing::debug!(backend = %backend, cause = %e, "backend GET stream failed");
             }
         }
         tokio::time::sleep(delay).await;
@@ -501,7 +504,7 @@ async fn read_events(
     resp: Response,
     related: Option<u64>,
 ) -> Option<(String, Option<Duration>)> {
-    let mut events = std::pin::pin!(super::events::sse_events(resp.bytes_stream()));
+    let mut events = std::pin::pin!(super::events::sse_events(resp.into_body().stream()));
     let mut last: Option<(String, Option<Duration>)> = None;
     while let Some(ev) = events.next().await {
         let Ok(ev) = ev else { break };
@@ -560,17 +563,4 @@ pub(crate) fn with_headers_file(
         out.insert(k.trim().to_owned(), v.trim().to_owned());
     }
     Ok(out)
-}
-
-/// A transport error without URL secrets (query strings may hold keys).
-fn describe(e: reqwest::Error) -> String {
-    let e = e.without_url();
-    let mut out = e.to_string();
-    let mut src = std::error::Error::source(&e);
-    while let Some(s) = src {
-        out.push_str(": ");
-        out.push_str(&s.to_string());
-        src = s.source();
-    }
-    out
 }

@@ -1,5 +1,7 @@
 //! Client face: MCP client connections to backends over stdio and Streamable HTTP.
 
+mod caller;
+mod client;
 mod conn;
 pub(crate) mod events;
 mod handshake;
@@ -10,24 +12,23 @@ mod slot;
 mod sse;
 mod stdio;
 
-use std::any::Any;
 use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Value, json};
 
+pub(crate) use caller::Mirrored;
+pub use caller::{Caller, UpstreamHandler};
 pub use conn::{Connection, InitInfo, Owner};
 pub use listen::watch_lists;
 pub use slot::{Slot, backoff};
 
 use self::modern::{Era, EraCache, Verdict};
-use ::http::{HeaderName, HeaderValue};
 
 use crate::auth::upstream::UpstreamCredentials;
 use crate::config::{BackendConfig, BackendEra, Transport};
 use crate::jsonrpc::{self, ErrorObject};
-use crate::mcp::{LogLevel, Method, Notification, ProtocolVersion, Request};
-use crate::streamable_http::ParamHeaders;
+use crate::mcp::{Method, ProtocolVersion};
 
 /// How long a new HTTP connection waits for its standalone GET stream to open.
 const GET_STREAM_WAIT: Duration = Duration::from_secs(1);
@@ -116,89 +117,6 @@ impl BackendError {
                 ErrorObject::new(jsonrpc::INTERNAL_ERROR, "request cancelled")
             }
         }
-    }
-}
-
-/// What a request to a 2026-07-28 HTTP backend mirrors from its body into
-/// headers besides `Mcp-Method` (MCP 2026-07-28 basic/transports/streamable-http,
-/// request metadata and custom headers). Empty toward legacy and stdio backends.
-#[derive(Debug, Default)]
-pub(crate) struct Mirrored {
-    /// `Mcp-Name`: `params.name`, `params.uri` or `params.taskId`, the backend's own.
-    pub name: Option<String>,
-    /// `Mcp-Param-*`, by the backend's schema from the final arguments.
-    pub params: Vec<(HeaderName, HeaderValue)>,
-}
-
-/// The caller of one upstream request, opaque to the client face (for the
-/// gateway: the host request being served). The connection asks it what it needs
-/// to send the request, and hands it back to the [`UpstreamHandler`] with every
-/// message the backend relates to that request.
-pub trait Caller: Send + Sync + 'static {
-    /// Whether the request asks for progress: the upstream request then carries
-    /// its upstream id as progress token (MCP basic/utilities/progress).
-    fn wants_progress(&self) -> bool;
-    /// The lowest log level the caller wants (`None`: no logs). Sent as
-    /// `_meta` `logLevel` to stateless backends (MCP 2026-07-28
-    /// server/utilities/logging); `None` by default.
-    fn log_level(&self) -> Option<LogLevel> {
-        None
-    }
-    /// The client capabilities a 2026-07-28 backend is told this request's client
-    /// has (`_meta` `clientCapabilities`, MCP 2026-07-28 basic/index): only what
-    /// the caller can carry back to its host. `None` (the default): `{}`, none.
-    fn client_capabilities(&self) -> Option<serde_json::Value> {
-        None
-    }
-    /// The request became upstream request `id` on `conn` (it is pending from now
-    /// on, so a cancel finds it). `false`: the caller gave up meanwhile, and the
-    /// request is not sent.
-    fn started(&self, conn: &Arc<Connection>, id: u64) -> bool;
-    /// The caller as `Any`, so the handler that created it can downcast it.
-    fn into_any(self: Arc<Self>) -> Arc<dyn Any + Send + Sync>;
-    /// The trace the upstream request continues (its CLIENT span is a child of
-    /// it); `None` (the default): not traced.
-    fn trace_parent(&self) -> Option<opentelemetry::Context> {
-        None
-    }
-    /// The `x-mcp-header` annotations of the tool this request calls, mirrored
-    /// into `Mcp-Param-*` headers toward 2026-07-28 HTTP backends (MCP
-    /// 2026-07-28 streamable-http, custom headers); `None` (the default): none.
-    fn param_headers(&self) -> Option<Arc<ParamHeaders>> {
-        None
-    }
-    /// The connection's own background request (a listen), never the call a
-    /// backend message is guessed to relate to; `false` by default.
-    fn background(&self) -> bool {
-        false
-    }
-}
-
-/// Receives what backends send on their own initiative, and answers what the
-/// client face must ask about a connection's owner. Implemented by the layer that
-/// gave the connection its [`Owner`] (the gateway's relay).
-///
-/// `call` is the request the message relates to, when the connection could tell
-/// (progress token, the HTTP stream it came on, or the only request with a caller
-/// in flight: on an exclusive connection for anything, on a shared one only for
-/// server→client requests and `notifications/message`).
-pub trait UpstreamHandler: Send + Sync + 'static {
-    /// A notification from the backend.
-    fn on_notification(
-        &self,
-        conn: &Arc<Connection>,
-        call: Option<Arc<dyn Caller>>,
-        n: Notification,
-    );
-    /// A request from the backend; answer it with [`Connection::respond`].
-    fn on_request(&self, conn: &Arc<Connection>, call: Option<Arc<dyn Caller>>, r: Request);
-    /// The connection closed (process exit, transport failure or [`Connection::close`]).
-    fn on_closed(&self, conn: &Arc<Connection>);
-    /// The access token of the client that owns `conn` (exclusive connections),
-    /// for credentials exchanged for it (RFC 8693). `None` by default.
-    fn subject_token(&self, conn: &Connection) -> Option<Arc<str>> {
-        let _ = conn;
-        None
     }
 }
 
@@ -317,7 +235,10 @@ pub struct BackendSpec {
     /// Per-call timeout: `timeout`, else `server.request_timeout` (followed at a
     /// reload, [`BackendSpec::set_default_timeout`]).
     timeout: Arc<CallTimeout>,
+    /// reqwest: the legacy HTTP+SSE transport, and Streamable HTTP behind a proxy.
     http: Option<reqwest::Client>,
+    /// The Streamable HTTP client ([`client::HttpClient`]).
+    client: Option<client::HttpClient>,
     /// Set once an `http` backend turned out to speak only the legacy transport,
     /// so later connections skip the failing Streamable HTTP attempt.
     legacy_detected: std::sync::atomic::AtomicBool,
@@ -353,6 +274,10 @@ impl BackendSpec {
             }
             Transport::Stdio { .. } => None,
         };
+        let streamable = matches!(config.transport, Transport::Http { .. });
+        let client = streamable.then(|| {
+            client::HttpClient::new(proxy_configured(), || http.clone().unwrap_or_default())
+        });
         let creds = config
             .upstream_auth
             .as_ref()
@@ -363,6 +288,7 @@ impl BackendSpec {
             timeout: Arc::new(CallTimeout::new(config.timeout.unwrap_or(default_timeout))),
             config,
             http,
+            client,
             legacy_detected: std::sync::atomic::AtomicBool::new(false),
             era: Arc::default(),
         }
@@ -544,7 +470,7 @@ impl BackendSpec {
         } else {
             conn
         });
-        let client = || self.http.clone().unwrap_or_default();
+        let reqwest = || self.http.clone().unwrap_or_default();
         let link = match &transport {
             Transport::Stdio {
                 command,
@@ -564,7 +490,9 @@ impl BackendSpec {
                     headers,
                     self.config.headers_file.as_deref(),
                 )?;
-                let mut link = http::HttpLink::new(&self.name, client(), url, &headers)?;
+                let client =
+                    (self.client.clone()).unwrap_or_else(|| client::HttpClient::Proxied(reqwest()));
+                let mut link = http::HttpLink::new(&self.name, client, url, &headers)?;
                 link.creds = self.creds.clone();
                 Link::Http(Box::new(link))
             }
@@ -575,7 +503,7 @@ impl BackendSpec {
                     self.config.headers_file.as_deref(),
                 )?;
                 Link::Sse(Box::new(
-                    sse::SseLink::open(&conn, client(), url, &headers).await?,
+                    sse::SseLink::open(&conn, reqwest(), url, &headers).await?,
                 ))
             }
         };

@@ -62,6 +62,18 @@ impl Slot {
         if let Some(c) = self.current() {
             return Ok(c);
         }
+        // Boxed: connecting (handshake, probe, spawn) is rare and its future
+        // large; the callers' futures stay small.
+        Box::pin(self.connect(spec, owner, handler, capabilities)).await
+    }
+
+    async fn connect(
+        &self,
+        spec: &BackendSpec,
+        owner: Owner,
+        handler: Arc<dyn UpstreamHandler>,
+        capabilities: Value,
+    ) -> Result<Arc<Connection>, BackendError> {
         let mut backoff = self.connecting.lock().await;
         if let Some(c) = self.current() {
             return Ok(c);

@@ -1,7 +1,8 @@
 //! The forward and respond phases: a routed host request becomes an upstream
 //! request on the connection that serves the session, in a task of its own (a
 //! host that disconnects does not cancel it: MCP 2025-11-25 transports, a
-//! disconnect is not a cancellation). Related messages stream to the host as they
+//! disconnect is not a cancellation; the HTTP handler runs it inline while it
+//! waits for the answer, see `Call`). Related messages stream to the host as they
 //! come; the result is rewritten into the host's namespace and revision.
 
 use std::sync::Arc;
@@ -13,7 +14,7 @@ use tokio::sync::mpsc;
 use super::bridge::{self, Continuation};
 use super::rewrite::{expose_error, rewrite_result};
 use super::shim::{self, ShimError};
-use super::{Dispatch, Reply, Upstream, wrap};
+use super::{Call, Dispatch, Reply, Upstream, wrap};
 use crate::backend::{BackendError, Caller};
 use crate::error::RpcError;
 use crate::jsonrpc::{self, Id};
@@ -64,11 +65,11 @@ impl Dispatch {
         if call.host.version().is_modern() && up.may_ask() {
             let task = async move { me.run_modern(ctx, call, up).await };
             tokio::spawn(tracing::Instrument::instrument(task, span));
+            Reply::Stream(rx)
         } else {
             let task = async move { me.run(ctx, call, up).await };
-            tokio::spawn(tracing::Instrument::instrument(task, span));
+            Reply::Call(Call::new(tracing::Instrument::instrument(task, span), rx))
         }
-        Reply::Stream(rx)
     }
 
     /// The forward task: call the backend, shape the answer, finish the request.

@@ -6,6 +6,7 @@
 //! request's [`RequestContext`].
 
 mod bridge;
+mod call;
 mod forward;
 mod modern;
 pub(crate) mod rewrite;
@@ -30,6 +31,7 @@ use crate::request::{Outcome, RequestContext};
 use crate::session::{Host, Outbound, Session};
 use crate::streamable_http::ParamHeaders;
 use crate::supervisor::Supervisor;
+pub use call::Call;
 use rewrite::ResultKind;
 
 /// How the answer to a host request is delivered.
@@ -39,6 +41,8 @@ pub enum Reply {
     /// Messages related to the request, ending with [`Outbound::Final`]; the
     /// channel closes without a final message when the host cancelled.
     Stream(mpsc::Receiver<Outbound>),
+    /// As [`Reply::Stream`], from a backend call that the receiver runs.
+    Call(Call),
 }
 
 /// A request the route phase sends to a backend.
@@ -220,9 +224,13 @@ impl Dispatch {
             (Method::CompletionComplete, _) => self.route_completion(ctx, host, id, params),
             (Method::ServerDiscover, Host::Modern(_)) => {
                 let found = modern::discover(&self.catalog, &self.supervisor, host, id);
-                return Routed::Answer(found.await);
+                return Routed::Answer(Box::pin(found).await);
             }
-            (_, Host::Legacy(session)) => self.route_legacy(ctx, session, id, method, params).await,
+            // Boxed, as `discover` above: their futures (backend round trips,
+            // the shared store) would otherwise make every request's future larger.
+            (_, Host::Legacy(session)) => {
+                Box::pin(self.route_legacy(ctx, session, id, method, params)).await
+            }
             (other, Host::Modern(_)) => Err(RpcError::MethodNotFound(other.as_str().to_owned())),
         };
         match routed {

@@ -68,13 +68,14 @@ pub async fn accept(st: &AppState, req: Request) -> Result<Accepted, HttpError> 
     let principal = match &st.auth {
         None => None,
         Some(auth) => {
-            let result = auth
-                .authenticate_at(
-                    &endpoint,
-                    presented.as_ref().map(HeaderValue::as_bytes),
-                    parts.uri.query(),
-                )
-                .await;
+            // Boxed: the validation future (JWKS and introspection fetches) is
+            // large, and an open endpoint should not carry it.
+            let result = Box::pin(auth.authenticate_at(
+                &endpoint,
+                presented.as_ref().map(HeaderValue::as_bytes),
+                parts.uri.query(),
+            ))
+            .await;
             match result {
                 Ok(p) => Some(Arc::new(p)),
                 Err(e) => {

@@ -24,7 +24,7 @@ use super::sse::{Mirror, json_response, stream_reply};
 use super::{AppState, HttpError};
 use crate::auth::Principal;
 use crate::config::ModernFace;
-use crate::dispatch::Reply;
+use crate::dispatch::{Call, Reply};
 use crate::jsonrpc::{self, EnvelopeError, ErrorObject};
 use crate::mcp::version::shape_capabilities;
 use crate::mcp::{Message, Method, ProtocolVersion, Request as RpcRequest};
@@ -52,9 +52,12 @@ pub async fn post(State(st): State<AppState>, req: Request) -> Response {
         Ok(f) => f,
         Err(e) => return reject(ctx, e),
     };
+    // The paths other than one request on a session are boxed: an async fn's
+    // future is as large as its largest await point, and this one is moved
+    // (copied) into a box by axum on every request.
     match framed {
         Framed::Initialize(req) => {
-            match initialize(&st, &mut ctx, &req, principal.as_ref()).await {
+            match Box::pin(initialize(&st, &mut ctx, &req, principal.as_ref())).await {
                 Ok((resp, outcome)) => {
                     ctx.finish(outcome);
                     resp
@@ -65,7 +68,7 @@ pub async fn post(State(st): State<AppState>, req: Request) -> Response {
         Framed::Batch(session, items) => {
             st.supervisor.wait_loaded(modern::LOAD_WAIT).await;
             ctx.finish(Outcome::Ok);
-            batch(&st, &session, items).await
+            Box::pin(batch(&st, &session, items)).await
         }
         Framed::One(session, Message::Notification(n)) => {
             st.relay.handle_notification(&session, &n);
@@ -89,7 +92,7 @@ pub async fn post(State(st): State<AppState>, req: Request) -> Response {
             }
             Err(e) => reject(ctx, e),
         },
-        Framed::Modern(h, msg) => modern::serve(&st, ctx, &h, msg, principal).await,
+        Framed::Modern(h, msg) => Box::pin(modern::serve(&st, ctx, &h, msg, principal)).await,
     }
 }
 
@@ -239,7 +242,11 @@ async fn answer(
         }
         Reply::Stream(rx) => {
             let times = (server.json_response_window, server.sse_keep_alive);
-            stream_reply(rx, session, slot, times, &st.metrics, mirror).await
+            stream_reply(rx.into(), session, slot, times, &st.metrics, mirror).await
+        }
+        Reply::Call(call) => {
+            let times = (server.json_response_window, server.sse_keep_alive);
+            stream_reply(call, session, slot, times, &st.metrics, mirror).await
         }
     }
 }
@@ -433,14 +440,17 @@ async fn batch(
                 ctx.set_rpc_id(&req.id);
                 ctx.set_session(session.log_id());
                 ctx.set_revision(session.version());
-                match st.dispatch.handle(ctx, &host, req).await {
-                    Reply::Now(b) => answers.push(b.to_vec()),
-                    Reply::Stream(mut rx) => {
-                        while let Some(m) = rx.recv().await {
-                            if let Outbound::Final(b) = m {
-                                answers.push(b.to_vec());
-                            }
-                        }
+                let mut call = match st.dispatch.handle(ctx, &host, req).await {
+                    Reply::Now(b) => {
+                        answers.push(b.to_vec());
+                        continue;
+                    }
+                    Reply::Stream(rx) => Call::from(rx),
+                    Reply::Call(call) => call,
+                };
+                while let Some(m) = call.recv().await {
+                    if let Outbound::Final(b) = m {
+                        answers.push(b.to_vec());
                     }
                 }
             }

@@ -23,9 +23,11 @@ use axum::Router as AxumRouter;
 use axum::extract::DefaultBodyLimit;
 use axum::http::{HeaderName, HeaderValue, Method, header};
 use axum::routing::get;
-use tower_http::cors::{AllowOrigin, CorsLayer};
-use tower_http::sensitive_headers::SetSensitiveRequestHeadersLayer;
-use tower_http::timeout::RequestBodyTimeoutLayer;
+use tower::Layer;
+use tower_http::cors::{AllowOrigin, Cors, CorsLayer};
+use tower_http::sensitive_headers::{SetSensitiveRequestHeaders, SetSensitiveRequestHeadersLayer};
+use tower_http::set_header::{SetResponseHeader, SetResponseHeaderLayer};
+use tower_http::timeout::{RequestBodyTimeout, RequestBodyTimeoutLayer};
 
 pub use error::HttpError;
 pub use routes::Routes;
@@ -115,9 +117,9 @@ impl OriginPolicy {
     /// Whether a browser `Origin` may use the endpoint: configured origins, or any
     /// loopback origin when the gateway itself listens on loopback.
     pub fn origin_allowed(&self, origin: &str) -> bool {
-        let origin = origin.to_ascii_lowercase();
+        let origin = lower(origin);
         self.any
-            || self.allowed.contains(&origin)
+            || self.allowed.iter().any(|a| *a == origin)
             || (self.loopback_bind && is_loopback_origin(&origin))
     }
 
@@ -127,9 +129,18 @@ impl OriginPolicy {
         if !self.loopback_bind {
             return true;
         }
-        let host = host.to_ascii_lowercase();
+        let host = lower(host);
         let name = strip_port(&host);
         is_loopback_name(name) || self.hosts.iter().any(|h| *h == host || h == name)
+    }
+}
+
+/// `s` in lower case, copied only if it has upper-case letters.
+fn lower(s: &str) -> std::borrow::Cow<'_, str> {
+    if s.bytes().any(|b| b.is_ascii_uppercase()) {
+        s.to_ascii_lowercase().into()
+    } else {
+        s.into()
     }
 }
 
@@ -138,7 +149,11 @@ impl OriginPolicy {
 /// `/readyz`, with `state.server`'s body size limit (HTTP 413, answered from
 /// `Content-Length` before any body is read), body read timeout (HTTP 408) and
 /// CORS origins. Building it cannot fail (paths are looked up literally).
-pub fn app(state: AppState) -> AxumRouter {
+///
+/// The tower-http layers wrap the router once, not each route (`Router::layer`
+/// wraps every route in a boxed service of each layer, cloned with its future
+/// boxed on every request).
+pub fn app(state: AppState) -> Face {
     let server = state.server.clone();
     let policy = state.origins.clone();
     let cors = CorsLayer::new()
@@ -158,19 +173,43 @@ pub fn app(state: AppState) -> AxumRouter {
             HeaderName::from_static("mcp-session-id"),
             HeaderName::from_static("mcp-protocol-version"),
             header::WWW_AUTHENTICATE,
-        ]);
-    AxumRouter::new()
+        ])
+        .vary(Vec::<HeaderName>::new());
+    let router = AxumRouter::new()
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
         .fallback(routes::routed)
-        .layer(DefaultBodyLimit::max(server.max_body_bytes))
-        .layer(RequestBodyTimeoutLayer::new(server.body_read_timeout))
-        .layer(cors)
+        .with_state(state);
+    tower::ServiceBuilder::new()
         .layer(SetSensitiveRequestHeadersLayer::new([
             header::AUTHORIZATION,
         ]))
-        .with_state(state)
+        .layer(SetResponseHeaderLayer::appending(
+            header::VARY,
+            HeaderValue::from_static(VARY),
+        ))
+        .layer(cors)
+        .layer(RequestBodyTimeoutLayer::new(server.body_read_timeout))
+        .layer(DefaultBodyLimit::max(server.max_body_bytes))
+        .service(router)
 }
+
+/// The server face [`app`] builds: the router inside (outermost first) the
+/// sensitive `Authorization` marking, the `Vary` header, CORS, the body read
+/// timeout and the body size limit.
+pub type Face = SetSensitiveRequestHeaders<
+    SetResponseHeader<
+        Cors<RequestBodyTimeout<<DefaultBodyLimit as Layer<AxumRouter>>::Service>>,
+        HeaderValue,
+    >,
+>;
+
+/// `Vary` of every response, preflights included: what tower-http's CORS layer
+/// sends by default (the request headers a CORS answer depends on, so that a
+/// cache does not serve one origin's answer to another). Set as one constant
+/// by a layer around CORS, which is told to send none: CORS builds its value
+/// anew for every response (a joined `Vec` and a `HeaderValue` copy).
+const VARY: &str = "origin, access-control-request-method, access-control-request-headers";
 
 /// `GET /readyz`: 200 when ready, 503 otherwise, with per-backend state.
 async fn readyz(

@@ -148,6 +148,11 @@ pub async fn serve(
             let keep_alive = server.sse_keep_alive.min(LIVENESS);
             respond(rx, server.json_response_window, keep_alive, st).await
         }
+        Reply::Call(call) => {
+            let server = &st.server;
+            let keep_alive = server.sse_keep_alive.min(LIVENESS);
+            respond(call.detach(), server.json_response_window, keep_alive, st).await
+        }
     }
 }
 

@@ -49,7 +49,6 @@ use arc_swap::ArcSwap;
 use axum::Router as AxumRouter;
 use axum::extract::ConnectInfo;
 use axum::response::Response;
-use axum::routing::future::RouteFuture;
 use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
@@ -63,16 +62,17 @@ use tower::Service;
 /// so that the loop does not spin while connections drain.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
 
-/// The application a listener serves, replaceable while it serves.
-pub struct LiveApp {
-    app: ArcSwap<AxumRouter>,
+/// The application a listener serves, replaceable while it serves: a router, or
+/// a service around one (the server face, [`super::Face`]).
+pub struct LiveApp<S = AxumRouter> {
+    app: ArcSwap<S>,
     /// Requests between their arrival and their response head.
     answering: AtomicUsize,
 }
 
-impl LiveApp {
+impl<S> LiveApp<S> {
     /// Serves `app` until it is replaced.
-    pub fn new(app: AxumRouter) -> Arc<LiveApp> {
+    pub fn new(app: S) -> Arc<LiveApp<S>> {
         Arc::new(LiveApp {
             app: ArcSwap::from_pointee(app),
             answering: AtomicUsize::new(0),
@@ -80,7 +80,7 @@ impl LiveApp {
     }
 
     /// Requests that arrive from now on go to `app`.
-    pub fn replace(&self, app: AxumRouter) {
+    pub fn replace(&self, app: S) {
         self.app.store(Arc::new(app));
     }
 
@@ -95,37 +95,73 @@ impl LiveApp {
 
 /// The future of one request, counted in [`LiveApp::answering`] until it
 /// resolves or is dropped.
-struct Answering {
-    inner: RouteFuture<Infallible>,
-    app: Arc<LiveApp>,
+struct Answering<F, S> {
+    inner: F,
+    app: Arc<LiveApp<S>>,
 }
 
-impl Future for Answering {
-    type Output = Result<Response, Infallible>;
+impl<F: Future + Unpin, S> Future for Answering<F, S> {
+    type Output = F::Output;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         Pin::new(&mut self.inner).poll(cx)
     }
 }
 
-impl Drop for Answering {
+impl<F, S> Drop for Answering<F, S> {
     fn drop(&mut self) {
         self.app.answering.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
-/// One connection's service: the router in force per request (an `ArcSwap`
-/// load and a reference count: the cost of the reload), with the peer address.
-#[derive(Clone)]
-struct Current {
-    app: Arc<LiveApp>,
+/// What [`serve`] can serve: a cloneable service of hyper requests that
+/// answers every one (errors are responses).
+pub trait App:
+    Service<
+        axum::http::Request<Incoming>,
+        Response = Response,
+        Error = Infallible,
+        Future: Send + Unpin + 'static,
+    > + Clone
+    + Send
+    + Sync
+    + 'static
+{
+}
+
+impl<S> App for S where
+    S: Service<
+            axum::http::Request<Incoming>,
+            Response = Response,
+            Error = Infallible,
+            Future: Send + Unpin + 'static,
+        > + Clone
+        + Send
+        + Sync
+        + 'static
+{
+}
+
+/// One connection's service: the application in force per request (an
+/// `ArcSwap` load and a clone: the cost of the reload), with the peer address.
+struct Current<S> {
+    app: Arc<LiveApp<S>>,
     peer: SocketAddr,
 }
 
-impl Service<axum::http::Request<Incoming>> for Current {
+impl<S> Clone for Current<S> {
+    fn clone(&self) -> Self {
+        Current {
+            app: self.app.clone(),
+            peer: self.peer,
+        }
+    }
+}
+
+impl<S: App> Service<axum::http::Request<Incoming>> for Current<S> {
     type Response = Response;
     type Error = Infallible;
-    type Future = Answering;
+    type Future = Answering<S::Future, S>;
 
     fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
         Poll::Ready(Ok(()))
@@ -134,7 +170,7 @@ impl Service<axum::http::Request<Incoming>> for Current {
     fn call(&mut self, mut req: axum::http::Request<Incoming>) -> Self::Future {
         req.extensions_mut()
             .insert(ConnectInfo::<SocketAddr>(self.peer));
-        let mut app = AxumRouter::clone(&self.app.app.load());
+        let mut app = S::clone(&self.app.app.load());
         self.app.answering.fetch_add(1, Ordering::AcqRel);
         Answering {
             inner: app.call(req),
@@ -151,9 +187,9 @@ impl Service<axum::http::Request<Incoming>> for Current {
 ///
 /// Each request carries the peer address as `ConnectInfo<SocketAddr>`, as with
 /// axum's `into_make_service_with_connect_info`.
-pub async fn serve(
+pub async fn serve<S: App>(
     listener: TcpListener,
-    app: Arc<LiveApp>,
+    app: Arc<LiveApp<S>>,
     header_read_timeout: impl Fn() -> Duration,
     stop: CancellationToken,
 ) {

@@ -57,7 +57,8 @@ pub(super) async fn lookup(
         // Opened at another endpoint: unknown here, as its id would not open.
         Some(held) if held.endpoint() != endpoint => return Err(HttpError::unknown_session()),
         Some(held) => held,
-        None => restore(st, id, principal, endpoint).await?,
+        // Boxed: rare, and large (the shared store's futures).
+        None => Box::pin(restore(st, id, principal, endpoint)).await?,
     };
     super::auth::bind(st, &session, principal)?;
     if let Some(store) = st.supervisor.shared()

@@ -18,6 +18,7 @@ use futures_util::{StreamExt, stream};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::cluster::{MirroredEvent, Purpose, Sealer, SharedStore};
+use crate::dispatch::Call;
 use crate::metrics::Metrics;
 use crate::session::{Outbound, Session, StreamSlot};
 use crate::streamable_http::{Attached, EVENT_STREAM, JSON, KEEP_ALIVE};
@@ -60,7 +61,8 @@ pub fn sse_response(
     resp
 }
 
-/// Answers a routed host request: waits up to `window` for the first message;
+/// Answers a routed host request: waits up to `window` for the first message
+/// (running `call`'s task meanwhile, then detaching it);
 /// if it is the response, answers `application/json`, otherwise (related messages
 /// first, or a slow backend) switches to an SSE stream recorded in the session's
 /// event log, so the host can resume it after a disconnect.
@@ -69,14 +71,16 @@ pub fn sse_response(
 /// `mirror` the stream's events are also written to the shared store (a JSON
 /// answer writes nothing).
 pub async fn stream_reply(
-    mut rx: mpsc::Receiver<Outbound>,
+    mut call: Call,
     session: &Arc<Session>,
     slot: StreamSlot,
     (window, keep_alive): (Duration, Duration),
     metrics: &Arc<Metrics>,
     mirror: Option<Mirror>,
 ) -> Response {
-    let first = match tokio::time::timeout(window, rx.recv()).await {
+    // The call runs in this task while the window lasts; if the response is
+    // its first message, no task is spawned for it.
+    let first = match tokio::time::timeout(window, call.recv()).await {
         Ok(Some(Outbound::Final(body))) => {
             metrics.bytes_out.inc_by(body.len() as u64);
             return json_response(body);
@@ -84,6 +88,7 @@ pub async fn stream_reply(
         Ok(Some(m)) => Some(m),
         Ok(None) | Err(_) => None,
     };
+    let rx = call.detach();
     let (stream, live) = session.events().open();
     let mirror = mirror.map(|m| m.writer(stream));
     if let Some(m) = &mirror {

@@ -52,6 +52,7 @@ fn both(json: bool, emit: fn()) -> (Vec<String>, Vec<String>, usize) {
         tracing::subscriber::with_default(sub, emit);
         let sub = builder()
             .with_writer(move || f.clone())
+            .fmt_fields(FastFields::default())
             .event_format(AccessFormat::text(format()))
             .finish();
         tracing::subscriber::with_default(sub, emit);
@@ -131,6 +132,36 @@ fn other_lines() {
     tracing::warn!(target: "mcpgate::other", n = 1u64, "elsewhere");
 }
 
+/// Spans and events the stock event formatter writes, with fields of every
+/// kind `FastFields` formats or hands on: strings that need escaping, `Display`
+/// and `Debug` values, numbers, a float, a bool, an error, raw and `log.`
+/// names, a message with a control character, fields recorded after creation.
+fn span_lines() {
+    let span = tracing::info_span!(
+        "request",
+        id = %7,
+        session = %"1a2b3c4d",
+        method = %"tools/call",
+        tool = tracing::field::Empty,
+        backend = tracing::field::Empty,
+    );
+    span.record("tool", "s__echo");
+    span.record("backend", "s \"quoted\"");
+    let _g = span.enter();
+    tracing::info!(target: ACCESS_TARGET, method = "tools/call", "request");
+    tracing::warn!(backend = "b", cause = %"gone", n = 3u64, i = -1i64, "backend failed");
+    let inner = tracing::info_span!("inner", flag = true, ratio = 0.25f64, list = ?[1, 2]);
+    let _i = inner.enter();
+    tracing::info!(text = "tab\there \u{1b}[0m", "with \"quotes\"");
+    let err = std::io::Error::other("boom");
+    tracing::warn!(cause = &err as &dyn std::error::Error, "an error field");
+    tracing::info!(r#type = "raw", "a raw name");
+    tracing::info!("a bell\u{7} in the message");
+    let odd = tracing::info_span!("odd", r#type = "raw", "log.target" = "x");
+    let _o = odd.enter();
+    tracing::info!(target: ACCESS_TARGET, "request");
+}
+
 fn outside_spans() {
     tracing::info!(target: ACCESS_TARGET, method = "ping", "request");
 }
@@ -155,7 +186,19 @@ fn access_lines_are_the_stock_formatters_lines() {
         assert_same(json, outside_spans, 1);
         assert_same(json, context_line, 1);
         assert_same(json, other_lines, 1);
+        assert_same(json, span_lines, 2);
     }
+}
+
+#[test]
+fn span_fields_are_written_without_the_stock_visitor() {
+    let before = FAST_FIELDS.with(|n| n.load(Ordering::Relaxed));
+    both(false, span_lines);
+    let written = FAST_FIELDS.with(|n| n.load(Ordering::Relaxed)) - before;
+    // The request span (created, two records), the warning, the inner span and
+    // two of its events; the error, the bell and the `log.` name go to
+    // `DefaultFields`.
+    assert_eq!(written, 7);
 }
 
 #[test]

@@ -103,27 +103,32 @@ pub fn new_session_id() -> Arc<str> {
 }
 
 /// Whether an `Accept` header admits `wanted` (`type/subtype`), counting `*/*`
-/// and `type/*` and ignoring `q=0` entries (RFC 9110 §12.5.1). An absent header
-/// admits everything.
+/// and `type/*` and ignoring `q=0` entries (RFC 9110 §12.5.1); media ranges
+/// compare case-insensitively. An absent header admits everything.
 pub fn accepts(h: &HeaderMap, wanted: &str) -> bool {
-    let values: Vec<&str> = h
+    let mut values = h
         .get_all(header::ACCEPT)
         .iter()
         .filter_map(|v| v.to_str().ok())
-        .collect();
-    if values.is_empty() {
+        .peekable();
+    if values.peek().is_none() {
         return true;
     }
-    let (wtype, _) = wanted.split_once('/').unwrap_or((wanted, ""));
-    values.iter().flat_map(|v| v.split(',')).any(|item| {
+    let wtype = wanted.split_once('/').map_or(wanted, |(t, _)| t);
+    values.flat_map(|v| v.split(',')).any(|item| {
         let mut parts = item.split(';');
-        let range = parts.next().unwrap_or_default().trim().to_ascii_lowercase();
-        let refused = parts.any(|p| {
-            let p = p.trim();
-            p.strip_prefix("q=")
-                .is_some_and(|q| q.trim().parse::<f32>().is_ok_and(|q| q == 0.0))
-        });
-        !refused && (range == wanted || range == "*/*" || range == format!("{wtype}/*"))
+        let range = parts.next().unwrap_or_default().trim();
+        let admits = range.eq_ignore_ascii_case(wanted)
+            || range == "*/*"
+            || range
+                .split_once('/')
+                .is_some_and(|(t, sub)| sub == "*" && t.eq_ignore_ascii_case(wtype));
+        admits
+            && !parts.any(|p| {
+                p.trim()
+                    .strip_prefix("q=")
+                    .is_some_and(|q| q.trim().parse::<f32>().is_ok_and(|q| q == 0.0))
+            })
     })
 }
 
@@ -230,6 +235,10 @@ mod tests {
         assert!(accepts(&any, JSON) && accepts(&any, EVENT_STREAM));
         let neither = with("text/html, application/json;q=0");
         assert!(!accepts(&neither, JSON) && !accepts(&neither, EVENT_STREAM));
+        let cased = with("Application/JSON, TEXT/*");
+        assert!(accepts(&cased, JSON) && accepts(&cased, EVENT_STREAM));
+        let refused_then_any = with("application/json;q=0, */*");
+        assert!(accepts(&refused_then_any, JSON));
         assert!(accepts(&HeaderMap::new(), EVENT_STREAM));
     }
 

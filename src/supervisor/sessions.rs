@@ -48,12 +48,36 @@ impl Supervisor {
                 "removed by a configuration reload",
             ));
         }
-        let handler = self.relay.handler();
         // A stateless request has no session: it is as new as the request.
         let created = match host {
             Host::Legacy(session) => session.created(),
             Host::Modern(_) => tokio::time::Instant::now(),
         };
+        let live = if b.shares_with(created) {
+            b.shared().current()
+        } else {
+            match host {
+                Host::Legacy(session) => session.slot(idx).and_then(|s| s.current()),
+                Host::Modern(_) => None,
+            }
+        };
+        if let Some(conn) = live {
+            return Ok(conn);
+        }
+        // Boxed: opening a connection is rare and its future large.
+        Box::pin(self.open_connection(idx, host, created)).await
+    }
+
+    /// [`Supervisor::connection_for`] when no live connection serves `host`:
+    /// the shared one (re)connected, or the session's own opened.
+    async fn open_connection(
+        &self,
+        idx: usize,
+        host: &Host,
+        created: tokio::time::Instant,
+    ) -> Result<Arc<Connection>, BackendError> {
+        let b = self.catalog.backend(idx);
+        let handler = self.relay.handler();
         if b.shares_with(created) {
             let caps = shared_capabilities(b.mode);
             return b.shared().get(&b.spec, Owner::Shared, handler, caps).await;

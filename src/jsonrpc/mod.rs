@@ -14,8 +14,10 @@ use std::fmt;
 use serde::de::{self, Deserializer};
 use serde::{Deserialize, Serialize, Serializer};
 use serde_json::Value;
-use serde_json::error::Category;
 use serde_json::value::RawValue;
+
+mod parse;
+pub use parse::{classify_raw, parse_message};
 
 /// Parse error: the body is not JSON (JSON-RPC 2.0 §5.1).
 pub const PARSE_ERROR: i64 = -32700;
@@ -220,114 +222,6 @@ impl EnvelopeError {
     }
 }
 
-/// Wire shape used only to classify; `id` distinguishes "absent" from `null`.
-#[derive(Deserialize)]
-struct Envelope {
-    jsonrpc: Option<Box<RawValue>>,
-    #[serde(default, deserialize_with = "present")]
-    id: Option<Value>,
-    method: Option<Value>,
-    params: Option<Value>,
-    result: Option<Box<RawValue>>,
-    error: Option<Value>,
-}
-
-/// Deserializes a field that is present (even as `null`) into `Some`.
-fn present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
-    Value::deserialize(d).map(Some)
-}
-
-/// Parses one message from JSON text.
-///
-/// Errors: [`EnvelopeError::Parse`] for non-JSON text; [`EnvelopeError::Invalid`] for
-/// JSON that is not a JSON-RPC 2.0 message (wrong `jsonrpc`, `null` or fractional id,
-/// non-string method, non-object params, a response with both or neither of
-/// `result`/`error`).
-pub fn parse_message<M: MethodName>(text: &[u8]) -> Result<Message<M>, EnvelopeError> {
-    let raw: &RawValue =
-        serde_json::from_slice(text).map_err(|e| EnvelopeError::Parse(e.to_string()))?;
-    classify_raw(raw)
-}
-
-/// Classifies one already-parsed JSON value (used for batch elements).
-pub fn classify_raw<M: MethodName>(raw: &RawValue) -> Result<Message<M>, EnvelopeError> {
-    // serde's derived struct impl would also take an array of the fields in order.
-    if !raw.get().trim_start().starts_with('{') {
-        return Err(EnvelopeError::Invalid {
-            id: None,
-            reason: "a JSON-RPC message must be a JSON object".into(),
-        });
-    }
-    let env: Envelope = serde_json::from_str(raw.get()).map_err(|e| match e.classify() {
-        // Text the skimming first pass let through but a full parse rejects: a
-        // lone surrogate escape, nesting deeper than serde_json's limit.
-        Category::Syntax | Category::Eof | Category::Io => EnvelopeError::Parse(e.to_string()),
-        // An object with a duplicate member, for example.
-        Category::Data => EnvelopeError::Invalid {
-            id: None,
-            reason: e.to_string().into(),
-        },
-    })?;
-    let id = match &env.id {
-        None => None,
-        Some(v) => match Id::from_value(v) {
-            Some(id) => Some(Ok(id)),
-            None => Some(Err(v.is_null())),
-        },
-    };
-    let readable_id = match &id {
-        Some(Ok(id)) => Some(id.clone()),
-        _ => None,
-    };
-    let invalid = |reason: &'static str| EnvelopeError::Invalid {
-        id: readable_id.clone(),
-        reason: reason.into(),
-    };
-    if env.jsonrpc.as_deref().map(RawValue::get) != Some("\"2.0\"") {
-        return Err(invalid("jsonrpc must be \"2.0\""));
-    }
-    if let Some(method) = env.method {
-        let Value::String(method) = method else {
-            return Err(invalid("method must be a string"));
-        };
-        if env.result.is_some() || env.error.is_some() {
-            return Err(invalid("a request must not carry result or error"));
-        }
-        if let Some(p) = &env.params
-            && !p.is_object()
-        {
-            return Err(invalid("params must be an object"));
-        }
-        return match id {
-            None => Ok(Message::Notification(Notification {
-                method: M::from_name(&method),
-                params: env.params,
-            })),
-            Some(Ok(id)) => Ok(Message::Request(Request {
-                id,
-                method: M::from_name(&method),
-                params: env.params,
-            })),
-            Some(Err(true)) => Err(invalid("id must not be null")),
-            Some(Err(false)) => Err(invalid("id must be an integer or a string")),
-        };
-    }
-    let id = match id {
-        Some(Ok(id)) => Some(id),
-        // An error response may carry a null id when the request id was unreadable.
-        Some(Err(true)) if env.error.is_some() => None,
-        None if env.error.is_some() => None,
-        _ => return Err(invalid("a response needs an integer or string id")),
-    };
-    let outcome = match (env.result, env.error) {
-        (Some(r), None) => Ok(r),
-        (None, Some(e)) => Err(serde_json::from_value::<ErrorObject>(e)
-            .map_err(|_| invalid("error must be {code, message, data?}"))?),
-        _ => return Err(invalid("a message needs a method, a result or an error")),
-    };
-    Ok(Message::Response(Response { id, outcome }))
-}
-
 /// Serializes a request.
 pub fn request_bytes(id: &Id, method: &str, params: Option<&Value>) -> Vec<u8> {
     #[derive(Serialize)]
@@ -460,6 +354,13 @@ mod tests {
             }
             other => panic!("unexpected {other:?}"),
         }
+        // A defect found before a syntax error further on: not JSON, so -32700.
+        let unterminated = r#"{"jsonrpc":"2.0","id":1,"id":2,"method":"ping""#;
+        assert!(
+            matches!(parse(unterminated), Err(EnvelopeError::Parse(_))),
+            "{unterminated}"
+        );
+        assert!(matches!(parse("[1"), Err(EnvelopeError::Parse(_))));
         for not_object in [r#"["2.0", 1, "ping"]"#, "7"] {
             match parse(not_object) {
                 Err(EnvelopeError::Invalid { reason, .. }) => {
@@ -503,6 +404,15 @@ mod tests {
                 outcome: Err(_)
             }))
         ));
+    }
+
+    #[test]
+    fn reads_escaped_method_names() {
+        let escaped = parse(r#"{"jsonrpc":"2.0","id":1,"method":"tools\/call"}"#).unwrap();
+        let Message::Request(r) = escaped else {
+            panic!("not a request")
+        };
+        assert_eq!(r.method, "tools/call", "unescaped");
     }
 
     #[test]

@@ -1,0 +1,162 @@
+//! Reading one JSON-RPC 2.0 message: the envelope in one pass over the text,
+//! `jsonrpc` and `method` borrowed from it; a failure is classified against a
+//! skim (syntax only) of the whole text, so -32700 and -32600 are told apart.
+
+use std::borrow::Cow;
+
+use serde::{Deserialize, Deserializer};
+use serde_json::Value;
+use serde_json::error::Category;
+use serde_json::value::RawValue;
+
+use super::{EnvelopeError, ErrorObject, Id, Message, MethodName, Notification, Request, Response};
+
+/// Wire shape used only to classify; `id` distinguishes "absent" from `null`.
+/// `jsonrpc` and `method` are borrowed from the text (checked, not kept).
+#[derive(Deserialize)]
+struct Envelope<'a> {
+    #[serde(borrow)]
+    jsonrpc: Option<&'a RawValue>,
+    #[serde(default, deserialize_with = "present")]
+    id: Option<Value>,
+    #[serde(borrow)]
+    method: Option<&'a RawValue>,
+    params: Option<Value>,
+    result: Option<Box<RawValue>>,
+    error: Option<Value>,
+}
+
+/// Deserializes a field that is present (even as `null`) into `Some`.
+fn present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
+    Value::deserialize(d).map(Some)
+}
+
+/// Parses one message from JSON text.
+///
+/// Errors: [`EnvelopeError::Parse`] for non-JSON text; [`EnvelopeError::Invalid`] for
+/// JSON that is not a JSON-RPC 2.0 message (wrong `jsonrpc`, `null` or fractional id,
+/// non-string method, non-object params, a response with both or neither of
+/// `result`/`error`).
+pub fn parse_message<M: MethodName>(text: &[u8]) -> Result<Message<M>, EnvelopeError> {
+    // One pass for a well-formed object; a failure is classified against a
+    // skim of the whole text, as if the skim had come first.
+    if text.trim_ascii_start().first() != Some(&b'{') {
+        return Err(skim(text).err().unwrap_or_else(not_an_object));
+    }
+    match serde_json::from_slice::<Envelope<'_>>(text) {
+        Ok(env) => classify(env),
+        Err(e) => Err(skim(text).err().unwrap_or_else(|| envelope_error(&e))),
+    }
+}
+
+/// Whether `text` is one JSON value (the skim: syntax only, nothing built).
+fn skim(text: &[u8]) -> Result<(), EnvelopeError> {
+    serde_json::from_slice::<&RawValue>(text)
+        .map(|_| ())
+        .map_err(|e| EnvelopeError::Parse(e.to_string()))
+}
+
+fn not_an_object() -> EnvelopeError {
+    EnvelopeError::Invalid {
+        id: None,
+        reason: "a JSON-RPC message must be a JSON object".into(),
+    }
+}
+
+/// A full parse's failure on text the skim accepts.
+fn envelope_error(e: &serde_json::Error) -> EnvelopeError {
+    match e.classify() {
+        // Text the skim let through but a full parse rejects: a lone
+        // surrogate escape, nesting deeper than serde_json's limit.
+        Category::Syntax | Category::Eof | Category::Io => EnvelopeError::Parse(e.to_string()),
+        // An object with a duplicate member, for example.
+        Category::Data => EnvelopeError::Invalid {
+            id: None,
+            reason: e.to_string().into(),
+        },
+    }
+}
+
+/// Classifies one already-parsed JSON value (used for batch elements).
+pub fn classify_raw<M: MethodName>(raw: &RawValue) -> Result<Message<M>, EnvelopeError> {
+    // serde's derived struct impl would also take an array of the fields in order.
+    if !raw.get().trim_start().starts_with('{') {
+        return Err(not_an_object());
+    }
+    let env: Envelope<'_> = serde_json::from_str(raw.get()).map_err(|e| envelope_error(&e))?;
+    classify(env)
+}
+
+fn classify<M: MethodName>(env: Envelope<'_>) -> Result<Message<M>, EnvelopeError> {
+    let id = match &env.id {
+        None => None,
+        Some(v) => match Id::from_value(v) {
+            Some(id) => Some(Ok(id)),
+            None => Some(Err(v.is_null())),
+        },
+    };
+    let readable_id = match &id {
+        Some(Ok(id)) => Some(id.clone()),
+        _ => None,
+    };
+    let invalid = |reason: &'static str| EnvelopeError::Invalid {
+        id: readable_id.clone(),
+        reason: reason.into(),
+    };
+    if env.jsonrpc.map(RawValue::get) != Some("\"2.0\"") {
+        return Err(invalid("jsonrpc must be \"2.0\""));
+    }
+    if let Some(method) = env.method {
+        let Some(method) = method_name(method) else {
+            return Err(invalid("method must be a string"));
+        };
+        if env.result.is_some() || env.error.is_some() {
+            return Err(invalid("a request must not carry result or error"));
+        }
+        if let Some(p) = &env.params
+            && !p.is_object()
+        {
+            return Err(invalid("params must be an object"));
+        }
+        return match id {
+            None => Ok(Message::Notification(Notification {
+                method: M::from_name(&method),
+                params: env.params,
+            })),
+            Some(Ok(id)) => Ok(Message::Request(Request {
+                id,
+                method: M::from_name(&method),
+                params: env.params,
+            })),
+            Some(Err(true)) => Err(invalid("id must not be null")),
+            Some(Err(false)) => Err(invalid("id must be an integer or a string")),
+        };
+    }
+    let id = match id {
+        Some(Ok(id)) => Some(id),
+        // An error response may carry a null id when the request id was unreadable.
+        Some(Err(true)) if env.error.is_some() => None,
+        None if env.error.is_some() => None,
+        _ => return Err(invalid("a response needs an integer or string id")),
+    };
+    let outcome = match (env.result, env.error) {
+        (Some(r), None) => Ok(r),
+        (None, Some(e)) => Err(serde_json::from_value::<ErrorObject>(e)
+            .map_err(|_| invalid("error must be {code, message, data?}"))?),
+        _ => return Err(invalid("a message needs a method, a result or an error")),
+    };
+    Ok(Message::Response(Response { id, outcome }))
+}
+
+/// A `method` member's string (escapes decoded); `None` for any other JSON type.
+fn method_name(raw: &RawValue) -> Option<Cow<'_, str>> {
+    if !raw.get().starts_with('"') {
+        return None;
+    }
+    match serde_json::from_str::<&str>(raw.get()) {
+        Ok(plain) => Some(Cow::Borrowed(plain)),
+        Err(_) => serde_json::from_str::<String>(raw.get())
+            .ok()
+            .map(Cow::Owned),
+    }
+}
