@@ -9,7 +9,9 @@ use std::sync::Arc;
 use ::http::{HeaderName, HeaderValue};
 
 use super::Connection;
-use crate::mcp::{LogLevel, Notification, Request};
+use serde_json::Value;
+
+use crate::mcp::{LogLevel, Method, Notification, Request};
 use crate::streamable_http::ParamHeaders;
 
 /// What a request to a 2026-07-28 HTTP backend mirrors from its body into
@@ -21,6 +23,23 @@ pub(crate) struct Mirrored {
     pub name: Option<String>,
     /// `Mcp-Param-*`, by the backend's schema from the final arguments.
     pub params: Vec<(HeaderName, HeaderValue)>,
+}
+
+impl Mirrored {
+    /// What a 2026-07-28 request of `method` with `params` mirrors: `Mcp-Name`,
+    /// and the `Mcp-Param-*` of the called tool's annotations from the final
+    /// arguments (fixed values injected; the route's annotations are the
+    /// backend's own).
+    pub(crate) fn new(method: &Method, params: Option<&Value>, call: Option<&dyn Caller>) -> Self {
+        let params_headers = call
+            .and_then(|c| c.param_headers())
+            .map(|h| h.mirror(params.and_then(|p| p.get("arguments"))))
+            .unwrap_or_default();
+        Mirrored {
+            name: super::modern::mcp_name(method, params),
+            params: params_headers,
+        }
+    }
 }
 
 /// The caller of one upstream request, opaque to the client face (for the

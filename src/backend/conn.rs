@@ -255,7 +255,10 @@ impl Connection {
             let caps = call.as_ref().and_then(|c| c.client_capabilities());
             modern::stamp_envelope(&mut params, version, caps, level);
         }
-        let mirrored = self.mirrored(method, params.as_ref(), call.as_deref());
+        let mirrored = match self.modern() {
+            Some(_) => Mirrored::new(method, params.as_ref(), call.as_deref()),
+            None => Mirrored::default(),
+        };
         let (tx, rx) = oneshot::channel();
         let caller = call.clone();
         if let Ok(mut p) = self.pending.lock() {
@@ -296,28 +299,6 @@ impl Connection {
             s.finish(error.as_deref(), code);
         }
         result
-    }
-
-    /// What a 2026-07-28 request mirrors into headers: `Mcp-Name`, and the
-    /// `Mcp-Param-*` of the called tool's annotations from the final arguments
-    /// (fixed values injected; the route's annotations are the backend's own).
-    fn mirrored(
-        &self,
-        method: &Method,
-        params: Option<&Value>,
-        call: Option<&dyn Caller>,
-    ) -> Mirrored {
-        if self.modern().is_none() {
-            return Mirrored::default();
-        }
-        let params_headers = call
-            .and_then(|c| c.param_headers())
-            .map(|h| h.mirror(params.and_then(|p| p.get("arguments"))))
-            .unwrap_or_default();
-        Mirrored {
-            name: modern::mcp_name(method, params),
-            params: params_headers,
-        }
     }
 
     /// Sends one request and waits for its answer. The answer may come while the

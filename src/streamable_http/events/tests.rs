@@ -1,0 +1,194 @@
+//! Unit tests of the event log.
+
+use super::*;
+
+fn data(s: &str) -> Bytes {
+    Bytes::copy_from_slice(s.as_bytes())
+}
+
+#[test]
+fn frames_events() {
+    let f = |seq: u64, data: &'static [u8]| Frame {
+        stream: 3,
+        seq,
+        data: Bytes::from_static(data),
+        last: false,
+    };
+    assert_eq!(&f(0, b"").encode()[..], b"id: 3-0\nretry: 1000\ndata: \n\n");
+    assert_eq!(
+        &f(1, br#"{"a":1}"#).encode()[..],
+        b"id: 3-1\ndata: {\"a\":1}\n\n"
+    );
+}
+
+#[tokio::test]
+async fn replays_only_its_own_stream_after_the_id() {
+    let log = EventLog::default();
+    let (a, mut rx_a) = log.open();
+    let (b, _rx_b) = log.open();
+    log.push(a, data("a1"), false);
+    log.push(b, data("b1"), false);
+    log.push(a, data("a2"), false);
+    assert_eq!(rx_a.recv().await.unwrap().data, data("a1"));
+    drop(rx_a);
+    log.push(a, data("a3"), true);
+    let r = log.resume(&format!("{a}-1")).unwrap();
+    let got: Vec<Bytes> = r.replay.iter().map(|f| f.data.clone()).collect();
+    assert_eq!(got, [data("a2"), data("a3")]);
+    assert!(r.live.is_none(), "stream ended with its response");
+    assert_eq!(r.replay[1].id(), format!("{a}-3"));
+    // From the priming event on: everything.
+    assert_eq!(log.resume(&format!("{a}-0")).unwrap().replay.len(), 3);
+}
+
+#[tokio::test]
+async fn resumed_stream_continues_live() {
+    let log = EventLog::default();
+    let (a, rx) = log.open();
+    drop(rx);
+    log.push(a, data("x"), false);
+    let mut r = log.resume(&format!("{a}-0")).unwrap();
+    assert_eq!(r.replay.len(), 1);
+    log.push(a, data("y"), true);
+    let f = r.live.as_mut().unwrap().recv().await.unwrap();
+    assert_eq!((f.data, f.last), (data("y"), true));
+}
+
+#[test]
+fn a_cut_stream_flooded_with_notifications_still_resumes_to_its_answer() {
+    // The 60-minute soak: a host reading a tool's 2,000 progress notifications
+    // too slowly was cut, resumed, and got 410: the notifications after its
+    // last id had been evicted, and with them the way to the call's result.
+    let log = EventLog::default();
+    let (a, rx) = log.open();
+    let progress = |i: usize| {
+        data(&format!(
+            r#"{{"jsonrpc":"2.0","method":"notifications/progress","params":{{"progressToken":"t","progress":{i}}}}}"#
+        ))
+    };
+    for i in 0..(LIVE_CAPACITY + 1) {
+        log.push(a, progress(i), false);
+    }
+    drop(rx); // the host read nothing more: the stream was cut at LIVE_CAPACITY
+    for i in 0..2000 {
+        log.push(a, progress(i), false);
+    }
+    let answer = data(r#"{"jsonrpc":"2.0","id":"flood-1","result":{}}"#);
+    log.push(a, answer.clone(), true);
+    let r = log
+        .resume(&format!("{a}-{LIVE_CAPACITY}"))
+        .expect("only notifications were lost: resumable");
+    let last = r.replay.last().expect("replay");
+    assert_eq!((&last.data, last.last), (&answer, true));
+    // A lost request or response is never skipped over.
+    let (b, _rx) = log.open();
+    log.push(
+        b,
+        data(r#"{"jsonrpc":"2.0","id":7,"method":"sampling/createMessage"}"#),
+        false,
+    );
+    for i in 0..(MAX_EVENTS + 1) {
+        log.push(b, progress(i), false);
+    }
+    assert_eq!(
+        log.resume(&format!("{b}-0")).unwrap_err(),
+        ResumeError::Gone
+    );
+}
+
+#[test]
+fn refuses_what_it_cannot_honour() {
+    let log = EventLog::default();
+    assert_eq!(log.resume("nope").unwrap_err(), ResumeError::Malformed);
+    assert_eq!(log.resume("9-1").unwrap_err(), ResumeError::Gone);
+    let (a, _rx) = log.open();
+    for i in 0..(MAX_EVENTS + 10) {
+        log.push(a, data(&i.to_string()), false);
+    }
+    assert_eq!(
+        log.resume(&format!("{a}-1")).unwrap_err(),
+        ResumeError::Gone,
+        "evicted"
+    );
+    assert!(log.resume(&format!("{a}-{}", MAX_EVENTS + 5)).is_ok());
+    assert_eq!(
+        log.resume(&format!("{a}-99999")).unwrap_err(),
+        ResumeError::Gone,
+        "future id"
+    );
+}
+
+#[tokio::test]
+async fn standalone_queues_until_attached() {
+    let log = EventLog::default();
+    log.push_standalone(data("early"));
+    let mut att = log.attach_standalone();
+    assert_eq!(att.replay.len(), 1);
+    log.push_standalone(data("late"));
+    assert_eq!(
+        att.live.as_mut().unwrap().recv().await.unwrap().data,
+        data("late")
+    );
+}
+
+#[tokio::test]
+async fn a_new_standalone_get_does_not_repeat_what_an_earlier_one_was_sent() {
+    let log = EventLog::default();
+    let mut first = log.attach_standalone();
+    log.push_standalone(data("one"));
+    assert_eq!(
+        first.live.as_mut().unwrap().recv().await.unwrap().data,
+        data("one")
+    );
+    drop(first);
+    log.push_standalone(data("queued"));
+    let mut second = log.attach_standalone();
+    let got: Vec<Bytes> = second.replay.iter().map(|f| f.data.clone()).collect();
+    assert_eq!(got, [data("queued")], "only what nobody was sent");
+    log.push_standalone(data("live"));
+    assert_eq!(
+        second.live.as_mut().unwrap().recv().await.unwrap().data,
+        data("live")
+    );
+    // The explicit resumption still replays from the id it names.
+    let r = log.resume(&format!("{}-0", second.stream)).unwrap();
+    assert_eq!(r.replay.len(), 3);
+}
+
+#[tokio::test]
+async fn a_standalone_get_after_evictions_still_gets_live_events() {
+    // A long-lived session whose standalone stream saw more events than the
+    // buffer holds: each later GET must still be attached (the soak run found
+    // GETs that stayed silent forever once anything had been evicted).
+    let log = EventLog::default();
+    for round in 0..3 {
+        let mut att = log.attach_standalone();
+        for i in 0..(MAX_EVENTS + 10) {
+            log.push_standalone(data(&format!("{round}-{i}")));
+            let f = att.live.as_mut().expect("attached").recv().await.unwrap();
+            assert_eq!(f.data, data(&format!("{round}-{i}")));
+        }
+    }
+    log.push_standalone(data("while detached"));
+    let mut att = log.attach_standalone();
+    assert_eq!(att.replay.len(), 1, "the one queued while nobody listened");
+    log.push_standalone(data("after"));
+    assert_eq!(
+        att.live.as_mut().unwrap().recv().await.unwrap().data,
+        data("after")
+    );
+}
+
+#[tokio::test]
+async fn slow_reader_is_cut_off() {
+    let log = EventLog::default();
+    let (a, mut rx) = log.open();
+    for i in 0..(LIVE_CAPACITY + 5) {
+        log.push(a, data(&i.to_string()), false);
+    }
+    let mut n = 0;
+    while rx.recv().await.is_some() {
+        n += 1;
+    }
+    assert_eq!(n, LIVE_CAPACITY, "channel closed after the overflow");
+}
