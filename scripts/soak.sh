@@ -5,7 +5,7 @@
 # (a separate `mcpgate demo-server --http`) is stalled with SIGSTOP/SIGCONT. Passes when
 # RSS and open fds stay flat after warm-up (fitted drift within 2 %), no error except
 # on calls to the faulted backends, no session sees another's messages, and no zombie
-# is left. Prints a JSON report (tests/soak/soak.py). scripts/test.sh runs one minute.
+# is left. Prints a JSON report (tests/soak/soak.py). scripts/test.sh runs two minutes.
 #
 # Environment: CARGO_TARGET_DIR (honoured), PYTHON (default tests/.venv/bin/python).
 set -euo pipefail

@@ -30,7 +30,7 @@
 #  13. image      scripts/image-check.sh      (buildah builds the Dockerfile against local
 #                 stand-ins of its base images, then the image serves one tools/call;
 #                 needs root; caches in ${MCPGATE_CI_CACHE:-~/.cache/mcpgate}/image)
-#  13. soak       scripts/soak.sh 1           (one minute of mixed load while backends are
+#  13. soak       scripts/soak.sh 2           (two minutes of mixed load while backends are
 #                 SIGKILLed and stalled: RSS and fds flat, no stray errors, no zombies;
 #                 SOAK_MINUTES; the long run is `scripts/soak.sh 60`, not part of this)
 #
@@ -120,7 +120,7 @@ step_bench_smoke() { scripts/bench.sh --smoke; }
 
 step_fuzz_smoke() { FUZZ_SANITIZER=none scripts/fuzz.sh "${FUZZ_SMOKE_SECONDS:-10}"; }
 step_image() { scripts/image-check.sh; }
-step_soak() { scripts/soak.sh "${SOAK_MINUTES:-1}"; }
+step_soak() { scripts/soak.sh "${SOAK_MINUTES:-2}"; }
 
 step_conformance() {
   # Results of the last run stay in the target dir (outside the clone in CI), not in /tmp.
