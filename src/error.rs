@@ -13,6 +13,19 @@ use serde_json::json;
 use crate::backend::BackendError;
 use crate::jsonrpc::{self, ErrorObject};
 
+/// Most characters of a host-sent name repeated in an error message.
+const ECHO_MAX: usize = 128;
+
+/// `name` as an error message repeats it: whole up to [`ECHO_MAX`] characters,
+/// else cut there with its length in bytes (a host that sends a 500 KB name is not
+/// sent 500 KB back).
+fn clip(name: &str) -> Cow<'_, str> {
+    match name.char_indices().nth(ECHO_MAX) {
+        None => Cow::Borrowed(name),
+        Some((at, _)) => Cow::Owned(format!("{}… ({} bytes)", &name[..at], name.len())),
+    }
+}
+
 /// A JSON-RPC error answered to a host.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum RpcError {
@@ -21,7 +34,7 @@ pub enum RpcError {
     InvalidParams(Cow<'static, str>),
     /// No tool or prompt of that exposed name in the caller's view (-32602). The
     /// message does not say whether it exists but is hidden.
-    #[error("Unknown {what}: {name}")]
+    #[error("Unknown {what}: {}", clip(name))]
     UnknownName {
         /// `"tool"` or `"prompt"`.
         what: &'static str,
@@ -29,7 +42,7 @@ pub enum RpcError {
         name: String,
     },
     /// A task id this session never created (-32602).
-    #[error("Unknown task: {0}")]
+    #[error("Unknown task: {}", clip(.0))]
     UnknownTask(String),
     /// A `completion/complete` reference to nothing in the caller's view (-32602).
     #[error("Unknown reference")]
@@ -44,7 +57,7 @@ pub enum RpcError {
         uri: String,
     },
     /// The method is not served (-32601).
-    #[error("Method not found: {0}")]
+    #[error("Method not found: {}", clip(.0))]
     MethodNotFound(String),
     /// A capability the gateway cannot serve for this item (-32601).
     #[error("{0}")]
@@ -132,6 +145,18 @@ mod tests {
         };
         assert_eq!(e.code(), -32602);
         assert_eq!(e.to_error_object().message, "Unknown tool: x__y");
+        let long = "é".repeat(100_000);
+        let e = RpcError::UnknownName {
+            what: "tool",
+            name: long.clone(),
+        };
+        let message = e.to_string();
+        assert!(message.len() < 400, "{}", message.len());
+        assert!(message.ends_with("… (200000 bytes)"), "{message}");
+        assert_eq!(
+            RpcError::MethodNotFound("m".into()).to_string(),
+            "Method not found: m"
+        );
         let e = RpcError::ResourceNotFound {
             uri: "a+b://c".into(),
         };

@@ -201,6 +201,17 @@ async fn the_validation_ladder_answers_in_order_with_the_request_id() {
     assert_eq!(v["error"]["data"]["requested"], "v999.0.0");
     assert_eq!(v["error"]["data"]["supported"][0], MODERN, "{v}");
     assert_eq!(v["id"], 11);
+    // A session revision claimed without a session: served, but through initialize.
+    let (mut body, mut h) = modern(json!(12), "server/discover", json!({}));
+    body["params"]["_meta"]["io.modelcontextprotocol/protocolVersion"] = json!("2025-11-25");
+    h[0].1 = "2025-11-25".into();
+    let v = send(&c, &body, &h).await.json();
+    assert_eq!(v["error"]["code"], -32022, "{v}");
+    let message = v["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("session revision (send initialize)"),
+        "{v}"
+    );
     // Rung 4: removed and unknown methods are 404 -32601, with a valid envelope.
     for method in [
         "initialize",
@@ -230,7 +241,7 @@ async fn the_validation_ladder_answers_in_order_with_the_request_id() {
     for (reason, n) in [
         ("modern_envelope", 3.0),
         ("header_mismatch", 3.0),
-        ("version", 1.0),
+        ("version", 2.0),
         ("method_not_found", 6.0),
     ] {
         assert_eq!(

@@ -83,7 +83,8 @@ async fn cors_allows_mcp_headers_exposes_session_id_and_refuses_hostile_origins(
     h.insert(
         "access-control-request-headers",
         HeaderValue::from_static(
-            "authorization, content-type, mcp-session-id, mcp-protocol-version, last-event-id",
+            "authorization, content-type, mcp-session-id, mcp-protocol-version, last-event-id, \
+             mcp-method, mcp-name, mcp-param-region",
         ),
     );
     let pre = c.send_raw(Method::OPTIONS, h, "".into()).await;
@@ -113,6 +114,11 @@ async fn cors_allows_mcp_headers_exposes_session_id_and_refuses_hostile_origins(
         "mcp-session-id",
         "mcp-protocol-version",
         "last-event-id",
+        // A browser 2026-07-28 host sends these on every request (and
+        // `Mcp-Param-*` named by the tools it calls).
+        "mcp-method",
+        "mcp-name",
+        "mcp-param-region",
     ] {
         assert!(
             allowed.contains(name),

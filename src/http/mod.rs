@@ -24,7 +24,7 @@ use axum::extract::DefaultBodyLimit;
 use axum::http::{HeaderName, HeaderValue, Method, header};
 use axum::routing::get;
 use tower::Layer;
-use tower_http::cors::{AllowOrigin, Cors, CorsLayer};
+use tower_http::cors::{AllowHeaders, AllowOrigin, Cors, CorsLayer};
 use tower_http::sensitive_headers::{SetSensitiveRequestHeaders, SetSensitiveRequestHeadersLayer};
 use tower_http::set_header::{SetResponseHeader, SetResponseHeaderLayer};
 use tower_http::timeout::{RequestBodyTimeout, RequestBodyTimeoutLayer};
@@ -161,14 +161,10 @@ pub fn app(state: AppState) -> Face {
             origin.to_str().is_ok_and(|o| policy.origin_allowed(o))
         }))
         .allow_methods([Method::GET, Method::POST, Method::DELETE])
-        .allow_headers([
-            header::CONTENT_TYPE,
-            header::AUTHORIZATION,
-            header::ACCEPT,
-            HeaderName::from_static("mcp-session-id"),
-            HeaderName::from_static("mcp-protocol-version"),
-            HeaderName::from_static("last-event-id"),
-        ])
+        // Whatever an allowed origin's preflight asks for: a 2026-07-28 browser host
+        // sends `Mcp-Method`, `Mcp-Name` and `Mcp-Param-{Name}` headers named by each
+        // tool's schema, which no fixed list can name (CORS has no prefix match).
+        .allow_headers(AllowHeaders::mirror_request())
         .expose_headers([
             HeaderName::from_static("mcp-session-id"),
             HeaderName::from_static("mcp-protocol-version"),

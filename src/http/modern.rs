@@ -243,12 +243,20 @@ fn served(method: &Method) -> bool {
 /// 400 + -32022 naming every revision the endpoint serves.
 fn unsupported_version(id: &Id, requested: &str) -> HttpError {
     let supported: Vec<&str> = ProtocolVersion::SERVED.iter().map(|v| v.as_str()).collect();
+    // A session revision claimed in `_meta` is served, but only through a session.
+    let message = match ProtocolVersion::parse(requested) {
+        Some(v) if !v.is_modern() => format!(
+            "Unsupported protocol version for a request without a session: {requested} is a \
+             session revision (send initialize)"
+        ),
+        _ => format!("Unsupported protocol version: {requested}"),
+    };
     let mut e = refuse(
         Rejection::Version,
         StatusCode::BAD_REQUEST,
         jsonrpc::UNSUPPORTED_PROTOCOL_VERSION,
         id,
-        format!("Unsupported protocol version: {requested}"),
+        message,
     );
     e.detail.error.data = Some(json!({"supported": supported, "requested": requested}));
     e
