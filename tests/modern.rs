@@ -278,6 +278,7 @@ async fn a_wrong_typed_meta_field_says_what_type_it_must_be() {
             json!({"io.modelcontextprotocol/protocolVersion": MODERN}),
             r#"params._meta["io.modelcontextprotocol/clientCapabilities"] is required"#,
         ),
+        (json!([1]), "params._meta must be an object"),
     ] {
         let body = json!({"jsonrpc": "2.0", "id": "w", "method": "server/discover", "params": {"_meta": meta}});
         let r = c.post(&h, body.to_string()).await;

@@ -166,6 +166,15 @@ fn validate(
 ) -> Result<ModernHost, HttpError> {
     let id = &req.id;
     let meta = req.params.as_ref().and_then(|p| p.get("_meta"));
+    if meta.is_some_and(|m| !m.is_object()) {
+        return Err(refuse(
+            Rejection::ModernEnvelope,
+            StatusCode::BAD_REQUEST,
+            jsonrpc::INVALID_PARAMS,
+            id,
+            "Invalid params: params._meta must be an object",
+        ));
+    }
     let field = |key: &str| meta.and_then(|m| m.get(key));
     // Absent (or null) is "is required"; present with another type says which.
     let invalid = |what: &str, kind: &str| {
