@@ -81,6 +81,9 @@ pub struct Connection {
     pub closed: CancellationToken,
     /// Set when the gateway itself is closing the connection.
     closing: std::sync::atomic::AtomicBool,
+    /// Set when the backend was told something only one host may see (see
+    /// [`Connection::retire`]).
+    retired: std::sync::atomic::AtomicBool,
     /// When the last request was sent (idle reaping of per-session connections).
     last_used: Mutex<tokio::time::Instant>,
     /// Why the connection closed (for the errors of requests it leaves unanswered).
@@ -119,6 +122,7 @@ impl Connection {
             info: OnceLock::new(),
             closed: CancellationToken::new(),
             closing: std::sync::atomic::AtomicBool::new(false),
+            retired: std::sync::atomic::AtomicBool::new(false),
             last_used: Mutex::new(tokio::time::Instant::now()),
             close_reason: OnceLock::new(),
             watch: super::listen::Watch::default(),
@@ -195,6 +199,20 @@ impl Connection {
     /// Whether the gateway is closing this connection on purpose.
     pub fn is_closing(&self) -> bool {
         self.closing.load(Ordering::Relaxed)
+    }
+
+    /// Marks the connection as holding what one host told its backend (the host's
+    /// roots: a backend may keep them for every later call of its session). It
+    /// finishes the calls in flight, but a pool hands it to no new request, so one
+    /// host's roots never serve another's call (`supervisor` pooled connections
+    /// of 2026-07-28 hosts; a session's own connection serves only that session).
+    pub fn retire(&self) {
+        self.retired.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether [`Connection::retire`] was called.
+    pub fn is_retired(&self) -> bool {
+        self.retired.load(Ordering::Relaxed)
     }
 
     /// Whether the transport is still usable.

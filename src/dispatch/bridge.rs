@@ -346,9 +346,13 @@ impl Continuation {
     pub fn answer(&mut self, responses: Option<&Map<String, Value>>) -> usize {
         if let Some(responses) = responses {
             for (key, result) in responses {
-                if let Some((conn, id, _)) = self.pending.remove(key)
+                if let Some((conn, id, request)) = self.pending.remove(key)
                     && let Some(conn) = conn.upgrade()
                 {
+                    if request["method"] == Method::RootsList.as_str() {
+                        // The backend now holds this host's roots.
+                        conn.retire();
+                    }
                     conn.respond(&id, Ok(result));
                 }
             }

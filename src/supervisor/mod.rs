@@ -229,7 +229,7 @@ impl Supervisor {
                 &b.spec,
                 Owner::Shared,
                 self.relay.handler(),
-                sessions::shared_capabilities(b.mode),
+                sessions::shared_capabilities(),
             )
             .await?;
         self.metrics.list_cache.with_label_values(&["miss"]).inc();

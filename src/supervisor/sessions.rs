@@ -19,7 +19,7 @@ use super::Supervisor;
 use crate::backend::Slot;
 use crate::backend::{BackendError, Connection, Owner};
 use crate::catalog::BackendState;
-use crate::config::{ConnectionMode, Transport};
+use crate::config::Transport;
 use crate::jsonrpc;
 use crate::mcp::Method;
 use crate::session::{Host, ModernHost, Session, SessionRecord, UpstreamSession};
@@ -79,7 +79,7 @@ impl Supervisor {
         let b = self.catalog.backend(idx);
         let handler = self.relay.handler();
         if b.shares_with(created) {
-            let caps = shared_capabilities(b.mode);
+            let caps = shared_capabilities();
             return b.shared().get(&b.spec, Owner::Shared, handler, caps).await;
         }
         let session = match host {
@@ -234,6 +234,13 @@ impl Supervisor {
                     .clone();
                 // Held by the pool and by `slot` here: nobody else connects through it.
                 let connecting = Arc::strong_count(&slot) > 2;
+                if let Some(conn) = slot.current().filter(|c| c.is_retired()) {
+                    // It holds another host's roots: out of the pool, closed once
+                    // its calls are done; this lane gets a new one.
+                    slot.take();
+                    tokio::spawn(close_when_done(conn));
+                    continue;
+                }
                 match slot.current() {
                     // Held by the slot and by `conn` here: nobody uses it.
                     Some(conn) if !one_call || conn.modern().is_some() => return Ok(conn),
@@ -407,19 +414,27 @@ fn holds_state(record: &SessionRecord, backend: &str) -> bool {
         || record.tasks.values().any(|t| t.backend == backend)
 }
 
-/// The client capabilities a backend's shared connection declares. In shared
-/// and auto mode: everything the gateway relays, so that backends offer the features that
-/// need a host; each such request then reaches the one host call in flight on the
-/// connection, if that host declared the capability, and is refused otherwise
-/// (`backend/conn.rs`, `relay/requests.rs`). The catalogue connection of a
-/// per-session backend acts for no client and declares nothing.
-pub(super) fn shared_capabilities(mode: ConnectionMode) -> Value {
-    match mode {
-        ConnectionMode::PerSession => json!({}),
-        ConnectionMode::Shared | ConnectionMode::Auto => {
-            json!({"roots": {}, "sampling": {}, "elicitation": {"form": {}, "url": {}}})
-        }
+/// Closes a connection taken out of the pool once no request is in flight on
+/// it (each ends by its answer, its cancel or the backend's call timeout).
+async fn close_when_done(conn: Arc<Connection>) {
+    while conn.is_alive() && conn.in_flight() > 0 {
+        tokio::time::sleep(Duration::from_millis(200)).await;
     }
+    tracing::debug!(backend = %conn.backend, "closing a pooled connection that holds a host's roots");
+    conn.close().await;
+}
+
+/// The client capabilities a backend's shared connection (shared and auto mode)
+/// and a per-session backend's catalogue connection declare: everything the
+/// gateway relays, so that backends offer every feature that needs a host. On a
+/// shared connection each such request reaches the one host call in flight on
+/// it, if that host declared the capability, and is refused otherwise
+/// (`backend/conn.rs`, `relay/requests.rs`); the catalogue connection serves no
+/// host call, so what it is asked is refused. Its catalogue therefore lists the
+/// tools a backend offers only to capable clients (a host that did not declare
+/// the capability gets its own backend session's answer when it calls one).
+pub(super) fn shared_capabilities() -> Value {
+    json!({"roots": {}, "sampling": {}, "elicitation": {"form": {}, "url": {}}})
 }
 
 /// The client capabilities a per-session backend connection declares: only those

@@ -174,8 +174,9 @@ def shared(start_gateway: StartGateway, everything: StdioCommand, tmp_path: Path
 class Host:
     """The host's SDK callbacks, recording what it was asked (with the backend's own text)."""
 
-    def __init__(self) -> None:
+    def __init__(self, root: tuple[str, str] = ("file:///work/bridge", "bridge-root")) -> None:
         self.asked: list[dict[str, Any]] = []
+        self.root = root
 
     async def elicit(self, _ctx: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
         asked = params.model_dump(mode="json", by_alias=True, exclude_none=True)
@@ -193,7 +194,8 @@ class Host:
 
     async def roots(self, _ctx: Any) -> types.ListRootsResult:
         self.asked.append({"kind": "roots"})
-        return types.ListRootsResult(roots=[types.Root(uri="file:///work/bridge", name="bridge-root")])
+        uri, name = self.root
+        return types.ListRootsResult(roots=[types.Root(uri=uri, name=name)])
 
     def client(self, url: str, mode: str | None, *, elicit: bool = True, sample: bool = True,
                roots: bool = True) -> Client:
@@ -253,11 +255,6 @@ async def test_the_hosts_callbacks_answer_the_backends_asks(pooled: Bridged, mod
         assert sampled == {"model": "host-model", "role": "assistant",
                            "content": {"type": "text", "text": "4, says the host"}}, done
 
-        # Roots: asked during the call (the backend's startup ask had no call to go to).
-        done = await client.call_tool("ev__get-roots-list", {})
-        assert host.take() == [{"kind": "roots"}]
-        assert "Current MCP Roots (1 total):\n\n1. bridge-root\n   URI: file:///work/bridge" in texts(done), done
-
         # URL elicitation: the backend's URL and message, no elicitationId toward a 2026-07-28 host.
         done = await client.call_tool("ev__trigger-url-elicitation",
                                       {"url": "https://example.com/consent", "message": "Consent, please"})
@@ -277,6 +274,12 @@ async def test_the_hosts_callbacks_answer_the_backends_asks(pooled: Bridged, mod
         assert texts(done) == "Long running operation completed. Duration: 0.6 seconds, Steps: 3.", done
         assert steps == [(1, 3), (2, 3), (3, 3)], steps
         assert host.asked == []
+
+        # Roots: asked during the call (the backend's startup ask had no call to go to).
+        # Last: a backend session told a host's roots serves no other call afterwards.
+        done = await client.call_tool("ev__get-roots-list", {})
+        assert host.take() == [{"kind": "roots"}]
+        assert "Current MCP Roots (1 total):\n\n1. bridge-root\n   URI: file:///work/bridge" in texts(done), done
 
     # The backend: one pooled session for this host, initialized with exactly what it declared;
     # each ask answered with the host's answer; nothing of the 2026-07-28 wire on this hop.
@@ -313,6 +316,26 @@ async def test_progress_goes_on_after_an_input_required_round(pooled: Bridged) -
     assert host.asked == [{"kind": "roots"}], host.asked
     assert pooled.metric("mcpgate_input_required_retries_total", kind="continuation", result="resumed") == 1
     assert steps == [(1, 3), (2, 3), (3, 3)], steps
+
+
+async def test_one_hosts_roots_never_reach_another_host(pooled: Bridged) -> None:
+    """server-everything keeps the roots it was told for the rest of its session. Two
+    anonymous hosts declaring the same capabilities share a pooled backend key, so the
+    backend session that was told the first host's roots must not serve the second: it
+    is asked its own roots and never sees the first's."""
+    first, second = Host(("file:///work/first", "first-root")), Host(("file:///work/second", "second-root"))
+    async with first.client(pooled.url, MODERN) as client:
+        await pooled.settle(client)
+        done = await client.call_tool("ev__get-roots-list", {})
+        assert first.take() == [{"kind": "roots"}]
+        assert "1. first-root\n   URI: file:///work/first" in texts(done), done
+    async with second.client(pooled.url, MODERN) as client:
+        done = await client.call_tool("ev__get-roots-list", {})
+    assert "first-root" not in texts(done), done
+    assert "1. second-root\n   URI: file:///work/second" in texts(done), done
+    assert {"kind": "roots"} in second.asked, second.asked
+    children = [child for child, *_ in pooled.calls_to("get-roots-list")]
+    assert len(set(children)) == 2, children
 
 
 # --------------------------------------------------------------------------- what a host did not declare
