@@ -10,9 +10,11 @@
 mod inbox;
 mod redis;
 mod seal;
+mod standalone;
 mod store;
 
 pub use seal::{Purpose, Sealer, random_bytes};
+pub use standalone::{StandaloneClaim, StandaloneWrite};
 pub use store::{Ctl, Lookup, MirroredEvent, SharedStore, Started, StoreMetrics, record_key};
 
 #[cfg(test)]

@@ -30,6 +30,32 @@ const SEND_IF_ALIVE: &str = "if redis.call('EXISTS', KEYS[2]) == 0 then return 0
      redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[1], '*', 'k', ARGV[3], 'h', ARGV[4], 'm', ARGV[5]) \
      redis.call('EXPIRE', KEYS[1], ARGV[2]) return 1";
 
+/// Claims the session's standalone stream `sa` = "STREAM TAG SEQ" for
+/// ARGV[1] (stream) and ARGV[2] (tag): always when ARGV[3] is `any`, else only
+/// if `sa` already names that stream (SEQ, its last mirrored event, is kept).
+/// Returns the previous value (`""`: none); nil without a record.
+const CLAIM_STANDALONE: &str = "if redis.call('EXISTS', KEYS[1]) == 0 then return false end \
+     local cur = redis.call('HGET', KEYS[1], 'sa') or '' \
+     local st = string.match(cur, '^(%S+)') \
+     if ARGV[3] == 'any' or st == ARGV[1] then \
+       local seq = '0' \
+       if st == ARGV[1] then seq = string.match(cur, '(%S+)$') end \
+       redis.call('HSET', KEYS[1], 'sa', ARGV[1] .. ' ' .. ARGV[2] .. ' ' .. seq) \
+     end return cur";
+
+/// Mirrors standalone event ARGV[3] of stream ARGV[1] by replica ARGV[2]
+/// only while `sa` names both: 1 written, 0 `sa` names another stream (or
+/// none), -1 another replica continues this stream.
+const MIRROR_STANDALONE: &str = "local cur = redis.call('HGET', KEYS[1], 'sa') \
+     if not cur then return 0 end \
+     local st, tag = string.match(cur, '^(%S+) (%S+)') \
+     if st ~= ARGV[1] then return 0 end \
+     if tag ~= ARGV[2] then return -1 end \
+     redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[4], '*', 'st', ARGV[1], 'sq', ARGV[3], \
+       'pr', ARGV[2], 'last', '0', 'rid', '', 'd', ARGV[6]) \
+     redis.call('EXPIRE', KEYS[2], ARGV[5]) \
+     redis.call('HSET', KEYS[1], 'sa', ARGV[1] .. ' ' .. ARGV[2] .. ' ' .. ARGV[3]) return 1";
+
 fn events_key(h: &str) -> String {
     format!("mcpg:{{{h}}}:ev")
 }
@@ -249,6 +275,51 @@ impl Redis {
             .query_async(&mut self.conn.clone())
             .await?;
         Ok(reply.ids.into_iter().map(|e| (e.id, e.map)).collect())
+    }
+
+    /// [`CLAIM_STANDALONE`] for session `h`.
+    pub(super) async fn claim_standalone(
+        &self,
+        h: &str,
+        stream: u64,
+        tag: &str,
+        any: bool,
+    ) -> RedisResult<Option<String>> {
+        redis::cmd("EVAL")
+            .arg(CLAIM_STANDALONE)
+            .arg(1)
+            .arg(record_key(h))
+            .arg(stream)
+            .arg(tag)
+            .arg(if any { "any" } else { "same" })
+            .query_async(&mut self.conn.clone())
+            .await
+    }
+
+    /// [`MIRROR_STANDALONE`] for session `h`: event `seq` of `stream`.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) async fn mirror_standalone(
+        &self,
+        h: &str,
+        stream: u64,
+        tag: &str,
+        seq: u64,
+        (maxlen, ttl): (usize, u64),
+        data: &[u8],
+    ) -> RedisResult<i64> {
+        redis::cmd("EVAL")
+            .arg(MIRROR_STANDALONE)
+            .arg(2)
+            .arg(record_key(h))
+            .arg(events_key(h))
+            .arg(stream)
+            .arg(tag)
+            .arg(seq)
+            .arg(maxlen)
+            .arg(ttl.max(1))
+            .arg(data)
+            .query_async(&mut self.conn.clone())
+            .await
     }
 
     /// Whether replica `tag` is alive (its heartbeat key exists).

@@ -85,10 +85,10 @@ pub enum Lookup {
 }
 
 /// Events a session's mirrored stream log keeps (`MAXLEN ~`), as the local log.
-const EVENTS_KEPT: usize = 256;
+pub(super) const EVENTS_KEPT: usize = 256;
 
 /// How long a session's mirrored events live after the last one, seconds.
-const EVENT_TTL: u64 = 600;
+pub(super) const EVENT_TTL: u64 = 600;
 
 /// One SSE event of a host-facing stream as mirrored in the store
 /// (`mcpg:{h}:ev`), so that a host can resume the stream on any replica.
@@ -135,7 +135,7 @@ struct Health {
 
 /// One replica's handle on the shared store; see the module docs.
 pub struct SharedStore {
-    redis: Redis,
+    pub(super) redis: Redis,
     tag: String,
     /// `tag` as a number, for the ids of relayed requests (`inbox::tagged_id`).
     tag_bits: u32,
@@ -294,7 +294,7 @@ impl SharedStore {
     }
 
     /// Runs one operation within the deadline; a failure marks the store down.
-    async fn op<T>(
+    pub(super) async fn op<T>(
         &self,
         name: &'static str,
         f: impl Future<Output = ::redis::RedisResult<T>>,

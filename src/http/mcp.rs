@@ -392,6 +392,7 @@ async fn open_session(
         Session::new(id, identity, version, capabilities, client_info).at_endpoint(endpoint);
     let session = Arc::new(session.with_principal(p, key));
     count_drops(st, &session);
+    super::standalone::wire(st, &session);
     record_new(st, &session).await?;
     if let Err(full) = st.sessions.insert(session.clone()) {
         if let Some(store) = st.supervisor.shared() {

@@ -15,6 +15,7 @@ mod routes;
 pub mod serve;
 mod session;
 mod sse;
+mod standalone;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

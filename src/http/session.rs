@@ -134,6 +134,7 @@ async fn restore(
     match taken {
         Ok(Some(held)) => {
             count("restored");
+            super::standalone::wire(st, &held);
             tracing::info!(session = %held.log_id(), version = %held.version(), from_store = confirmed, "session restored from its id");
             Ok(held)
         }
@@ -262,10 +263,29 @@ async fn open_stream(
         .map(|v| v.to_str().unwrap_or("invalid"));
     let Some(id) = last_event else {
         let prime = session.version().primes_streams();
-        let attached = session.events().attach_standalone();
+        let attached = super::standalone::attach(st, &session).await;
         return Ok(sse_response(slot, prime, attached, keep_alive, &st.metrics));
     };
-    let mut resumed = session.events().resume(id);
+    let parsed = parse_id(id);
+    let ours = parsed.is_some_and(|(s, _)| session.events().standalone() == Some(s));
+    // A standalone stream with a store: another replica may continue it.
+    let mut resumed = match (st.supervisor.shared(), parsed) {
+        (Some(_), Some(_)) if ours => Err(ResumeError::Gone),
+        _ => session.events().resume(id),
+    };
+    if let (Err(ResumeError::Gone), Some(store), Some((stream, after))) =
+        (&resumed, st.supervisor.shared(), parsed)
+        && let Some(r) = super::standalone::resume(st, store, &session, stream, after).await
+    {
+        let prime = session.version().primes_streams();
+        return match r {
+            Ok((attached, fresh)) => {
+                let prime = prime && fresh;
+                Ok(sse_response(slot, prime, attached, keep_alive, &st.metrics))
+            }
+            Err(e) => Err(resume_refused(e)),
+        };
+    }
     if let (Err(ResumeError::Gone), Some(store), Some((stream, after))) =
         (&resumed, st.supervisor.shared(), parse_id(id))
     {
@@ -275,19 +295,23 @@ async fn open_stream(
     }
     match resumed {
         Ok(attached) => Ok(sse_response(slot, false, attached, keep_alive, &st.metrics)),
-        Err(e) => {
-            let status = match e {
-                ResumeError::Malformed => StatusCode::BAD_REQUEST,
-                ResumeError::Gone => StatusCode::GONE,
-            };
-            Err(HttpError::new(
-                Rejection::Resume,
-                status,
-                jsonrpc::TRANSPORT_ERROR,
-                e.to_string(),
-            ))
-        }
+        Err(e) => Err(resume_refused(e)),
     }
+}
+
+/// A `Last-Event-ID` that cannot be honoured: 400 when malformed, 410 when
+/// its events are gone.
+fn resume_refused(e: ResumeError) -> HttpError {
+    let status = match e {
+        ResumeError::Malformed => StatusCode::BAD_REQUEST,
+        ResumeError::Gone => StatusCode::GONE,
+    };
+    HttpError::new(
+        Rejection::Resume,
+        status,
+        jsonrpc::TRANSPORT_ERROR,
+        e.to_string(),
+    )
 }
 
 /// `DELETE /mcp`: ends the session and its backend state (HTTP backends get a

@@ -131,6 +131,9 @@ struct Stream {
     /// `Last-Event-ID` on the standalone stream starts after it, so it neither
     /// repeats what an earlier `GET` was sent nor depends on what was evicted.
     delivered: u64,
+    /// Whether its events go to the standalone mirror (see
+    /// [`EventLog::set_standalone_mirror`]).
+    mirrored: bool,
     live: Option<mpsc::Sender<Frame>>,
 }
 
@@ -149,7 +152,13 @@ pub struct EventLog {
     /// Counts messages toward the host that were dropped or whose stream was cut
     /// (`mcpgate_dropped_messages_total{reason="slow_host"}`), once set.
     dropped: OnceLock<prometheus::IntCounter>,
+    /// Called (under the log's lock, so in order) with every event of a stream
+    /// marked with [`EventLog::mirror_standalone`]; it must not block.
+    mirror: OnceLock<StandaloneMirror>,
 }
+
+/// What receives the events of a mirrored standalone stream.
+pub type StandaloneMirror = Box<dyn Fn(&Frame) + Send + Sync>;
 
 impl EventLog {
     /// Sets the counter of drops toward a slow host.
@@ -181,7 +190,10 @@ impl EventLog {
     /// resumes from the buffer).
     pub fn push(&self, stream: u64, data: Bytes, last: bool) {
         let Ok(mut g) = self.inner.lock() else { return };
-        let g = &mut *g;
+        self.push_locked(&mut g, stream, data, last);
+    }
+
+    fn push_locked(&self, g: &mut Inner, stream: u64, data: Bytes, last: bool) {
         let Some(s) = g.streams.get_mut(&stream) else {
             return;
         };
@@ -196,6 +208,11 @@ impl EventLog {
         };
         s.next_seq += 1;
         s.finished = last;
+        if s.mirrored
+            && let Some(m) = self.mirror.get()
+        {
+            m(&frame);
+        }
         if let Some(tx) = &s.live {
             match tx.try_send(frame.clone()) {
                 Ok(()) => s.delivered = frame.seq,
@@ -340,6 +357,100 @@ impl EventLog {
         }
     }
 
+    /// Sets what receives the events of mirrored standalone streams (once).
+    pub fn set_standalone_mirror(&self, mirror: StandaloneMirror) {
+        let _ = self.mirror.set(mirror);
+    }
+
+    /// The standalone stream's number, if there is one.
+    pub fn standalone(&self) -> Option<u64> {
+        self.inner.lock().ok()?.standalone
+    }
+
+    /// From now on, events of `stream` go to the standalone mirror too.
+    pub fn mirror_standalone(&self, stream: u64) {
+        if let Ok(mut g) = self.inner.lock()
+            && let Some(s) = g.streams.get_mut(&stream)
+        {
+            s.mirrored = true;
+        }
+    }
+
+    /// Forgets `stream` and its buffered events (another process continues
+    /// it): a `Last-Event-ID` of it is no longer answered from here.
+    pub fn forget(&self, stream: u64) {
+        let Ok(mut g) = self.inner.lock() else { return };
+        let g = &mut *g;
+        g.streams.remove(&stream);
+        if g.standalone == Some(stream) {
+            g.standalone = None;
+        }
+        let bytes = &mut g.bytes;
+        g.events.retain(|f| {
+            let keep = f.stream != stream;
+            if !keep {
+                *bytes -= f.data.len();
+            }
+            keep
+        });
+    }
+
+    /// Makes `stream` (another process's standalone stream, or `None`: a new
+    /// number) this log's standalone stream, its next event numbered
+    /// `next_seq`, and attaches a response to it: `replay` (events of it this
+    /// process did not produce; kept for a later resumption here), then the
+    /// events this log's earlier standalone stream had not yet handed to a
+    /// response (renumbered onto it), then live ones. Its events are mirrored.
+    pub fn take_standalone(
+        &self,
+        stream: Option<u64>,
+        next_seq: u64,
+        replay: Vec<Frame>,
+    ) -> Attached {
+        let Ok(mut g) = self.inner.lock() else {
+            return Attached::empty();
+        };
+        let g = &mut *g;
+        let stream = stream.unwrap_or_else(next_stream_id);
+        let queued: Vec<Bytes> = match g.standalone.take() {
+            Some(old) if old != stream => {
+                let after = g.streams.remove(&old).map_or(0, |s| s.delivered);
+                let bytes = &mut g.bytes;
+                let mut queued = Vec::new();
+                g.events.retain(|f| {
+                    if f.stream != old {
+                        return true;
+                    }
+                    *bytes -= f.data.len();
+                    if f.seq > after {
+                        queued.push(f.data.clone());
+                    }
+                    false
+                });
+                queued
+            }
+            _ => Vec::new(),
+        };
+        let mut s = Stream::new(None);
+        s.next_seq = next_seq.max(1);
+        s.mirrored = true;
+        // What came before is not here: a resumption before it is refused.
+        let held_from = replay.first().map_or(s.next_seq, |f| f.seq);
+        s.lost_upto = held_from.saturating_sub(1);
+        s.evicted_upto = s.lost_upto;
+        for f in &replay {
+            g.bytes += f.data.len();
+            g.events.push_back(f.clone());
+        }
+        let attached = attach_live(&mut s, stream, replay);
+        g.streams.insert(stream, s);
+        g.standalone = Some(stream);
+        for data in queued {
+            self.push_locked(g, stream, data, false);
+        }
+        attached
+    }
+
     /// Ends every stream (session ended): attached responses close.
     pub fn close_all(&self) {
         if let Ok(mut g) = self.inner.lock() {
@@ -356,6 +467,7 @@ impl Stream {
             evicted_upto: 0,
             lost_upto: 0,
             delivered: 0,
+            mirrored: false,
             live,
         }
     }

@@ -17,7 +17,9 @@ use base64::Engine;
 
 use crate::mcp::ProtocolVersion;
 
-pub use events::{Attached, EventLog, Frame, KEEP_ALIVE, RETRY_MS, ResumeError, parse_id};
+pub use events::{
+    Attached, EventLog, Frame, KEEP_ALIVE, RETRY_MS, ResumeError, StandaloneMirror, parse_id,
+};
 pub use metadata::{check_metadata, decode_header_value, name_param};
 pub use params::{ParamHeader, ParamHeaders, encode_header_value};
 

@@ -80,6 +80,22 @@ def check_path(replica: Replica) -> str:
 
 
 @pytest.fixture
+def redis_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A `redis-server` of the test's own on a free loopback port (no persistence),
+    stopped by pid at teardown; its URL."""
+    found = shutil.which("redis-server")
+    if not found:
+        pytest.fail("redis-server is not installed: run tests/cluster/ensure-redis.sh (scripts/test.sh does)")
+    port = support.free_port()
+    argv = [found, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
+    proc = ServerProcess("redis", argv, port, tmp_path / "redis.log")
+    _register(request, proc)
+    proc.wait_for_port()
+    yield f"redis://127.0.0.1:{port}/0"
+    proc.stop()
+
+
+@pytest.fixture
 def start_lb(
     request: pytest.FixtureRequest, tmp_path: Path, mcpgate_bin: Path, haproxy_bin: str
 ) -> Iterator[StartLoadBalancer]:

@@ -9,9 +9,11 @@ sessions on the other replica carry on, and a new initialize works.
 
 from __future__ import annotations
 
+import base64
 import time
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, AsyncIterator
 
 import anyio
@@ -21,10 +23,11 @@ from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
 import support
-from lb_support import LoadBalancer, StartLoadBalancer, alive
+from lb_support import REPLICA_HEADER, LoadBalancer, StartLoadBalancer, alive, haproxy_variant
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(120)]
 
+KEYS = "k1:" + base64.b64encode(bytes([7] * 32)).decode()  # shared [cluster] session keys
 STEPS, DELAY_MS = 4, 400  # demo__countdown: one progress notification every 400 ms
 
 
@@ -186,17 +189,39 @@ async def test_crashed_replica_costs_only_its_own_sessions(lb: LoadBalancer) -> 
         assert not [p for p in children if alive(p)], "stdio children outlived their crashed gateway"
 
 
-async def test_unready_replica_keeps_its_sessions_but_gets_no_new_ones(lb: LoadBalancer) -> None:
+async def served_by(lb: LoadBalancer, host: Host) -> str | None:
+    """The replica HAProxy sends a `ping` of `host`'s session to (the test variant's header)."""
+    headers = {
+        "Accept": "application/json, text/event-stream",
+        "Mcp-Session-Id": host.session_id,
+        "MCP-Protocol-Version": host.protocol_version,
+    }
+    body = {"jsonrpc": "2.0", "id": "lb-probe", "method": "ping"}
+    async with httpx2.AsyncClient(timeout=10) as client:
+        return (await client.post(lb.url, json=body, headers=headers)).headers.get(REPLICA_HEADER)
+
+
+async def test_unready_replica_gets_no_requests_and_its_sessions_go_on(
+    start_lb: StartLoadBalancer, redis_url: str, tmp_path: Path
+) -> None:
+    # The shipped config has no `option persist`: a replica failing /readyz (a required
+    # backend restarting, draining on SIGTERM) gets no request at all, not even of the
+    # sessions stuck to it. They go on at the other replica, which serves them from the
+    # sealed id and the shared store: the deployment the config is for (shared
+    # `[cluster]` keys, `[cluster] redis`). With `option persist` they would still go to
+    # the unready replica.
+    config = support.DEFAULT_CONFIG.read_text() + f'\n[cluster]\nredis = "{redis_url}"\n'
+    lb = start_lb(config, haproxy_cfg=haproxy_variant(tmp_path), replica_env={"MCPGATE_SESSION_KEYS": KEYS})
     async with AsyncExitStack() as stack:
-        owner_of: dict[str, str] = {}
+        owner_of: dict[str, str | None] = {}
         hosts: list[Host] = []
         for _ in range(8):
             host = await stack.enter_async_context(host_session(lb.url))
-            owner_of[host.session_id] = (await owners(lb, host))[0]
+            owner_of[host.session_id] = await served_by(lb, host)
             hosts.append(host)
             if len(set(owner_of.values())) == 2:
                 break
-        assert len(set(owner_of.values())) == 2, f"all sessions went to one replica: {owner_of}"
+        assert set(owner_of.values()) == {"mcpgate-1", "mcpgate-2"}, f"all sessions went to one replica: {owner_of}"
 
         # Replica 1 starts failing its readiness check (the check now goes to a closed
         # port) while it keeps serving: HAProxy marks it DOWN.
@@ -205,17 +230,17 @@ async def test_unready_replica_keeps_its_sessions_but_gets_no_new_ones(lb: LoadB
         assert not answer.strip(), answer
         await lb.await_states({unready.name: "DOWN", ready.name: "UP"})
 
-        # Its sessions still reach it (option persist) and work.
+        # Every session goes on, at the ready replica: no 404, calls work.
         for host in hosts:
             await call_ok(host)
             assert await ping_status(lb.url, host) == 200
-            assert await owners(lb, host) == [owner_of[host.session_id]]
+            assert await served_by(lb, host) == ready.name, owner_of[host.session_id]
 
         # New sessions all go to the ready replica.
         for _ in range(3):
             async with host_session(lb.url) as fresh:
                 await call_ok(fresh)
-                assert await owners(lb, fresh) == [ready.name]
+                assert await served_by(lb, fresh) == ready.name
 
 
 @pytest.mark.parametrize("keep_alive, cut", [("1s", False), ("30s", True)])

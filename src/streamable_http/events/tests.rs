@@ -192,3 +192,40 @@ async fn slow_reader_is_cut_off() {
     }
     assert_eq!(n, LIVE_CAPACITY, "channel closed after the overflow");
 }
+
+#[tokio::test]
+async fn a_standalone_stream_taken_over_continues_its_numbers_and_carries_what_was_queued() {
+    let log = EventLog::default();
+    let mirrored = std::sync::Arc::new(Mutex::new(Vec::new()));
+    let seen = mirrored.clone();
+    log.set_standalone_mirror(Box::new(move |f: &Frame| {
+        seen.lock().unwrap().push(f.id());
+    }));
+    // Queued here before any GET: not mirrored (the stream is not claimed).
+    log.push_standalone(data("queued"));
+    let replay = vec![Frame {
+        stream: 77,
+        seq: 5,
+        data: data("from elsewhere"),
+        last: false,
+    }];
+    let mut got = log.take_standalone(Some(77), 6, replay);
+    assert_eq!(log.standalone(), Some(77));
+    assert_eq!(got.replay.len(), 1);
+    let live = got.live.as_mut().unwrap();
+    assert_eq!(
+        live.recv().await.unwrap().id(),
+        "77-6",
+        "the queued event, renumbered"
+    );
+    log.push_standalone(data("next"));
+    assert_eq!(live.recv().await.unwrap().id(), "77-7");
+    assert_eq!(*mirrored.lock().unwrap(), ["77-6", "77-7"]);
+    // Resumable here, replayed frames included.
+    assert_eq!(log.resume("77-3").unwrap_err(), ResumeError::Gone);
+    assert_eq!(log.resume("77-4").unwrap().replay.len(), 3);
+    // Forgotten: no longer answered from here.
+    log.forget(77);
+    assert_eq!(log.standalone(), None);
+    assert_eq!(log.resume("77-6").unwrap_err(), ResumeError::Gone);
+}

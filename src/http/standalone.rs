@@ -1,0 +1,186 @@
+//! The standalone (GET) stream with a shared store: a host's `GET` claims the
+//! stream it attaches to for this replica (`cluster::StandaloneClaim`), whose
+//! events are then mirrored (sealed) to the store; a `GET` + `Last-Event-ID`
+//! of a standalone stream another replica produced re-attaches here.
+//!
+//! The rule (MCP 2025-11-25 basic/transports, resumability and redelivery:
+//! replay is optional, never from another stream; event ids unique within the
+//! session): when the mirror holds every event after the host's id, they are
+//! replayed and this replica continues the same stream with the next sequence
+//! numbers, so the host sees ids that keep increasing with no gap and no
+//! repeat. When it does not (trimmed, expired, not written while the store was
+//! down), the host gets a new standalone stream that starts from now (200,
+//! priming event), not 410: the standalone stream carries only messages
+//! unrelated to any request, which the host may miss, and a 410 would leave it
+//! with no stream at all (the Python SDK stops after two tries). A POST
+//! stream's resumption is `resume.rs`'s. An id is only honoured as a
+//! standalone stream of this session if this session's record or mirror names
+//! it (both are keyed by the session): another session's id never replays
+//! anything.
+
+use std::sync::{Arc, Weak};
+
+use bytes::Bytes;
+use tokio::sync::mpsc;
+
+use super::AppState;
+use super::sse::event_aad;
+use crate::cluster::{MirroredEvent, Purpose, SharedStore, StandaloneClaim, StandaloneWrite};
+use crate::session::Session;
+use crate::streamable_http::{Attached, Frame, ResumeError};
+
+/// Gives `session`'s event log the writer of its mirrored standalone events
+/// (with a shared store; nothing otherwise). One task per session, ended with
+/// the session; events are written in order, off the host's path.
+pub(super) fn wire(st: &AppState, session: &Arc<Session>) {
+    let Some(store) = st.supervisor.shared().cloned() else {
+        return;
+    };
+    let (tx, mut rx) = mpsc::unbounded_channel::<Frame>();
+    session
+        .events()
+        .set_standalone_mirror(Box::new(move |f: &Frame| {
+            let _ = tx.send(f.clone());
+        }));
+    let (sealer, weak) = (st.sealer.clone(), Arc::downgrade(session));
+    let h = session.store_key().to_owned();
+    tokio::spawn(async move {
+        while let Some(f) = rx.recv().await {
+            let aad = event_aad(&h, f.stream, f.seq);
+            let sealed = sealer.seal(Purpose::Value, aad.as_bytes(), &f.data);
+            let write = store.mirror_standalone(&h, f.stream, f.seq, sealed.as_bytes());
+            if let Ok(StandaloneWrite::TakenOver) = write.await {
+                taken_over(&weak, f.stream);
+            }
+        }
+    });
+}
+
+/// Another replica continues `stream`: it is forgotten here, so that a
+/// `Last-Event-ID` of it reaching this replica is served from the mirror.
+fn taken_over(session: &Weak<Session>, stream: u64) {
+    if let Some(s) = session.upgrade() {
+        tracing::info!(session = %s.log_id(), stream,
+            "the standalone stream continues on another replica; forgotten here");
+        s.events().forget(stream);
+    }
+}
+
+/// Attaches a `GET` without `Last-Event-ID` to the standalone stream and,
+/// with a shared store, claims it for this replica (one round trip; a store
+/// that does not answer leaves it unclaimed, so unmirrored).
+pub(super) async fn attach(st: &AppState, session: &Session) -> Attached {
+    let attached = session.events().attach_standalone();
+    if let Some(store) = st.supervisor.shared()
+        && let Ok(Some(_)) = store
+            .claim_standalone(session.store_key(), attached.stream, true)
+            .await
+    {
+        session.events().mirror_standalone(attached.stream);
+    }
+    attached
+}
+
+/// A `GET` + `Last-Event-ID` `{stream}-{after}` as the resumption of a
+/// standalone stream: `None` when it is not one of this session's (then it is
+/// a POST stream's id, or unknown); otherwise the attached stream and whether
+/// it is new (its priming event is due).
+pub(super) async fn resume(
+    st: &AppState,
+    store: &Arc<SharedStore>,
+    session: &Session,
+    stream: u64,
+    after: u64,
+) -> Option<Result<(Attached, bool), ResumeError>> {
+    let h = session.store_key();
+    let prev = store.claim_standalone(h, stream, false).await.ok()??;
+    let current = prev.filter(|c| c.stream == stream);
+    let Some(claim) = current else {
+        // Not the stream the record names: an earlier standalone stream of
+        // this session (the mirror says so), or not a standalone stream.
+        let events = store.events_of(h, stream, None).await.ok()?;
+        events
+            .iter()
+            .any(|e| e.request_id.is_empty())
+            .then_some(())?;
+        return Some(Ok((fresh(store, session).await, true)));
+    };
+    if claim.producer == store.tag() && session.events().standalone() == Some(stream) {
+        // Still ours: the local log has it.
+        let id = format!("{stream}-{after}");
+        if let Ok(attached) = session.events().resume(&id) {
+            return Some(Ok((attached, false)));
+        }
+    }
+    session.events().forget(stream);
+    match replay(st, store, h, &claim, after).await {
+        Some((next, frames)) => {
+            tracing::info!(session = %session.log_id(), stream, after, replayed = frames.len(),
+                from = %claim.producer, "standalone stream continued from the shared store");
+            let attached = session.events().take_standalone(Some(stream), next, frames);
+            Some(Ok((attached, false)))
+        }
+        None => {
+            tracing::info!(session = %session.log_id(), stream, after,
+                "standalone stream's events after this id are not all in the shared store: a new stream");
+            Some(Ok((fresh(store, session).await, true)))
+        }
+    }
+}
+
+/// The mirrored events of `claim`'s stream after `after`, opened, and the
+/// next sequence number; `None` when one of them is missing or does not open.
+async fn replay(
+    st: &AppState,
+    store: &SharedStore,
+    h: &str,
+    claim: &StandaloneClaim,
+    after: u64,
+) -> Option<(u64, Vec<Frame>)> {
+    let events = store.events_of(h, claim.stream, None).await.ok()?;
+    let mut expected = after + 1;
+    let mut frames = Vec::new();
+    for e in events
+        .iter()
+        .filter(|e| e.seq > after && e.request_id.is_empty())
+    {
+        if e.seq != expected {
+            return None;
+        }
+        frames.push(open(st, h, e)?);
+        expected += 1;
+    }
+    // The host may have seen events the store never got (written behind):
+    // continue after what it saw. It must not have missed stored ones.
+    (claim.last_seq < expected).then_some((expected, frames))
+}
+
+/// A mirrored standalone event as a frame (`None`: it does not open as this
+/// session's event at this place).
+fn open(st: &AppState, h: &str, e: &MirroredEvent) -> Option<Frame> {
+    let sealed = std::str::from_utf8(&e.data).ok()?;
+    let aad = event_aad(h, e.stream, e.seq);
+    let data = st.sealer.open(Purpose::Value, aad.as_bytes(), sealed)?;
+    Some(Frame {
+        stream: e.stream,
+        seq: e.seq,
+        data: Bytes::from(data),
+        last: false,
+    })
+}
+
+/// A new standalone stream from now, claimed for this replica.
+async fn fresh(store: &SharedStore, session: &Session) -> Attached {
+    let attached = session.events().take_standalone(None, 1, Vec::new());
+    let claimed = store
+        .claim_standalone(session.store_key(), attached.stream, true)
+        .await;
+    if !matches!(claimed, Ok(Some(_))) {
+        // Unclaimed: its events stay local (not mirrored).
+        tracing::debug!(
+            stream = attached.stream,
+            "new standalone stream not claimed"
+        );
+    }
+    attached
+}
