@@ -140,3 +140,53 @@ args = ["--log", "${TEST_DIR}/fx.log"]
         );
     }
 }
+
+/// JSON-RPC 2.0 ids are any number without a fractional part (MCP: "string or
+/// integer"); one beyond 64 bits comes back byte for byte, on a JSON answer, an
+/// error and an SSE stream alike.
+#[tokio::test]
+async fn ids_beyond_64_bits_come_back_byte_identical() {
+    let gw = TestGateway::start(FX).await;
+    let s = gw.session().await;
+    let ids = [
+        "123456789012345678901234567890",
+        "-123456789012345678901234567890",
+        "18446744073709551615",
+        "9223372036854775808",
+    ];
+    for id in ids {
+        let bodies = [
+            format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"ping"}}"#),
+            format!(
+                r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"fx__echo","arguments":{{"text":"e"}}}}}}"#
+            ),
+            format!(
+                r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"fx__nope","arguments":{{}}}}}}"#
+            ),
+            format!(
+                r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"fx__delay_echo","arguments":{{"ms":600,"tag":"slow"}}}}}}"#
+            ),
+        ];
+        for body in bodies {
+            let r = s.post(&[], body.clone()).await;
+            assert_eq!(r.status, 200, "{body}: {r:?}");
+            let text = String::from_utf8_lossy(&r.body);
+            assert!(text.contains(&format!(r#""id":{id}"#)), "{body} → {text}");
+            assert!(
+                r.json().get("error").is_none() || body.contains("fx__nope"),
+                "{text}"
+            );
+        }
+    }
+    // Still not ids: fractions, exponents, other types.
+    for id in ["1.5", "1e3", "true", "[1]"] {
+        let r = s
+            .post(
+                &[],
+                format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"ping"}}"#),
+            )
+            .await;
+        assert_eq!(r.status, 400, "{id}");
+        assert_eq!(r.json()["error"]["code"], -32600, "{id}");
+    }
+}

@@ -231,7 +231,7 @@ async fn answer(
     let mirror = st.supervisor.shared().map(|store| Mirror {
         store: store.clone(),
         h: session.store_key().to_owned(),
-        request_id: req.id.to_value().to_string(),
+        request_id: req.id.to_json(),
         sealer: st.sealer.clone(),
     });
     let reply = st.dispatch.handle(ctx, &host, req).instrument(span).await;
