@@ -224,7 +224,8 @@ async fn answer(
     slot: StreamSlot,
 ) -> Response {
     use tracing::Instrument;
-    // One span per host request: routing fills in backend and tool.
+    // One span per host request: routing fills in the backend and what the
+    // request is about (`request::record_target`: tool, prompt or uri).
     let span = tracing::info_span!(
         "request",
         id = %req.id,
@@ -232,6 +233,8 @@ async fn answer(
         method = %req.method,
         backend = tracing::field::Empty,
         tool = tracing::field::Empty,
+        prompt = tracing::field::Empty,
+        uri = tracing::field::Empty,
     );
     let server = &st.server;
     let host = Host::Legacy(session.clone());

@@ -389,6 +389,9 @@ impl RequestContext {
         self.backend = Some(backend.clone());
         self.target = target.map(str::to_owned);
         tracing::Span::current().record("backend", &**backend);
+        if let (Some(m), Some(target)) = (&self.method, target) {
+            record_target(m, target);
+        }
         if let (Some(t), Some(m)) = (&self.trace, &self.method) {
             t.set_route(m, backend, target);
         }
@@ -523,6 +526,22 @@ impl Drop for RequestContext {
         let outcome = self.outcome.unwrap_or(Outcome::Cancelled);
         self.record(outcome);
     }
+}
+
+/// Names what a request is about in the current `request` span, under the field
+/// of its kind, as the OpenTelemetry span does (`gen_ai.tool.name`,
+/// `gen_ai.prompt.name`, `mcp.resource.uri`): `tool` for `tools/call`, `prompt`
+/// for `prompts/get`, `uri` for `resources/read`, `resources/subscribe` and
+/// `resources/unsubscribe`; nothing for other methods. The access line has the
+/// same value in `name`, its kind given by `method`.
+pub fn record_target(method: &Method, target: &str) {
+    let field = match method {
+        Method::ToolsCall => "tool",
+        Method::PromptsGet => "prompt",
+        Method::ResourcesRead | Method::ResourcesSubscribe | Method::ResourcesUnsubscribe => "uri",
+        _ => return,
+    };
+    tracing::Span::current().record(field, target);
 }
 
 #[cfg(test)]
