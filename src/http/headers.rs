@@ -83,31 +83,6 @@ pub fn protocol_version(h: &HeaderMap) -> Result<Option<ProtocolVersion>, HttpEr
     })
 }
 
-/// The `MCP-Protocol-Version` header of a request on a session that negotiated
-/// `negotiated`: absent (the negotiated revision applies) or naming that
-/// revision. Anything else is 400: a revision the gateway does not serve
-/// ([`protocol_version`]), and also one it serves but this session did not
-/// negotiate, since both parties MUST respect the negotiated version (MCP
-/// 2025-11-25 basic/lifecycle, operation), so on this session it is unsupported
-/// (basic/transports, protocol version header: invalid or unsupported → 400).
-pub fn session_version(h: &HeaderMap, negotiated: ProtocolVersion) -> Result<(), HttpError> {
-    match protocol_version(h)? {
-        Some(v) if v != negotiated => {
-            tracing::info!(header = %v, %negotiated, "MCP-Protocol-Version differs from the session's revision");
-            Err(HttpError::new(
-                Rejection::Version,
-                StatusCode::BAD_REQUEST,
-                jsonrpc::TRANSPORT_ERROR,
-                format!(
-                    "Bad Request: MCP-Protocol-Version {v} is not the revision this session \
-                     negotiated ({negotiated})"
-                ),
-            ))
-        }
-        _ => Ok(()),
-    }
-}
-
 /// The `Mcp-Session-Id` header value, if present and readable.
 pub fn session_id(h: &HeaderMap) -> Option<&str> {
     h.get(SESSION_ID).and_then(|v| v.to_str().ok())
@@ -170,14 +145,6 @@ mod tests {
                 StatusCode::BAD_REQUEST
             );
         }
-        // On a session: absent or its own revision only.
-        let v = ProtocolVersion::V2025_06_18;
-        assert!(session_version(&HeaderMap::new(), v).is_ok());
-        let mut h = HeaderMap::new();
-        h.insert(PROTOCOL_VERSION, HeaderValue::from_static("2025-06-18"));
-        assert!(session_version(&h, v).is_ok());
-        h.insert(PROTOCOL_VERSION, HeaderValue::from_static("2025-03-26"));
-        assert!(session_version(&h, v).is_err());
         // Two values: the same revision twice is that revision; two revisions
         // (or a bad second value, which reading only the first let through) are 400.
         for (second, ok) in [

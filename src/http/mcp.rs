@@ -163,7 +163,7 @@ async fn frame(
     let session = lookup(st, h, principal.as_ref(), ctx.endpoint()).await?;
     ctx.set_session(session.log_id());
     ctx.set_revision(session.version());
-    headers::session_version(h, session.version())?;
+    headers::protocol_version(h)?;
     session.touch();
     Ok((Framed::One(session, msg), principal))
 }
@@ -188,7 +188,7 @@ async fn frame_batch(
     let session = lookup(st, h, principal.as_ref(), ctx.endpoint()).await?;
     ctx.set_session(session.log_id());
     ctx.set_revision(session.version());
-    headers::session_version(h, session.version())?;
+    headers::protocol_version(h)?;
     if !session.version().allows_batches() {
         return Err(invalid(
             "JSON-RPC batches are not allowed in this protocol revision",

@@ -256,7 +256,7 @@ async fn open_stream(
     let session = lookup(st, h, a.principal.as_ref(), ctx.endpoint()).await?;
     ctx.set_session(session.log_id());
     ctx.set_revision(session.version());
-    headers::session_version(h, session.version())?;
+    headers::protocol_version(h)?;
     session.touch();
     let slot = reserve_stream(st, &session)?;
     let keep_alive = st.server.sse_keep_alive;
@@ -307,7 +307,7 @@ pub async fn delete(State(st): State<AppState>, req: Request) -> Response {
         }
         ctx.set_legacy();
         let session = lookup(&st, &a.parts.headers, a.principal.as_ref(), ctx.endpoint()).await?;
-        headers::session_version(&a.parts.headers, session.version())?;
+        headers::protocol_version(&a.parts.headers)?;
         Ok::<_, HttpError>(session)
     };
     match found.await {
