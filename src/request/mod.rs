@@ -38,6 +38,8 @@ use crate::metrics::Metrics;
 use crate::telemetry::ServerSpan;
 
 mod access;
+mod span;
+pub use span::record_target;
 
 use access::Audit;
 pub use access::audited_arguments;
@@ -388,10 +390,7 @@ impl RequestContext {
     pub fn set_route(&mut self, backend: &Arc<str>, target: Option<&str>) {
         self.backend = Some(backend.clone());
         self.target = target.map(str::to_owned);
-        tracing::Span::current().record("backend", &**backend);
-        if let (Some(m), Some(target)) = (&self.method, target) {
-            record_target(m, target);
-        }
+        span::record_route(backend, self.method.as_ref(), target);
         if let (Some(t), Some(m)) = (&self.trace, &self.method) {
             t.set_route(m, backend, target);
         }
@@ -526,22 +525,6 @@ impl Drop for RequestContext {
         let outcome = self.outcome.unwrap_or(Outcome::Cancelled);
         self.record(outcome);
     }
-}
-
-/// Names what a request is about in the current `request` span, under the field
-/// of its kind, as the OpenTelemetry span does (`gen_ai.tool.name`,
-/// `gen_ai.prompt.name`, `mcp.resource.uri`): `tool` for `tools/call`, `prompt`
-/// for `prompts/get`, `uri` for `resources/read`, `resources/subscribe` and
-/// `resources/unsubscribe`; nothing for other methods. The access line has the
-/// same value in `name`, its kind given by `method`.
-pub fn record_target(method: &Method, target: &str) {
-    let field = match method {
-        Method::ToolsCall => "tool",
-        Method::PromptsGet => "prompt",
-        Method::ResourcesRead | Method::ResourcesSubscribe | Method::ResourcesUnsubscribe => "uri",
-        _ => return,
-    };
-    tracing::Span::current().record(field, target);
 }
 
 #[cfg(test)]
