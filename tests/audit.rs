@@ -383,3 +383,67 @@ command = "${FAKE_STDIO}"
     let text = common::scrape(&gw).await;
     assert!(!text.contains("quiet__echo"), "opt-in per backend: {text}");
 }
+
+/// The `request` span names what a request is about under the field of its kind,
+/// as the OpenTelemetry span does: `prompt` for `prompts/get` (it was `tool`),
+/// `tool` for `tools/call`, `uri` for `resources/read`.
+#[tokio::test]
+async fn the_request_span_names_prompts_tools_and_uris_under_their_own_fields() {
+    let served = Served::start_with_env(
+        &format!("[server]\nlisten = \"127.0.0.1:0\"\nmetrics_listen = \"off\"\n{FX}"),
+        &[("RUST_LOG", "info,mcpgate=debug")],
+    )
+    .await;
+    let mut c = McpClient::new(&served.url);
+    c.initialize(json!({})).await;
+    let listed = c.request("resources/list", json!({})).await;
+    let uri = listed.result()["resources"][0]["uri"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let asks = [
+        (
+            "prompts/get",
+            json!({"name": "fx__greet", "arguments": {"name": "n"}}),
+            "prompt",
+            "fx__greet",
+        ),
+        (
+            "tools/call",
+            json!({"name": "fx__echo", "arguments": {"text": "t"}}),
+            "tool",
+            "fx__echo",
+        ),
+        ("resources/read", json!({"uri": uri}), "uri", uri.as_str()),
+    ];
+    for (method, params, field, want) in asks {
+        let r = c.request(method, params).await;
+        assert!(
+            r.response.get("result").is_some(),
+            "{method}: {}",
+            r.response
+        );
+        let spans: Vec<Value> = served
+            .log()
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter_map(|v| v.get("spans").cloned())
+            .flat_map(|s| s.as_array().cloned().unwrap_or_default())
+            .filter(|s| s["name"] == "request" && s["method"] == method)
+            .collect();
+        assert!(
+            !spans.is_empty(),
+            "no event in a {method} span:\n{}",
+            served.log()
+        );
+        for s in spans {
+            assert_eq!(s[field], want, "{method}: {s}");
+            for other in ["tool", "prompt", "uri"]
+                .into_iter()
+                .filter(|f| *f != field)
+            {
+                assert!(s.get(other).is_none(), "{method} names a {other}: {s}");
+            }
+        }
+    }
+}

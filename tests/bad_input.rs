@@ -140,3 +140,130 @@ args = ["--log", "${TEST_DIR}/fx.log"]
         );
     }
 }
+
+/// `initialize` params of the wrong JSON type are -32602 naming the field, and
+/// no session is opened (MCP 2025-11-25 basic/lifecycle: `protocolVersion` a
+/// string, `capabilities` a `ClientCapabilities` object, `clientInfo` an
+/// `Implementation` with string `name` and `version`).
+#[tokio::test]
+async fn initialize_params_of_the_wrong_type_are_invalid_params_naming_the_field() {
+    let gw = TestGateway::start(FX).await;
+    let c = gw.client();
+    let good = || {
+        json!({"protocolVersion": "2025-11-25", "capabilities": {},
+               "clientInfo": {"name": "n", "version": "1"}})
+    };
+    let cases: [(&str, Value, &str); 7] = [
+        ("capabilities", json!("x"), "params.capabilities"),
+        ("capabilities", json!([]), "params.capabilities"),
+        ("clientInfo", json!("x"), "params.clientInfo"),
+        (
+            "clientInfo",
+            json!({"name": 5, "version": "1"}),
+            "params.clientInfo.name",
+        ),
+        (
+            "clientInfo",
+            json!({"name": "n", "version": 1}),
+            "params.clientInfo.version",
+        ),
+        ("protocolVersion", json!(20251125), "params.protocolVersion"),
+        ("protocolVersion", Value::Null, "params.protocolVersion"),
+    ];
+    for (field, value, named) in cases {
+        let mut params = good();
+        params[field] = value.clone();
+        let body = json!({"jsonrpc": "2.0", "id": "i", "method": "initialize", "params": params});
+        let r = c.post(&[], body.to_string()).await;
+        let v = r.json();
+        assert_eq!(v["error"]["code"], -32602, "{field}={value} → {v}");
+        assert_eq!(v["id"], "i", "{v}");
+        let message = v["error"]["message"].as_str().unwrap();
+        assert!(message.contains(named), "{field}={value}: {message}");
+        assert!(
+            r.header("mcp-session-id").is_none(),
+            "no session for {field}={value}"
+        );
+    }
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": good()});
+    let r = c.post(&[], body.to_string()).await;
+    assert!(r.json()["result"]["protocolVersion"].is_string());
+    assert!(r.header("mcp-session-id").is_some());
+}
+
+/// `initialize` without an id is a notification, which gets no answer: 400 with
+/// -32600 saying that it needs an id (the transport's answer to a POST that is
+/// not a valid message, as for every other malformed first message), never
+/// "Mcp-Session-Id header is required".
+#[tokio::test]
+async fn initialize_as_a_notification_is_told_it_needs_an_id() {
+    let gw = TestGateway::start(FX).await;
+    let body = json!({"jsonrpc": "2.0", "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {},
+        "clientInfo": {"name": "n", "version": "1"}}})
+    .to_string();
+    let s = gw.session().await;
+    for (who, c) in [("no session", gw.client()), ("a session", s)] {
+        let r = c.post(&[], body.clone()).await;
+        assert_eq!(r.status, 400, "{who}: {r:?}");
+        let v = r.json();
+        assert_eq!(v["error"]["code"], -32600, "{who}: {v}");
+        let message = v["error"]["message"].as_str().unwrap();
+        assert!(
+            message.contains("initialize") && message.contains("id"),
+            "{who}: {message}"
+        );
+        assert!(v.get("id").is_none_or(Value::is_null), "{who}: {v}");
+        assert!(r.header("mcp-session-id").is_none(), "{who}");
+    }
+}
+
+/// JSON-RPC 2.0 ids are any number without a fractional part (MCP: "string or
+/// integer"); one beyond 64 bits comes back byte for byte, on a JSON answer, an
+/// error and an SSE stream alike.
+#[tokio::test]
+async fn ids_beyond_64_bits_come_back_byte_identical() {
+    let gw = TestGateway::start(FX).await;
+    let s = gw.session().await;
+    let ids = [
+        "123456789012345678901234567890",
+        "-123456789012345678901234567890",
+        "18446744073709551615",
+        "9223372036854775808",
+    ];
+    for id in ids {
+        let bodies = [
+            format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"ping"}}"#),
+            format!(
+                r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"fx__echo","arguments":{{"text":"e"}}}}}}"#
+            ),
+            format!(
+                r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"fx__nope","arguments":{{}}}}}}"#
+            ),
+            format!(
+                r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"fx__delay_echo","arguments":{{"ms":600,"tag":"slow"}}}}}}"#
+            ),
+        ];
+        for body in bodies {
+            let r = s.post(&[], body.clone()).await;
+            assert_eq!(r.status, 200, "{body}: {r:?}");
+            let text = String::from_utf8_lossy(&r.body);
+            assert!(text.contains(&format!(r#""id":{id}"#)), "{body} → {text}");
+            assert!(
+                r.json().get("error").is_none() || body.contains("fx__nope"),
+                "{text}"
+            );
+        }
+    }
+    // Still not ids: fractions, exponents, other types.
+    for id in ["1.5", "1e3", "true", "[1]"] {
+        let r = s
+            .post(
+                &[],
+                format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"ping"}}"#),
+            )
+            .await;
+        assert_eq!(r.status, 400, "{id}");
+        assert_eq!(r.json()["error"]["code"], -32600, "{id}");
+    }
+}

@@ -241,3 +241,52 @@ async fn a_host_disconnect_is_not_a_cancellation() {
         "ok"
     );
 }
+
+/// A DELETE of the session while one of its calls streams: the host gets a
+/// JSON-RPC error for its pending id on that stream before it ends (a request is
+/// answered, MCP 2025-11-25 basic: every request gets a response), and the
+/// backend gets `notifications/cancelled` for its request.
+#[tokio::test]
+async fn delete_while_a_call_streams_answers_it_with_an_error_and_cancels_upstream() {
+    let gw = TestGateway::start(
+        r#"
+        [backends.fx]
+        type = "stdio"
+        command = "${FAKE_STDIO}"
+        args = ["--log", "${TEST_DIR}/fx.log"]
+        "#,
+    )
+    .await;
+    let log = gw.dir.path("fx.log");
+    let s = gw.session().await;
+    let call = json!({"jsonrpc": "2.0", "id": "pending-7", "method": "tools/call",
+                      "params": {"name": "fx__slow_task", "arguments": {"s": 30}}});
+    let mut stream = s.open(&call).await;
+    assert!(stream.is_sse());
+    assert!(
+        wait_for(Duration::from_secs(3), || !logged_calls(&log, "slow_task")
+            .is_empty())
+        .await
+    );
+    let upstream = logged_calls(&log, "slow_task")[0]["msg"]["id"].clone();
+    assert_eq!(s.delete().await.status, 200);
+    let mut answer = None;
+    while let Some(m) = stream.next(Duration::from_secs(3)).await {
+        if m.get("method").is_none() {
+            answer = Some(m);
+            break;
+        }
+    }
+    let answer = answer.expect("an answer for the pending id before the stream ends");
+    assert_eq!(answer["id"], "pending-7", "{answer}");
+    assert!(answer["error"]["code"].is_i64(), "{answer}");
+    let message = answer["error"]["message"].as_str().unwrap();
+    assert!(message.contains("session"), "{message}");
+    assert!(stream.ends_within(Duration::from_secs(3)).await);
+    let cancelled = || {
+        logged(&log, "notifications/cancelled")
+            .iter()
+            .any(|e| e["msg"]["params"]["requestId"] == upstream)
+    };
+    assert!(wait_for(Duration::from_secs(3), cancelled).await);
+}

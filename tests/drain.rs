@@ -62,6 +62,12 @@ async fn sigterm_turns_readyz_503_keeps_serving_and_refuses_new_sessions() {
         "readyz while draining\n{}",
         gw.log()
     );
+    let readyz = reqwest::get(format!("{}/readyz", gw.base)).await.unwrap();
+    assert_eq!(
+        readyz.headers().get("retry-after").map(|v| v.as_bytes()),
+        Some(&b"1"[..]),
+        "every 503 says when to ask again"
+    );
     assert_eq!(
         status_of(&format!("{}/healthz", gw.base)).await,
         Ok(StatusCode::OK),

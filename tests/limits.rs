@@ -126,8 +126,11 @@ async fn a_session_may_hold_only_max_streams_per_session_streams() {
     assert!(slow.is_sse(), "a slow call streams");
     let third = s.get_stream().await;
     assert_eq!(third.status, 429, "third GET stream");
+    assert_eq!(third.header_str("retry-after"), Some("1"), "RFC 6585 §4");
     let ping = json!({"jsonrpc": "2.0", "id": 2, "method": "ping"}).to_string();
-    assert_eq!(s.post(&[], ping.clone()).await.status, 429, "third POST");
+    let refused = s.post(&[], ping.clone()).await;
+    assert_eq!(refused.status, 429, "third POST");
+    assert_eq!(refused.header("retry-after"), Some("1"), "RFC 6585 §4");
     assert_eq!(rejections(&gw, "too_many_streams").await, 2.0);
     // Another session is not affected.
     let other = gw.session().await;

@@ -252,6 +252,13 @@ async fn delete_cancels_calls_in_flight_upstream() {
             .any(|e| e["msg"]["params"]["requestId"] == upstream)
     };
     assert!(wait_for(Duration::from_secs(2), cancelled).await);
+    // The pending id is answered first (cancellation.rs has the details).
+    let answer = stream.next(Duration::from_secs(2)).await;
+    assert_eq!(
+        answer.as_ref().map(|a| &a["id"]),
+        Some(&json!(3)),
+        "{answer:?}"
+    );
     assert!(
         stream.ends_within(Duration::from_secs(2)).await,
         "POST stream ends"

@@ -74,6 +74,28 @@ async fn downstream_version_header_is_validated_and_unknown_versions_get_the_lat
     assert_eq!(v["result"]["protocolVersion"], "2025-11-25");
 }
 
+/// MCP 2025-11-25 transports: 400 only for an invalid or unsupported
+/// `MCP-Protocol-Version`. A revision the gateway serves but the session did not
+/// negotiate is neither: the request is served at the session's revision (the
+/// official conformance suite 0.1.16 sends `2025-03-26` on its 2025-11-25
+/// sessions in server-sse-polling and server-sse-multiple-streams and expects
+/// 200; the TypeScript SDK's server checks the header against its supported list
+/// only).
+#[tokio::test]
+async fn a_served_revision_other_than_the_sessions_is_answered_at_the_sessions() {
+    let gw = TestGateway::start("").await;
+    let s = gw.session().await;
+    assert_eq!(s.version.as_deref(), Some("2025-11-25"));
+    let ping = json!({"jsonrpc": "2.0", "id": 1, "method": "ping"}).to_string();
+    for other in ["2025-03-26", "2025-06-18"] {
+        let h = [("mcp-protocol-version", other)];
+        assert_eq!(s.post(&h, ping.clone()).await.status, 200, "POST {other}");
+        assert_eq!(s.get_stream_with(&h).await.status, 200, "GET {other}");
+    }
+    let h = [("mcp-protocol-version", "2024-11-05")];
+    assert_eq!(s.post(&h, ping).await.status, 400, "not served: 400");
+}
+
 #[tokio::test]
 async fn configured_headers_never_replace_protocol_headers() {
     // Protocol headers cannot even be configured (check-config refuses them).

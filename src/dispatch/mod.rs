@@ -305,7 +305,8 @@ impl Dispatch {
         mut params: Value,
     ) -> Result<Routed, RpcError> {
         let name = str_param(&params, "name")?;
-        tracing::Span::current().record("tool", name);
+        // Before the lookup: an unknown name is named in the span too.
+        crate::request::record_target(method, name);
         let view = self.view_for(host);
         let (table, what, kind) = if *method == Method::ToolsCall {
             (&view.tools, "tool", ResultKind::ToolCall)

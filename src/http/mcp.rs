@@ -144,6 +144,13 @@ async fn frame(
         Message::Request(req) if req.method == Method::Initialize => {
             return Ok((Framed::Initialize(req), principal));
         }
+        // A notification gets no answer (JSON-RPC 2.0 §4.1), so the host would
+        // never learn its session: refused as any malformed message is.
+        Message::Notification(n) if n.method == Method::Initialize => {
+            return Err(invalid(
+                "initialize is a request and needs an id (it was sent as a notification)",
+            ));
+        }
         msg => msg,
     };
     if let Message::Request(req) = &msg
@@ -217,7 +224,8 @@ async fn answer(
     slot: StreamSlot,
 ) -> Response {
     use tracing::Instrument;
-    // One span per host request: routing fills in backend and tool.
+    // One span per host request: routing fills in the backend and what the
+    // request is about (`request::record_target`: tool, prompt or uri).
     let span = tracing::info_span!(
         "request",
         id = %req.id,
@@ -225,13 +233,15 @@ async fn answer(
         method = %req.method,
         backend = tracing::field::Empty,
         tool = tracing::field::Empty,
+        prompt = tracing::field::Empty,
+        uri = tracing::field::Empty,
     );
     let server = &st.server;
     let host = Host::Legacy(session.clone());
     let mirror = st.supervisor.shared().map(|store| Mirror {
         store: store.clone(),
         h: session.store_key().to_owned(),
-        request_id: req.id.to_value().to_string(),
+        request_id: req.id.to_json(),
         sealer: st.sealer.clone(),
     });
     let reply = st.dispatch.handle(ctx, &host, req).instrument(span).await;
@@ -315,30 +325,18 @@ async fn initialize(
     if st.supervisor.is_stopping() {
         return Err(HttpError::draining());
     }
-    let params = req.params.as_ref();
-    let requested = params
-        .and_then(|p| p.get("protocolVersion"))
-        .and_then(Value::as_str);
-    let Some(requested) = requested else {
-        let e = ErrorObject::new(
-            jsonrpc::INVALID_PARAMS,
-            "initialize: params.protocolVersion must be a string",
-        );
-        let body: Bytes = jsonrpc::error_bytes(Some(&req.id), &e).into();
-        ctx.set_bytes_out(body.len());
-        return Ok((json_response(body), Outcome::Error));
+    let (requested, capabilities, client_info) = match initialize_params(req.params.as_ref()) {
+        Ok(p) => p,
+        Err(why) => {
+            tracing::info!(id = %req.id, %why, "initialize refused: invalid params");
+            let e = ErrorObject::new(jsonrpc::INVALID_PARAMS, format!("initialize: {why}"));
+            let body: Bytes = jsonrpc::error_bytes(Some(&req.id), &e).into();
+            ctx.set_bytes_out(body.len());
+            return Ok((json_response(body), Outcome::Error));
+        }
     };
     let version = ProtocolVersion::negotiate(requested);
     ctx.set_revision(version);
-    let capabilities = params
-        .and_then(|p| p.get("capabilities"))
-        .filter(|c| c.is_object())
-        .cloned()
-        .unwrap_or_else(|| json!({}));
-    let client_info = params
-        .and_then(|p| p.get("clientInfo"))
-        .cloned()
-        .unwrap_or(Value::Null);
     let session = open_session(st, ctx, version, capabilities, client_info, principal).await?;
     let view = st.catalog.view_for_key(&session.view_key());
     let mut capabilities = view.capabilities.clone();
@@ -360,6 +358,58 @@ async fn initialize(
         resp.headers_mut().insert(SESSION_ID, v);
     }
     Ok((resp, Outcome::Ok))
+}
+
+/// The `initialize` params a session is opened with: `protocolVersion` (a
+/// string), `capabilities` (an object; `{}` when absent) and `clientInfo` (an
+/// object whose `name` and `version`, when present, are strings; `null` when
+/// absent), as MCP 2025-11-25 basic/lifecycle and its schema
+/// (`InitializeRequestParams`, `ClientCapabilities`, `Implementation`) type them.
+///
+/// Errors: which field has the wrong type, e.g. `params.capabilities must be an
+/// object, not a string` (answered -32602 Invalid params).
+fn initialize_params(params: Option<&Value>) -> Result<(&str, Value, Value), String> {
+    let field = |name: &str| params.and_then(|p| p.get(name));
+    let Some(requested) = field("protocolVersion").and_then(Value::as_str) else {
+        return Err(wrong_type(
+            "params.protocolVersion",
+            "a string",
+            field("protocolVersion"),
+        ));
+    };
+    let capabilities = match field("capabilities") {
+        None => json!({}),
+        Some(c) if c.is_object() => c.clone(),
+        Some(other) => return Err(wrong_type("params.capabilities", "an object", Some(other))),
+    };
+    let client_info = match field("clientInfo") {
+        None => Value::Null,
+        Some(Value::Object(info)) => {
+            for key in ["name", "version"] {
+                if let Some(v) = info.get(key).filter(|v| !v.is_string()) {
+                    let name = format!("params.clientInfo.{key}");
+                    return Err(wrong_type(&name, "a string", Some(v)));
+                }
+            }
+            Value::Object(info.clone())
+        }
+        Some(other) => return Err(wrong_type("params.clientInfo", "an object", Some(other))),
+    };
+    Ok((requested, capabilities, client_info))
+}
+
+/// `FIELD must be WANT, not TYPE` (`missing` when absent).
+fn wrong_type(field: &str, want: &str, got: Option<&Value>) -> String {
+    let got = match got {
+        None => "missing",
+        Some(Value::Null) => "null",
+        Some(Value::Bool(_)) => "a boolean",
+        Some(Value::Number(_)) => "a number",
+        Some(Value::String(_)) => "a string",
+        Some(Value::Array(_)) => "an array",
+        Some(Value::Object(_)) => "an object",
+    };
+    format!("{field} must be {want}, not {got}")
 }
 
 /// Opens the session an `initialize` asked for: its sealed id, its record in the

@@ -208,18 +208,27 @@ pub type Face = SetSensitiveRequestHeaders<
 /// anew for every response (a joined `Vec` and a `HeaderValue` copy).
 const VARY: &str = "origin, access-control-request-method, access-control-request-headers";
 
-/// `GET /readyz`: 200 when ready, 503 otherwise, with per-backend state.
+/// `GET /readyz`: 200 when ready, 503 + `Retry-After: 1` otherwise (every 503 the
+/// gateway answers says when to ask again, RFC 9110 §10.2.3), with per-backend
+/// state.
 async fn readyz(
     axum::extract::State(st): axum::extract::State<AppState>,
 ) -> axum::response::Response {
     use axum::response::IntoResponse;
     let (ready, body) = st.supervisor.readiness();
-    let status = if ready {
-        axum::http::StatusCode::OK
-    } else {
-        axum::http::StatusCode::SERVICE_UNAVAILABLE
-    };
-    (status, axum::Json(body)).into_response()
+    if ready {
+        return (axum::http::StatusCode::OK, axum::Json(body)).into_response();
+    }
+    let retry = [(
+        axum::http::header::RETRY_AFTER,
+        axum::http::HeaderValue::from_static("1"),
+    )];
+    (
+        axum::http::StatusCode::SERVICE_UNAVAILABLE,
+        retry,
+        axum::Json(body),
+    )
+        .into_response()
 }
 
 /// The metrics application (its own listener): `GET /metrics` in the Prometheus

@@ -10,7 +10,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use serde_json::Value;
 use tokio::sync::mpsc;
 
 use super::sse::event_aad;
@@ -145,9 +144,7 @@ impl Follow {
     /// The terminal error for a request whose replica stopped: mirrored too,
     /// so every resumer sees the same end.
     async fn terminal(&self, seq: u64) -> Frame {
-        let id = serde_json::from_str::<Value>(&self.request_id)
-            .ok()
-            .and_then(|v| Id::from_value(&v));
+        let id = Id::from_json(&self.request_id);
         let error = ErrorObject::new(
             jsonrpc::INTERNAL_ERROR,
             "the gateway replica serving this request stopped before it answered; it was not retried",

@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use axum::extract::{Request, State};
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::Value;
 
@@ -202,7 +202,9 @@ pub(super) fn count_drops(st: &AppState, session: &Session) {
 }
 
 /// A stream slot for a request about to be answered (POST) or a GET stream;
-/// 429 when the session already holds `max_streams_per_session` of them.
+/// 429 + `Retry-After: 1` (RFC 6585 §4, whole seconds: a slot frees as soon as
+/// one of the session's streams ends, which the gateway cannot foresee) when the
+/// session already holds `max_streams_per_session` of them.
 pub(super) fn reserve_stream(
     st: &AppState,
     session: &Arc<Session>,
@@ -219,6 +221,7 @@ pub(super) fn reserve_stream(
                      (server.max_streams_per_session)"
                 ),
             )
+            .with_header(header::RETRY_AFTER, HeaderValue::from_static("1"))
         })
 }
 

@@ -17,8 +17,9 @@ use super::{EnvelopeError, ErrorObject, Id, Message, MethodName, Notification, R
 struct Envelope<'a> {
     #[serde(borrow)]
     jsonrpc: Option<&'a RawValue>,
-    #[serde(default, deserialize_with = "present")]
-    id: Option<Value>,
+    /// Kept as text: an integer id of any size is read exactly (`Id::from_json`).
+    #[serde(default, borrow, deserialize_with = "present")]
+    id: Option<&'a RawValue>,
     #[serde(borrow)]
     method: Option<&'a RawValue>,
     params: Option<Value>,
@@ -27,8 +28,8 @@ struct Envelope<'a> {
 }
 
 /// Deserializes a field that is present (even as `null`) into `Some`.
-fn present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
-    Value::deserialize(d).map(Some)
+fn present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<&'de RawValue>, D::Error> {
+    <&'de RawValue>::deserialize(d).map(Some)
 }
 
 /// Parses one message from JSON text.
@@ -90,9 +91,14 @@ pub fn classify_raw<M: MethodName>(raw: &RawValue) -> Result<Message<M>, Envelop
 fn classify<M: MethodName>(env: Envelope<'_>) -> Result<Message<M>, EnvelopeError> {
     let id = match &env.id {
         None => None,
-        Some(v) => match Id::from_value(v) {
+        Some(v) => match Id::from_json(v.get()) {
             Some(id) => Some(Ok(id)),
-            None => Some(Err(v.is_null())),
+            // A string id that does not decode (a lone surrogate escape) is
+            // not JSON text, as a full parse of the value would have said.
+            None if v.get().starts_with('"') => {
+                return Err(EnvelopeError::Parse("invalid string in id".into()));
+            }
+            None => Some(Err(v.get() == "null")),
         },
     };
     let readable_id = match &id {

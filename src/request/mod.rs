@@ -38,6 +38,8 @@ use crate::metrics::Metrics;
 use crate::telemetry::ServerSpan;
 
 mod access;
+mod span;
+pub use span::record_target;
 
 use access::Audit;
 pub use access::audited_arguments;
@@ -388,7 +390,7 @@ impl RequestContext {
     pub fn set_route(&mut self, backend: &Arc<str>, target: Option<&str>) {
         self.backend = Some(backend.clone());
         self.target = target.map(str::to_owned);
-        tracing::Span::current().record("backend", &**backend);
+        span::record_route(backend, self.method.as_ref(), target);
         if let (Some(t), Some(m)) = (&self.trace, &self.method) {
             t.set_route(m, backend, target);
         }

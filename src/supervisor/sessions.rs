@@ -267,6 +267,12 @@ impl Supervisor {
         self.relay
             .subscriptions()
             .drop_session(&self.catalog, session);
+        // Every request gets a response: a call still in flight is answered with
+        // an error on its stream (and cancelled upstream) before the streams end.
+        let reason = "the session ended (DELETE or expiry) while this call was in flight; \
+                      it was cancelled at the backend";
+        self.answer_and_cancel(session, reason, "session ended")
+            .await;
         let (slots, calls) = session.end();
         // After `end`: a connection opened concurrently either is forgotten here
         // or sees the session ended and forgets itself.
@@ -294,20 +300,29 @@ impl Supervisor {
     /// upstream, waiting until each backend took the cancel. For shutdown, when
     /// the grace period is over.
     pub(super) async fn abandon_calls(&self, session: &Arc<Session>) {
+        let reason = "the gateway is shutting down and the call did not finish within \
+                      server.shutdown_grace";
+        self.answer_and_cancel(session, reason, "gateway shutting down")
+            .await;
+    }
+
+    /// Answers each host call in flight on `session` with -32603 (`message`,
+    /// `data.backend`), waiting at most `CANCEL_DELIVERY` until its stream took
+    /// the answer, and sends its backend `notifications/cancelled` with
+    /// `cancel_reason`.
+    async fn answer_and_cancel(&self, session: &Arc<Session>, message: &str, cancel_reason: &str) {
         let calls = session.calls().into_iter().filter_map(|call| {
             session.take_call(&call.id)?;
             Some(async move {
                 let upstream = call.upstream();
                 let backend = upstream.as_ref().map_or("mcpgate", |(c, _)| &*c.backend);
-                let e = BackendError::closed(
-                    backend,
-                    "the gateway is shutting down and the call did not finish within \
-                     server.shutdown_grace",
-                );
+                tracing::info!(session = %session.log_id(), id = %call.id, backend,
+                    "{cancel_reason}: an in-flight call answered with an error");
+                let e = BackendError::closed(backend, message);
                 let bytes = jsonrpc::error_bytes(Some(&call.id), &e.to_error_object());
                 call.finish_flushed(bytes.into(), CANCEL_DELIVERY).await;
                 if let Some((conn, id)) = upstream {
-                    conn.cancel_awaited(id, "gateway shutting down", CANCEL_DELIVERY)
+                    conn.cancel_awaited(id, cancel_reason, CANCEL_DELIVERY)
                         .await;
                 }
             })
