@@ -2,11 +2,11 @@
 //! responses and dispatch of what the backend sends (its handshake is
 //! `handshake.rs`).
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
+use foldhash::{HashMap, HashMapExt};
 use serde_json::value::RawValue;
 use serde_json::{Value, json};
 use tokio::sync::oneshot;

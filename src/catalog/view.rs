@@ -1,10 +1,9 @@
 //! The aggregated catalogue hosts see: exposed names, the reversible name table,
 //! URI routing and pre-serialized pages with opaque, sealed cursors.
 
-use std::collections::HashMap;
-
 use std::sync::{Arc, OnceLock};
 
+use foldhash::{HashMap, HashMapExt};
 use serde_json::value::RawValue;
 use serde_json::{Value, json};
 

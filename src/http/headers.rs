@@ -7,7 +7,9 @@ use super::{HttpError, OriginPolicy};
 use crate::jsonrpc;
 use crate::mcp::ProtocolVersion;
 use crate::request::Rejection;
-use crate::streamable_http::{self, EVENT_STREAM, JSON, SESSION_ID, accepts, is_json};
+use crate::streamable_http::{
+    self, EVENT_STREAM, JSON, SESSION_ID, accepts, accepts_each, is_json,
+};
 
 /// 403 unless Origin (if any) and Host are acceptable.
 pub fn check_origin(h: &HeaderMap, policy: &OriginPolicy) -> Result<(), HttpError> {
@@ -28,7 +30,7 @@ pub fn check_origin(h: &HeaderMap, policy: &OriginPolicy) -> Result<(), HttpErro
 /// POST needs both `application/json` and `text/event-stream` acceptable
 /// (MCP 2025-11-25 transports, sending messages: the client MUST list both).
 pub fn check_post_accept(h: &HeaderMap) -> Result<(), HttpError> {
-    if accepts(h, JSON) && accepts(h, EVENT_STREAM) {
+    if accepts_each(h, [JSON, EVENT_STREAM]) == [true, true] {
         Ok(())
     } else {
         Err(HttpError::new(

@@ -9,12 +9,13 @@
 //! (`/healthz`, `/readyz`) are looked up first; this table is its fallback, a
 //! hash lookup where axum's route table used to hold these paths.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use axum::extract::{Request, State};
 use axum::http::{HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use foldhash::{HashMap, HashMapExt};
 
 use super::auth::Document;
 use super::{AppState, Endpoint};

@@ -16,11 +16,11 @@ mod record;
 mod store;
 mod token;
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicI64, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
 use bytes::Bytes;
+use foldhash::HashMap;
 use serde_json::Value;
 use tokio::time::Instant;
 use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};

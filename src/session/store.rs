@@ -67,7 +67,7 @@ pub trait SessionStore: Send + Sync + 'static {
 /// this cannot know: an id that ended in *another* process — DELETEd before a
 /// restart — comes back until its lifetime is over; only a shared store knows.
 pub struct MemoryStore {
-    map: DashMap<Arc<str>, Arc<Session>>,
+    map: DashMap<Arc<str>, Arc<Session>, foldhash::fast::RandomState>,
     /// `server.max_sessions` (a reload may change it).
     limit: AtomicUsize,
     max_lifetime: Duration,
@@ -82,7 +82,7 @@ impl MemoryStore {
     /// `max_lifetime` after its `initialize`; its epoch is random.
     pub fn new(limit: usize, max_lifetime: Duration) -> Self {
         MemoryStore {
-            map: DashMap::new(),
+            map: DashMap::with_hasher(foldhash::fast::RandomState::default()),
             limit: AtomicUsize::new(limit),
             max_lifetime,
             epoch: u32::from_be_bytes(random_bytes()),

@@ -108,29 +108,63 @@ pub fn new_session_id() -> Arc<str> {
 /// and `type/*` and ignoring `q=0` entries (RFC 9110 §12.5.1); media ranges
 /// compare case-insensitively. An absent header admits everything.
 pub fn accepts(h: &HeaderMap, wanted: &str) -> bool {
-    let mut values = h
-        .get_all(header::ACCEPT)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .peekable();
-    if values.peek().is_none() {
+    accepts_each(h, [wanted])[0]
+}
+
+/// [`accepts`] for several media types in one pass over the `Accept` values:
+/// element `i` says whether `wanted[i]` is admitted. A POST checks both
+/// [`JSON`] and [`EVENT_STREAM`] this way. Values that are not visible ASCII
+/// are ignored (an `Accept` made only of such values counts as absent).
+pub fn accepts_each<const N: usize>(h: &HeaderMap, wanted: [&str; N]) -> [bool; N] {
+    let wanted = wanted.map(|w| match w.split_once('/') {
+        Some((t, sub)) => (t.as_bytes(), sub.as_bytes()),
+        None => (w.as_bytes(), &b""[..]),
+    });
+    let mut admitted = [false; N];
+    let mut present = false;
+    for value in h.get_all(header::ACCEPT) {
+        let Ok(value) = value.to_str() else { continue };
+        present = true;
+        for item in value.as_bytes().split(|&b| b == b',') {
+            let (range, params) = match item.iter().position(|&b| b == b';') {
+                Some(i) => (&item[..i], &item[i + 1..]),
+                None => (item, &b""[..]),
+            };
+            let range = range.trim_ascii();
+            let mut refused = None;
+            for (i, (t, sub)) in wanted.iter().enumerate() {
+                if !admitted[i]
+                    && media_range_admits(range, t, sub)
+                    && !*refused.get_or_insert_with(|| q_is_zero(params))
+                {
+                    admitted[i] = true;
+                }
+            }
+        }
+    }
+    if present { admitted } else { [true; N] }
+}
+
+/// Whether the media range `range` (`*/*`, `type/*` or `type/subtype`) covers
+/// `t/sub`; types and subtypes compare case-insensitively.
+fn media_range_admits(range: &[u8], t: &[u8], sub: &[u8]) -> bool {
+    if range == b"*/*" {
         return true;
     }
-    let wtype = wanted.split_once('/').map_or(wanted, |(t, _)| t);
-    values.flat_map(|v| v.split(',')).any(|item| {
-        let mut parts = item.split(';');
-        let range = parts.next().unwrap_or_default().trim();
-        let admits = range.eq_ignore_ascii_case(wanted)
-            || range == "*/*"
-            || range
-                .split_once('/')
-                .is_some_and(|(t, sub)| sub == "*" && t.eq_ignore_ascii_case(wtype));
-        admits
-            && !parts.any(|p| {
-                p.trim()
-                    .strip_prefix("q=")
-                    .is_some_and(|q| q.trim().parse::<f32>().is_ok_and(|q| q == 0.0))
-            })
+    let Some(slash) = range.iter().position(|&b| b == b'/') else {
+        return false;
+    };
+    let (rt, rsub) = (&range[..slash], &range[slash + 1..]);
+    rt.eq_ignore_ascii_case(t) && (rsub == b"*" || rsub.eq_ignore_ascii_case(sub))
+}
+
+/// Whether a media range's parameters (after its first `;`) carry `q=0`
+/// (also `0.0`, `0.000`): the range is refused (RFC 9110 §12.4.2).
+fn q_is_zero(params: &[u8]) -> bool {
+    params.split(|&b| b == b';').any(|p| {
+        p.trim_ascii().strip_prefix(b"q=").is_some_and(|q| {
+            std::str::from_utf8(q).is_ok_and(|q| q.trim().parse::<f32>().is_ok_and(|q| q == 0.0))
+        })
     })
 }
 
@@ -231,6 +265,11 @@ mod tests {
             h.insert(header::ACCEPT, HeaderValue::from_static(v));
             h
         };
+        let with_bytes = |v: &[u8]| {
+            let mut h = HeaderMap::new();
+            h.insert(header::ACCEPT, HeaderValue::from_bytes(v).unwrap());
+            h
+        };
         let both = with("application/json, text/event-stream");
         assert!(accepts(&both, JSON) && accepts(&both, EVENT_STREAM));
         let any = with("*/*;q=0.8");
@@ -242,6 +281,24 @@ mod tests {
         let refused_then_any = with("application/json;q=0, */*");
         assert!(accepts(&refused_then_any, JSON));
         assert!(accepts(&HeaderMap::new(), EVENT_STREAM));
+        let one_refused = with("application/json;q=0, text/event-stream;q=0.5");
+        assert_eq!(
+            accepts_each(&one_refused, [JSON, EVENT_STREAM]),
+            [false, true]
+        );
+        let mut two_lines = with("text/html;level=1;q=0.0");
+        two_lines.append(
+            header::ACCEPT,
+            HeaderValue::from_static(" TEXT/EVENT-STREAM "),
+        );
+        two_lines.append(
+            header::ACCEPT,
+            HeaderValue::from_static("application/*;q=1"),
+        );
+        assert_eq!(accepts_each(&two_lines, [JSON, EVENT_STREAM]), [true, true]);
+        let not_ascii = with_bytes(b"application/json\xff");
+        assert_eq!(accepts_each(&not_ascii, [JSON, "image/png"]), [true, true]);
+        assert_eq!(accepts_each(&with("application/json"), ["text"]), [false]);
     }
 
     #[test]
