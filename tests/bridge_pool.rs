@@ -59,11 +59,11 @@ async fn last_of(c: &McpClient, (body, h): (Value, [(&str, &str); 3])) -> Value 
 
 /// The retry of a round: its state and an answer to its one request.
 fn retry(round: &Value) -> Value {
-    retry_with(round, json!({"action": "accept", "content": {"x": 1}}))
+    retry_with(round, &json!({"action": "accept", "content": {"x": 1}}))
 }
 
 /// The retry of a round answering its one request with `answer`.
-fn retry_with(round: &Value, answer: Value) -> Value {
+fn retry_with(round: &Value, answer: &Value) -> Value {
     let r = &round["result"];
     let key = r["inputRequests"]
         .as_object()
@@ -117,7 +117,7 @@ async fn a_pooled_connection_told_a_hosts_roots_serves_no_other_call() {
         async move {
             let round = last_of(c, call_as(c, tool, caps, &json!({}))).await;
             assert_eq!(round["result"]["resultType"], "input_required", "{round}");
-            let done = last_of(c, call_as(c, tool, caps, &retry_with(&round, answer))).await;
+            let done = last_of(c, call_as(c, tool, caps, &retry_with(&round, &answer))).await;
             assert_eq!(done["result"]["resultType"], "complete", "{done}");
             assert!(done["result"]["isError"] != true, "{done}");
         }
