@@ -565,39 +565,6 @@ impl Drop for PendingGuard<'_> {
     }
 }
 
-/// Parses a line or body of JSON text from a backend (one message or a batch, which
-/// 2025-03-26 servers may send) and dispatches every message. Invalid input is
-/// logged with the backend name and skipped.
-pub(super) fn dispatch_text(conn: &Arc<Connection>, text: &[u8], related: Option<u64>) {
-    let trimmed = text.trim_ascii();
-    if trimmed.is_empty() {
-        return;
-    }
-    if trimmed.first() == Some(&b'[') {
-        match serde_json::from_slice::<Vec<&RawValue>>(trimmed) {
-            Ok(items) => {
-                for item in items {
-                    match jsonrpc::classify_raw(item) {
-                        Ok(m) => conn.on_message(m, related),
-                        Err(e) => log_bad(conn, item.get().as_bytes(), &e.to_string()),
-                    }
-                }
-            }
-            Err(e) => log_bad(conn, trimmed, &e.to_string()),
-        }
-        return;
-    }
-    match jsonrpc::parse_message(trimmed) {
-        Ok(m) => conn.on_message(m, related),
-        Err(e) => log_bad(conn, trimmed, &e.to_string()),
-    }
-}
-
-fn log_bad(conn: &Connection, text: &[u8], why: &str) {
-    let shown = String::from_utf8_lossy(&text[..text.len().min(200)]);
-    tracing::warn!(backend = %conn.backend, cause = why, text = %shown, "backend sent something that is not JSON-RPC; skipped");
-}
-
 /// A CLIENT span's `error.type` and JSON-RPC code for the upstream `result`.
 fn span_outcome(result: &Result<Box<RawValue>, BackendError>) -> (Option<String>, Option<i64>) {
     match result {

@@ -21,7 +21,8 @@ use http::{Method as HttpMethod, StatusCode};
 use tokio::sync::oneshot;
 
 use super::client::{Body, HttpClient, Target};
-use super::conn::{Connection, dispatch_text};
+use super::conn::Connection;
+use super::inbound::dispatch_text;
 use super::modern;
 use super::{BackendError, Mirrored};
 use crate::auth::upstream::UpstreamCredentials;

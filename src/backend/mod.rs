@@ -6,6 +6,7 @@ mod conn;
 pub(crate) mod events;
 mod handshake;
 mod http;
+mod inbound;
 mod listen;
 pub(crate) mod modern;
 mod slot;

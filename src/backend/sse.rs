@@ -18,7 +18,8 @@ use reqwest::header::{ACCEPT, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
 use tokio::sync::oneshot;
 
 use super::BackendError;
-use super::conn::{Connection, dispatch_text};
+use super::conn::Connection;
+use super::inbound::dispatch_text;
 
 /// How long the backend has to announce its `endpoint`.
 const ENDPOINT_TIMEOUT: Duration = Duration::from_secs(10);

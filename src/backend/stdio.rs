@@ -20,7 +20,8 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::BackendError;
-use super::conn::{Connection, dispatch_text};
+use super::conn::Connection;
+use super::inbound::dispatch_text;
 
 /// Longest line accepted from a child's stdout (a single JSON-RPC message).
 const MAX_LINE: usize = 64 * 1024 * 1024;
