@@ -358,7 +358,7 @@ async fn catalog(
 
 /// Reloads the configuration on SIGHUP and when the file's content changes
 /// (polled every 2 s, by content, so a Kubernetes ConfigMap's symlink swap is
-/// seen). An invalid new file is logged and the running configuration kept.
+/// seen). An invalid or empty new file is logged and the running configuration kept.
 /// `listen` (`--listen`) overrides every file, as it did at start.
 async fn watch_config(gateway: Arc<mcpgate::Gateway>, path: PathBuf, listen: Option<SocketAddr>) {
     use tokio::signal::unix::{SignalKind, signal};
@@ -378,7 +378,16 @@ async fn watch_config(gateway: Arc<mcpgate::Gateway>, path: PathBuf, listen: Opt
                 "file change"
             }
         };
-        match Config::load(&path) {
+        // A file truncated for rewriting reads as empty, and an empty file is a valid
+        // configuration without backends: reloading it would drop every backend.
+        let loaded = match std::fs::read(&path) {
+            Ok(b) if b.iter().all(u8::is_ascii_whitespace) => Err(format!(
+                "{} is empty (a write in progress?); a configuration without backends is not taken on reload",
+                path.display()
+            )),
+            _ => Config::load(&path).map_err(|e| e.to_string()),
+        };
+        match loaded {
             Ok(mut config) => {
                 if let Some(addr) = listen {
                     config.server.listen = addr;

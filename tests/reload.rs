@@ -164,6 +164,13 @@ async fn sighup_storm_and_a_broken_file_leave_the_gateway_serving() {
     for _ in 0..50 {
         kill(pid, Signal::SIGHUP).unwrap();
     }
+    // A file truncated for rewriting reads empty: taking it would drop every backend
+    // (CI saw the storm's reload read the broken file's truncation: Unknown tool).
+    std::fs::write(&cfg, " \n").unwrap();
+    kill(pid, Signal::SIGHUP).unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let r = s.call_tool("keep__echo", json!({"text": "kept"})).await;
+    assert_eq!(text_of(&r.response), "kept");
     std::fs::write(&cfg, "this is [not toml").unwrap();
     kill(pid, Signal::SIGHUP).unwrap();
     tokio::time::sleep(Duration::from_millis(300)).await;
