@@ -4,14 +4,8 @@
 
 mod common;
 
-use common::{TestGateway, text_of};
+use common::{FX, FX_LOGGED, TestGateway, text_of};
 use serde_json::{Value, json};
-
-const FX: &str = r#"
-[backends.fx]
-type = "stdio"
-command = "${FAKE_STDIO}"
-"#;
 
 #[tokio::test]
 async fn malformed_envelopes_are_400_with_the_json_rpc_code() {
@@ -97,15 +91,7 @@ async fn unknown_method_tool_prompt_and_resource_get_spec_errors() {
 /// forwarded one unit in the last place off).
 #[tokio::test]
 async fn numbers_in_arguments_reach_the_backend_unchanged() {
-    let gw = TestGateway::start(
-        r#"
-[backends.fx]
-type = "stdio"
-command = "${FAKE_STDIO}"
-args = ["--log", "${TEST_DIR}/fx.log"]
-"#,
-    )
-    .await;
+    let gw = TestGateway::start(FX_LOGGED).await;
     let log = gw.dir.path("fx.log");
     let s = gw.session().await;
     let long = format!("{}.5", "2".repeat(112));

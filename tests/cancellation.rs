@@ -7,21 +7,13 @@ mod common;
 
 use std::time::Duration;
 
-use common::{TestGateway, logged, logged_calls, text_of, wait_for};
+use common::{FX_LOGGED, TestGateway, logged, logged_calls, text_of, wait_for};
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
 #[tokio::test]
 async fn host_cancel_reaches_the_backend_and_no_result_follows() {
-    let gw = TestGateway::start(
-        r#"
-        [backends.fx]
-        type = "stdio"
-        command = "${FAKE_STDIO}"
-        args = ["--log", "${TEST_DIR}/fx.log"]
-        "#,
-    )
-    .await;
+    let gw = TestGateway::start(FX_LOGGED).await;
     let log = gw.dir.path("fx.log");
     let s = gw.session().await;
     let call = json!({"jsonrpc": "2.0", "id": 42, "method": "tools/call",
@@ -201,15 +193,7 @@ async fn a_cancel_while_the_backend_starts_is_not_lost() {
 
 #[tokio::test]
 async fn a_host_disconnect_is_not_a_cancellation() {
-    let gw = TestGateway::start(
-        r#"
-        [backends.fx]
-        type = "stdio"
-        command = "${FAKE_STDIO}"
-        args = ["--log", "${TEST_DIR}/fx.log"]
-        "#,
-    )
-    .await;
+    let gw = TestGateway::start(FX_LOGGED).await;
     let log = gw.dir.path("fx.log");
     let s = gw.session().await;
     let call = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
@@ -248,15 +232,7 @@ async fn a_host_disconnect_is_not_a_cancellation() {
 /// backend gets `notifications/cancelled` for its request.
 #[tokio::test]
 async fn delete_while_a_call_streams_answers_it_with_an_error_and_cancels_upstream() {
-    let gw = TestGateway::start(
-        r#"
-        [backends.fx]
-        type = "stdio"
-        command = "${FAKE_STDIO}"
-        args = ["--log", "${TEST_DIR}/fx.log"]
-        "#,
-    )
-    .await;
+    let gw = TestGateway::start(FX_LOGGED).await;
     let log = gw.dir.path("fx.log");
     let s = gw.session().await;
     let call = json!({"jsonrpc": "2.0", "id": "pending-7", "method": "tools/call",

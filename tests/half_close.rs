@@ -9,7 +9,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{TestGateway, logged_calls, wait_for};
+use common::{FX_LOGGED, TestGateway, logged_calls, wait_for};
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -72,15 +72,7 @@ fn dechunk(mut body: &str) -> String {
 
 #[tokio::test]
 async fn every_half_closed_request_is_answered_and_answers_equal_executions() {
-    let gw = TestGateway::start(
-        r#"
-        [backends.fx]
-        type = "stdio"
-        command = "${FAKE_STDIO}"
-        args = ["--log", "${TEST_DIR}/fx.log"]
-        "#,
-    )
-    .await;
+    let gw = TestGateway::start(FX_LOGGED).await;
     let log = gw.dir.path("fx.log");
     let s = gw.session().await;
     let session = s.session.clone().unwrap();

@@ -6,7 +6,7 @@ mod common;
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use common::{Rpc, TestGateway, logged_calls, wait_for};
+use common::{FX_LOGGED, Rpc, TestGateway, logged_calls, wait_for};
 use serde_json::{Value, json};
 
 fn delay_echo(ms: u64, tag: &str) -> Value {
@@ -21,15 +21,7 @@ fn tag_of(r: &Rpc) -> Option<&str> {
 
 #[tokio::test]
 async fn same_ids_on_overlapping_calls_get_their_own_results() {
-    let gw = TestGateway::start(
-        r#"
-        [backends.fx]
-        type = "stdio"
-        command = "${FAKE_STDIO}"
-        args = ["--log", "${TEST_DIR}/fx.log"]
-        "#,
-    )
-    .await;
+    let gw = TestGateway::start(FX_LOGGED).await;
     let log = gw.dir.path("fx.log");
     let s1 = gw.session().await;
     let s2 = gw.session().await;

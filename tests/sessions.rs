@@ -7,16 +7,10 @@ mod common;
 
 use std::time::Duration;
 
-use common::{FakeHttp, TestGateway, gone, logged_calls, text_of, wait_for};
+use common::{FX, FX_LOGGED, FakeHttp, TestGateway, gone, logged_calls, text_of, wait_for};
 use reqwest::Method;
 use reqwest::header::HeaderValue;
 use serde_json::json;
-
-const FX: &str = r#"
-[backends.fx]
-type = "stdio"
-command = "${FAKE_STDIO}"
-"#;
 
 #[tokio::test]
 async fn unknown_session_is_404_everywhere_and_a_fresh_initialize_works() {
@@ -225,15 +219,7 @@ async fn max_sessions_caps_initialize_with_503() {
 
 #[tokio::test]
 async fn delete_cancels_calls_in_flight_upstream() {
-    let gw = TestGateway::start(
-        r#"
-        [backends.fx]
-        type = "stdio"
-        command = "${FAKE_STDIO}"
-        args = ["--log", "${TEST_DIR}/fx.log"]
-        "#,
-    )
-    .await;
+    let gw = TestGateway::start(FX_LOGGED).await;
     let log = gw.dir.path("fx.log");
     let s = gw.session().await;
     let call = json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call",

@@ -8,7 +8,9 @@ mod common;
 
 use std::time::Duration;
 
-use common::{McpClient, TestGateway, logged_calls, names, read_log, text_of, wait_for};
+use common::{
+    FX, FX_LOGGED, McpClient, TestGateway, logged_calls, names, read_log, text_of, wait_for,
+};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use serde_json::json;
@@ -78,15 +80,7 @@ async fn a_child_exiting_mid_call_fails_fast_and_is_restarted() {
 
 #[tokio::test]
 async fn a_killed_child_fails_the_in_flight_call_fast() {
-    let gw = TestGateway::start(
-        r#"
-        [backends.fx]
-        type = "stdio"
-        command = "${FAKE_STDIO}"
-        args = ["--log", "${TEST_DIR}/fx.log"]
-        "#,
-    )
-    .await;
+    let gw = TestGateway::start(FX_LOGGED).await;
     let log = gw.dir.path("fx.log");
     let s = gw.session().await;
     let call = {
@@ -198,8 +192,7 @@ async fn non_json_stdout_is_skipped_and_strict_init_is_respected() {
 
 #[tokio::test]
 async fn stderr_floods_do_not_block_the_child() {
-    let gw =
-        TestGateway::start("[backends.fx]\ntype = \"stdio\"\ncommand = \"${FAKE_STDIO}\"\n").await;
+    let gw = TestGateway::start(FX).await;
     let s = gw.session().await;
     let r = s
         .call_tool("fx__spam_stderr", json!({"bytes": 2_000_000}))

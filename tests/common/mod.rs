@@ -111,6 +111,14 @@ impl Drop for TestDir {
     }
 }
 
+/// The fake stdio backend as `fx` (tools `fx__*`), default connection mode.
+pub const FX: &str = "[backends.fx]\ntype = \"stdio\"\ncommand = \"${FAKE_STDIO}\"\n";
+
+/// [`FX`] writing what it receives to `${TEST_DIR}/fx.log` (read with
+/// [`logged_calls`]).
+pub const FX_LOGGED: &str = "[backends.fx]\ntype = \"stdio\"\ncommand = \"${FAKE_STDIO}\"\n\
+    args = [\"--log\", \"${TEST_DIR}/fx.log\"]\n";
+
 /// A gateway started for one test.
 pub struct TestGateway {
     gw: Option<Gateway>,
