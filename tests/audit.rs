@@ -10,8 +10,8 @@ mod common;
 use std::time::Duration;
 
 use auth_support::Issuer;
-use common::McpClient;
 use common::served::Served;
+use common::{FX, McpClient};
 use serde_json::{Value, json};
 
 const RESOURCE: &str = "https://gw.example.test/mcp";
@@ -46,8 +46,6 @@ async fn serve(server: &str, rest: &str) -> Served {
     ))
     .await
 }
-
-const FX: &str = "[backends.fx]\ntype = \"stdio\"\ncommand = \"${FAKE_STDIO}\"\n";
 
 /// Initializes `c` with `headers` on every request (a token, X-Forwarded-For).
 async fn initialize_with(c: &mut McpClient, headers: &[(&str, &str)]) {
@@ -423,14 +421,7 @@ async fn the_request_span_names_prompts_tools_and_uris_under_their_own_fields() 
             "{method}: {}",
             r.response
         );
-        let spans: Vec<Value> = served
-            .log()
-            .lines()
-            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-            .filter_map(|v| v.get("spans").cloned())
-            .flat_map(|s| s.as_array().cloned().unwrap_or_default())
-            .filter(|s| s["name"] == "request" && s["method"] == method)
-            .collect();
+        let spans = request_spans(&served, method);
         assert!(
             !spans.is_empty(),
             "no event in a {method} span:\n{}",
@@ -445,5 +436,45 @@ async fn the_request_span_names_prompts_tools_and_uris_under_their_own_fields() 
                 assert!(s.get(other).is_none(), "{method} names a {other}: {s}");
             }
         }
+    }
+}
+
+/// Every `request` span of `method` that an event of the log was in.
+fn request_spans(served: &Served, method: &str) -> Vec<Value> {
+    served
+        .log()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter_map(|v| v.get("spans").cloned())
+        .flat_map(|s| s.as_array().cloned().unwrap_or_default())
+        .filter(|s| s["name"] == "request" && s["method"] == method)
+        .collect()
+}
+
+/// A 2026-07-28 request has its `request` span too (it had none): id, method,
+/// backend and tool, and no session (the revision has none).
+#[tokio::test]
+async fn a_modern_request_has_a_request_span_without_a_session() {
+    use common::modern_host::{answer, modern};
+    let served = Served::start_with_env(
+        &format!("[server]\nlisten = \"127.0.0.1:0\"\nmetrics_listen = \"off\"\n{FX}"),
+        &[("RUST_LOG", "info,mcpgate=debug")],
+    )
+    .await;
+    let c = McpClient::new(&served.url);
+    let (body, h) = modern(
+        json!("m-1"),
+        "tools/call",
+        json!({"name": "fx__echo", "arguments": {"text": "t"}}),
+    );
+    let r = answer(&c, &body, &h).await;
+    assert_eq!(r["result"]["content"][0]["text"], "t", "{r}");
+    let spans = request_spans(&served, "tools/call");
+    assert!(!spans.is_empty(), "no event in a span:\n{}", served.log());
+    for s in spans {
+        assert_eq!(s["tool"], "fx__echo", "{s}");
+        assert_eq!(s["backend"], "fx", "{s}");
+        assert_eq!(s["id"], "\"m-1\"", "{s}");
+        assert!(s.get("session").is_none(), "{s}");
     }
 }

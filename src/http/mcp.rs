@@ -28,7 +28,7 @@ use crate::dispatch::{Call, Reply};
 use crate::jsonrpc::{self, EnvelopeError, ErrorObject};
 use crate::mcp::version::shape_capabilities;
 use crate::mcp::{Message, Method, ProtocolVersion, Request as RpcRequest};
-use crate::request::{Outcome, Rejection, RequestContext};
+use crate::request::{Outcome, Rejection, RequestContext, request_span};
 use crate::session::{Host, Identity, Outbound, Session, SessionToken, StreamSlot};
 use crate::streamable_http::SESSION_ID;
 
@@ -226,16 +226,7 @@ async fn answer(
     use tracing::Instrument;
     // One span per host request: routing fills in the backend and what the
     // request is about (`request::record_target`: tool, prompt or uri).
-    let span = tracing::info_span!(
-        "request",
-        id = %req.id,
-        session = %session.log_id(),
-        method = %req.method,
-        backend = tracing::field::Empty,
-        tool = tracing::field::Empty,
-        prompt = tracing::field::Empty,
-        uri = tracing::field::Empty,
-    );
+    let span = request_span(&req.id, &req.method, Some(&session.log_id()));
     let server = &st.server;
     let host = Host::Legacy(session.clone());
     let mirror = st.supervisor.shared().map(|store| Mirror {

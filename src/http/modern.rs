@@ -34,7 +34,7 @@ use crate::mcp::{
     LogLevel, META_CLIENT_CAPABILITIES, META_LOG_LEVEL, META_PROTOCOL_VERSION, Message, Method,
     ProtocolVersion, Request,
 };
-use crate::request::{Outcome, Rejection, RequestContext};
+use crate::request::{Outcome, Rejection, RequestContext, request_span};
 use crate::session::{Host, ModernHost, Outbound};
 use crate::streamable_http::{PROTOCOL_VERSION, SESSION_ID, check_metadata};
 
@@ -137,7 +137,9 @@ pub async fn serve(
     if let Err(e) = check_params(st, h, &req, &host) {
         return reject(ctx, e);
     }
-    let reply = st.dispatch.handle(ctx, &host, req).await;
+    use tracing::Instrument;
+    let span = request_span(&req.id, &req.method, None);
+    let reply = st.dispatch.handle(ctx, &host, req).instrument(span).await;
     match reply {
         Reply::Now(bytes) => {
             st.metrics.bytes_out.inc_by(bytes.len() as u64);

@@ -39,7 +39,7 @@ use crate::telemetry::ServerSpan;
 
 mod access;
 mod span;
-pub use span::record_target;
+pub use span::{record_target, request_span};
 
 use access::Audit;
 pub use access::audited_arguments;

@@ -26,3 +26,28 @@ pub(super) fn record_route(backend: &str, method: Option<&Method>, target: Optio
         record_target(m, target);
     }
 }
+
+/// The span of one host request from routing to its answer: `info`, named
+/// `request`, with `id` (the JSON-RPC id), `method`, `session` (the session's
+/// log id; absent on the stateless 2026-07-28 face, which has none), and the
+/// fields routing fills in: `backend` and the target ([`record_target`]).
+pub fn request_span(
+    id: &dyn std::fmt::Display,
+    method: &dyn std::fmt::Display,
+    session: Option<&dyn std::fmt::Display>,
+) -> tracing::Span {
+    let span = tracing::info_span!(
+        "request",
+        id = %id,
+        session = tracing::field::Empty,
+        method = %method,
+        backend = tracing::field::Empty,
+        tool = tracing::field::Empty,
+        prompt = tracing::field::Empty,
+        uri = tracing::field::Empty,
+    );
+    if let Some(session) = session {
+        span.record("session", tracing::field::display(session));
+    }
+    span
+}
