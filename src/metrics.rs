@@ -331,7 +331,7 @@ impl Metrics {
             cluster_forwarded: counter_vec(
                 &r,
                 "mcpgate_cluster_forwarded_total",
-                "Work handed to another replica through the shared store, by kind (answer, cancel).",
+                "Work handed to another replica through the shared store, by kind (answer, cancel, standalone: messages for a standalone stream another replica produces).",
                 &["kind"],
             ),
             input_required_retries: counter_vec(

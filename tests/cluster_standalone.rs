@@ -8,22 +8,28 @@
 //! that keep increasing (no gap, no repeat); after A is killed within 2 s; A,
 //! still alive, stops numbering a stream B took over; an id whose events the
 //! store lost gets a new stream from now (200, not 410); another session's id
-//! is 410.
+//! is 410. What B's backend sends for the session while the host listens on A
+//! reaches A's stream once, numbered there (phase 4), a request too, whose
+//! answer POSTed to A reaches B's backend; with the host's `GET` on B it stays
+//! on B.
 
 mod common;
 
 use std::time::Duration;
 
-use common::store::{TestRedis, at, replica};
+use common::store::{TestRedis, at, replica, scrape};
 use common::{McpClient, SseStream, TestDir};
 use nix::sys::signal::Signal;
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
-/// A per-session fake backend `mine` offering `log_later`.
+/// A per-session fake backend `mine` offering `log_later` and `ask_later`.
 fn backends(dir: &TestDir) -> String {
     let tools = dir.path("tools.json");
-    let defs = json!([{"name": "log_later", "inputSchema": {"type": "object"}}]);
+    let defs = json!([
+        {"name": "log_later", "inputSchema": {"type": "object"}},
+        {"name": "ask_later", "inputSchema": {"type": "object"}}
+    ]);
     std::fs::write(&tools, defs.to_string()).unwrap();
     format!(
         "[backends.mine]\ntype = \"stdio\"\ncommand = \"${{FAKE_STDIO}}\"\n\
@@ -42,8 +48,15 @@ async fn log_later(s: &McpClient, text: &str) {
 
 /// The next log's text on `stream`, and its event id.
 async fn next_log(stream: &mut SseStream) -> Option<(String, String)> {
+    next_log_within(stream, Duration::from_secs(5)).await
+}
+
+/// [`next_log`], if one comes within `within`.
+async fn next_log_within(stream: &mut SseStream, within: Duration) -> Option<(String, String)> {
+    let end = Instant::now() + within;
     loop {
-        let m: Value = stream.next(Duration::from_secs(5)).await?;
+        let left = end.saturating_duration_since(Instant::now());
+        let m: Value = stream.next(left).await?;
         if m["method"] == "notifications/message" {
             let id = stream.event_ids.last().cloned().unwrap_or_default();
             return Some((m["params"]["data"].as_str()?.to_owned(), id));
@@ -191,4 +204,100 @@ async fn lost_events_give_a_new_stream_and_another_sessions_id_is_410() {
     assert_ne!(id(&i).0, id(&seen).0, "a new stream number");
     let primed = fresh.raw_events.first().expect("events");
     assert!(primed.data.is_empty(), "a new stream is primed");
+}
+
+#[tokio::test]
+async fn a_log_made_on_b_reaches_the_get_stream_on_a_once() {
+    let redis = TestRedis::start().await;
+    let dir = TestDir::new();
+    let a = replica(Some(&redis), &backends(&dir)).await;
+    let b = replica(Some(&redis), &backends(&dir)).await;
+    let mut s = McpClient::new(&a.url);
+    s.initialize(json!({})).await;
+    let on_b = at(&s, &b);
+
+    let mut get = s.get_stream().await;
+    assert_eq!(get.status, 200);
+    log_later(&s, "one").await;
+    let mut seen = vec![next_log(&mut get).await.expect("A's own log")];
+    // B's per-session backend logs for the session: the host listens on A.
+    log_later(&on_b, "two").await;
+    let sent = Instant::now();
+    let two = next_log_within(&mut get, Duration::from_secs(2))
+        .await
+        .unwrap_or_else(|| panic!("not on A's stream within 2 s:\n{}", b.log()));
+    let took = sent.elapsed();
+    assert!(took < Duration::from_secs(2), "{took:?}");
+    seen.push(two);
+    log_later(&s, "three").await;
+    seen.push(next_log(&mut get).await.expect("A's own log after it"));
+    while let Some(more) = next_log_within(&mut get, Duration::from_millis(500)).await {
+        seen.push(more);
+    }
+    let texts: Vec<&str> = seen.iter().map(|(t, _)| t.as_str()).collect();
+    assert_eq!(texts, ["one", "two", "three"], "each once, in order");
+    let ids: Vec<(u64, u64)> = seen.iter().map(|(_, i)| id(i)).collect();
+    assert!(ids.iter().all(|i| i.0 == ids[0].0), "one stream: {ids:?}");
+    assert!(
+        ids.windows(2).all(|w| w[0].1 < w[1].1),
+        "increasing: {ids:?}"
+    );
+    let forwarded = "mcpgate_cluster_forwarded_total{kind=\"standalone\"} 1";
+    assert!(scrape(&b).await.contains(forwarded), "{}", scrape(&b).await);
+
+    // With the host's GET on B, what B's backend sends stays on B (and B
+    // kept no copy of what it forwarded); A's stream gets nothing of it.
+    let mut get_b = on_b.get_stream().await;
+    assert_eq!(get_b.status, 200, "{}", b.log());
+    log_later(&on_b, "four").await;
+    let (text, _) = next_log(&mut get_b)
+        .await
+        .unwrap_or_else(|| panic!("{}", b.log()));
+    assert_eq!(text, "four", "nothing forwarded was also queued on B");
+    let stray = next_log_within(&mut get, Duration::from_millis(500)).await;
+    assert_eq!(stray, None, "B's own listener's message stays on B");
+    assert!(scrape(&b).await.contains(forwarded), "not forwarded again");
+}
+
+#[tokio::test]
+async fn a_request_made_on_b_reaches_a_and_its_answer_goes_back_to_b() {
+    let redis = TestRedis::start().await;
+    let dir = TestDir::new();
+    let a = replica(Some(&redis), &backends(&dir)).await;
+    let b = replica(Some(&redis), &backends(&dir)).await;
+    let mut s = McpClient::new(&a.url);
+    s.initialize(json!({"roots": {}})).await;
+    let on_b = at(&s, &b);
+
+    let mut get = s.get_stream().await;
+    assert_eq!(get.status, 200);
+    let r = on_b
+        .call_tool("mine__ask_later", json!({"delay_ms": 20}))
+        .await;
+    assert_eq!(r.result()["content"][0]["text"], "later");
+    let ask = loop {
+        let m: Value = get
+            .next(Duration::from_secs(2))
+            .await
+            .unwrap_or_else(|| panic!("no request on A's stream:\n{}", b.log()));
+        if m["method"] == "roots/list" {
+            break m;
+        }
+    };
+    // Answered at A: the id names B, which relayed the request.
+    let roots = json!({"roots": [{"uri": "file:///w", "name": "w"}]});
+    let answer = json!({"jsonrpc": "2.0", "id": ask["id"], "result": roots});
+    assert_eq!(s.post(&[], answer.to_string()).await.status, 202);
+    let (text, _) = next_log(&mut get)
+        .await
+        .unwrap_or_else(|| panic!("{}", b.log()));
+    assert!(
+        text.starts_with("roots: ") && text.contains("file:///w"),
+        "{text}"
+    );
+    let on = |kind: &str, n: u32| format!("mcpgate_cluster_forwarded_total{{kind=\"{kind}\"}} {n}");
+    let metrics_b = scrape(&b).await;
+    assert!(metrics_b.contains(&on("standalone", 2)), "{metrics_b}");
+    let metrics_a = scrape(&a).await;
+    assert!(metrics_a.contains(&on("answer", 1)), "{metrics_a}");
 }

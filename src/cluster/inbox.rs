@@ -1,7 +1,9 @@
-//! What one replica sends to another through the shared store, never directly:
-//! a host's answer to a server→client request that this replica relayed but
-//! another one received (`mcpg:inbox:{TAG}`, a Redis stream per replica), and
-//! the ids that tell which replica relayed a request.
+//! What one replica sends to another through the shared store, never directly
+//! (`mcpg:inbox:{TAG}`, a Redis stream per replica): a host's answer to a
+//! server→client request that this replica relayed but another one received
+//! (kind `answer`), a message for a session's standalone stream that another
+//! replica produces (kind `sa`); and the ids that tell which replica relayed a
+//! request.
 //!
 //! The id a host sees for a relayed request is a JSON number `tag << 21 | n`:
 //! the relaying replica's 32-bit tag and a 21-bit per-session counter, so ids
@@ -116,7 +118,7 @@ pub(super) async fn read(
     }
 }
 
-/// An inbox entry `{k: "answer", h, m}` as a [`Ctl`].
+/// An inbox entry `{k: "answer" | "sa", h, m}` as a [`Ctl`].
 fn to_ctl(map: &std::collections::HashMap<String, redis::Value>) -> Option<Ctl> {
     let field = |name: &str| match map.get(name)? {
         redis::Value::BulkString(b) => String::from_utf8(b.clone()).ok(),
@@ -125,6 +127,10 @@ fn to_ctl(map: &std::collections::HashMap<String, redis::Value>) -> Option<Ctl> 
     };
     match field("k")?.as_str() {
         "answer" => Some(Ctl::Answer {
+            h: field("h")?,
+            message: field("m")?,
+        }),
+        "sa" => Some(Ctl::Standalone {
             h: field("h")?,
             message: field("m")?,
         }),
@@ -150,5 +156,26 @@ mod tests {
         assert_eq!(tagged_id(7, (1 << 21) + 3), tagged_id(7, 3));
         assert_eq!(tag_of(5), None, "an id minted without a store");
         assert_eq!(tag_of(-1), None);
+    }
+
+    #[test]
+    fn inbox_entries_by_kind() {
+        let entry = |k: &str| {
+            let f = |v: &str| redis::Value::BulkString(v.as_bytes().to_vec());
+            [("k", f(k)), ("h", f("abc")), ("m", f("{}"))]
+                .into_iter()
+                .map(|(n, v)| (n.to_owned(), v))
+                .collect()
+        };
+        let (h, message) = ("abc".to_owned(), "{}".to_owned());
+        assert_eq!(
+            to_ctl(&entry("sa")),
+            Some(Ctl::Standalone {
+                h: h.clone(),
+                message: message.clone()
+            })
+        );
+        assert_eq!(to_ctl(&entry("answer")), Some(Ctl::Answer { h, message }));
+        assert_eq!(to_ctl(&entry("other")), None);
     }
 }

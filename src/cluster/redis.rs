@@ -24,11 +24,13 @@ pub(super) const CTL: &str = "ctl";
 const SET_IF_EXISTS: &str = "if redis.call('EXISTS', KEYS[1]) == 1 then \
      redis.call('HSET', KEYS[1], ARGV[1], ARGV[2]) return 1 end return 0";
 
-/// Appends to a replica's inbox only while the replica is alive (its heartbeat
+/// Appends messages ARGV[5..] (kind ARGV[3], session ARGV[4]), one entry
+/// each, to a replica's inbox only while the replica is alive (its heartbeat
 /// key exists); whether it did.
 const SEND_IF_ALIVE: &str = "if redis.call('EXISTS', KEYS[2]) == 0 then return 0 end \
-     redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[1], '*', 'k', ARGV[3], 'h', ARGV[4], 'm', ARGV[5]) \
-     redis.call('EXPIRE', KEYS[1], ARGV[2]) return 1";
+     for i = 5, #ARGV do \
+       redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[1], '*', 'k', ARGV[3], 'h', ARGV[4], 'm', ARGV[i]) \
+     end redis.call('EXPIRE', KEYS[1], ARGV[2]) return 1";
 
 /// Claims the session's standalone stream `sa` = "STREAM TAG SEQ" for
 /// ARGV[1] (stream) and ARGV[2] (tag): always when ARGV[3] is `any`, else only
@@ -220,19 +222,36 @@ impl Redis {
         p.query_async(&mut self.conn.clone()).await
     }
 
-    /// Appends message `m` of kind `k` about session `h` to replica `tag`'s
-    /// inbox if that replica is alive; whether it was.
-    pub(super) async fn send(&self, tag: &str, k: &str, h: &str, m: &str) -> RedisResult<bool> {
-        redis::cmd("EVAL")
-            .arg(SEND_IF_ALIVE)
+    /// Appends messages `ms` (in order, one entry each) of kind `k` about
+    /// session `h` to replica `tag`'s inbox if that replica is alive; whether
+    /// it was.
+    pub(super) async fn send(
+        &self,
+        tag: &str,
+        k: &str,
+        h: &str,
+        ms: &[&[u8]],
+    ) -> RedisResult<bool> {
+        let mut cmd = redis::cmd("EVAL");
+        cmd.arg(SEND_IF_ALIVE)
             .arg(2)
             .arg(super::inbox::inbox_key(tag))
             .arg(super::inbox::replica_key(tag))
             .arg(super::inbox::INBOX_MAXLEN)
             .arg(super::inbox::INBOX_TTL)
             .arg(k)
-            .arg(h)
-            .arg(m)
+            .arg(h);
+        for m in ms {
+            cmd.arg(*m);
+        }
+        cmd.query_async(&mut self.conn.clone()).await
+    }
+
+    /// `HGET rec field` (`None`: no such field, or no record).
+    pub(super) async fn get_field(&self, h: &str, field: &str) -> RedisResult<Option<String>> {
+        redis::cmd("HGET")
+            .arg(record_key(h))
+            .arg(field)
             .query_async(&mut self.conn.clone())
             .await
     }

@@ -7,7 +7,9 @@
 //! (same stream number, the next sequence numbers), and the first replica's
 //! next mirrored event finds it taken ([`StandaloneWrite::TakenOver`]), so two
 //! replicas never number events of one stream (MCP 2025-11-25
-//! basic/transports, resumability: ids unique within the session).
+//! basic/transports, resumability: ids unique within the session). What
+//! another replica's backends send for the session's standalone stream is
+//! forwarded to the producer's inbox ([`SharedStore::forward_standalone`]).
 
 use super::store::{EVENT_TTL, EVENTS_KEPT, SharedStore, Unavailable};
 
@@ -86,6 +88,34 @@ impl SharedStore {
             -1 => StandaloneWrite::TakenOver,
             _ => StandaloneWrite::NotCurrent,
         })
+    }
+
+    /// The claim on session `h`'s standalone stream: which replica produces
+    /// the stream its host listens to (`None`: none, an unreadable one, or no
+    /// record). One `HGET`.
+    pub async fn standalone_claim(&self, h: &str) -> Result<Option<StandaloneClaim>, Unavailable> {
+        if !self.is_up() {
+            return Err(Unavailable);
+        }
+        let sa = self.op("claim", self.redis.get_field(h, "sa")).await?;
+        Ok(sa.as_deref().and_then(StandaloneClaim::parse))
+    }
+
+    /// Sends `messages` (JSON-RPC messages, in order) for session `h`'s
+    /// standalone stream to replica `tag`, which produces it, through its
+    /// inbox (one `EVAL`); `Ok(false)` when that replica is not alive
+    /// (nothing sent).
+    pub async fn forward_standalone(
+        &self,
+        tag: &str,
+        h: &str,
+        messages: &[&[u8]],
+    ) -> Result<bool, Unavailable> {
+        if !self.is_up() {
+            return Err(Unavailable);
+        }
+        self.op("send", self.redis.send(tag, "sa", h, messages))
+            .await
     }
 }
 

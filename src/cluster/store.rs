@@ -68,6 +68,15 @@ pub enum Ctl {
         /// `{"requestId": …, "reason"?: …}`.
         params: String,
     },
+    /// Another replica's backend sent, for session `h`, a message for its
+    /// standalone stream, which this replica produces: `message` is the
+    /// JSON-RPC message, to put on that stream as if it came from here.
+    Standalone {
+        /// The session's store key.
+        h: String,
+        /// The JSON-RPC message, as JSON text.
+        message: String,
+    },
     /// The store is reachable again after an outage: broadcasts may have been
     /// missed, revalidate the cached sessions.
     Resync,
@@ -227,7 +236,8 @@ impl SharedStore {
         if !self.is_up() {
             return Err(Unavailable);
         }
-        self.op("send", self.redis.send(tag, "answer", h, message))
+        let message = [message.as_bytes()];
+        self.op("send", self.redis.send(tag, "answer", h, &message))
             .await
     }
 

@@ -83,7 +83,9 @@ pub fn bind(
     let key = st.catalog.view_key_at(session.endpoint(), Some(p));
     if session.set_view_key(key) {
         for c in Changed::ALL {
-            session.send_unrelated(jsonrpc::notification_bytes(c.method().as_str(), None).into());
+            // What this replica re-derived; another re-derives its own.
+            let n = jsonrpc::notification_bytes(c.method().as_str(), None);
+            session.send_unrelated_here(n.into());
         }
     }
     Ok(())

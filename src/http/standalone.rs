@@ -17,21 +17,43 @@
 //! standalone stream of this session if this session's record or mirror names
 //! it (both are keyed by the session): another session's id never replays
 //! anything.
+//!
+//! What this replica's backends send for the standalone stream while it does
+//! not produce it (no `GET` attached here, no claim) is forwarded to the
+//! replica the record's `sa` names, through its inbox, and that replica puts
+//! it on the stream (MCP 2025-11-25 basic/transports: a message goes on one
+//! stream only, so it is never also kept here); with no other live producer it
+//! stays on this replica's stream, as without a store.
 
 use std::sync::{Arc, Weak};
+use std::time::Duration;
 
 use bytes::Bytes;
+use prometheus::IntCounter;
 use tokio::sync::mpsc;
+use tokio::time::Instant;
 
 use super::AppState;
 use super::sse::event_aad;
 use crate::cluster::{MirroredEvent, Purpose, SharedStore, StandaloneClaim, StandaloneWrite};
-use crate::session::Session;
+use crate::session::{ForwardQueue, Session, forward_channel};
 use crate::streamable_http::{Attached, Frame, ResumeError};
 
-/// Gives `session`'s event log the writer of its mirrored standalone events
-/// (with a shared store; nothing otherwise). One task per session, ended with
-/// the session; events are written in order, off the host's path.
+/// How long a read of `sa` naming another replica is trusted.
+const ELSEWHERE_FOR: Duration = Duration::from_secs(1);
+
+/// How long a read of `sa` naming no other replica is trusted (short: a host
+/// opening its `GET` elsewhere is heard of soon).
+const NOWHERE_FOR: Duration = Duration::from_millis(200);
+
+/// At most this many messages are forwarded in one round trip.
+const FORWARD_BATCH: usize = 64;
+
+/// Gives `session`'s event log the writer of its mirrored standalone events,
+/// and the session the hand-off of unrelated messages to the replica that
+/// produces its standalone stream (with a shared store; nothing otherwise).
+/// One task each per session, ended with the session; events are written in
+/// order, off the host's path.
 pub(super) fn wire(st: &AppState, session: &Arc<Session>) {
     let Some(store) = st.supervisor.shared().cloned() else {
         return;
@@ -44,16 +66,124 @@ pub(super) fn wire(st: &AppState, session: &Arc<Session>) {
         }));
     let (sealer, weak) = (st.sealer.clone(), Arc::downgrade(session));
     let h = session.store_key().to_owned();
+    let forward_store = store.clone();
     tokio::spawn(async move {
         while let Some(f) = rx.recv().await {
             let aad = event_aad(&h, f.stream, f.seq);
             let sealed = sealer.seal(Purpose::Value, aad.as_bytes(), &f.data);
             let write = store.mirror_standalone(&h, f.stream, f.seq, sealed.as_bytes());
-            if let Ok(StandaloneWrite::TakenOver) = write.await {
-                taken_over(&weak, f.stream);
+            match write.await {
+                Ok(StandaloneWrite::TakenOver) => taken_over(&weak, f.stream),
+                Ok(StandaloneWrite::NotCurrent) => {
+                    // The host listens to another stream: this one is no
+                    // longer claimed here (later messages may be forwarded).
+                    if let Some(s) = weak.upgrade() {
+                        s.events().mirror_standalone(f.stream, false);
+                    }
+                }
+                _ => {}
             }
         }
     });
+    let (forward, queue) = forward_channel();
+    session.forward_unrelated(forward);
+    let counter = st
+        .metrics
+        .cluster_forwarded
+        .with_label_values(&["standalone"]);
+    tokio::spawn(hand_off(
+        forward_store,
+        Arc::downgrade(session),
+        queue,
+        counter,
+    ));
+}
+
+/// Hands the unrelated messages of `session` that no standalone stream here
+/// takes to the replica producing the one its host listens to (one `EVAL`
+/// per batch, and an `HGET` of `sa` at most every [`ELSEWHERE_FOR`]); puts
+/// them on the local stream when there is none (or it is dead, or the store
+/// does not answer).
+async fn hand_off(
+    store: Arc<SharedStore>,
+    session: Weak<Session>,
+    mut queue: ForwardQueue,
+    counter: IntCounter,
+) {
+    let mut producer = Producer::default();
+    while let Some(batch) = queue.next_batch(FORWARD_BATCH).await {
+        let Some(s) = session.upgrade() else { return };
+        let n = batch.len();
+        let to = if s.events().standalone_here() {
+            None
+        } else {
+            producer.elsewhere(&store, &s).await
+        };
+        let sent = match to {
+            Some(tag) => {
+                let messages: Vec<&[u8]> = batch.iter().map(|m| &m[..]).collect();
+                match store
+                    .forward_standalone(&tag, s.store_key(), &messages)
+                    .await
+                {
+                    Ok(true) => true,
+                    Ok(false) => {
+                        tracing::debug!(session = %s.log_id(), replica = %tag,
+                            "the replica producing the standalone stream is gone; kept here");
+                        producer = Producer::default();
+                        false
+                    }
+                    Err(_) => {
+                        tracing::debug!(session = %s.log_id(),
+                            "standalone messages not forwarded: the shared store is unavailable; kept here");
+                        false
+                    }
+                }
+            }
+            None => false,
+        };
+        if sent {
+            counter.inc_by(n as u64);
+        } else {
+            for m in batch {
+                s.send_unrelated_here(m);
+            }
+        }
+        queue.done(n);
+    }
+}
+
+/// The replica producing a session's standalone stream, as last read.
+#[derive(Default)]
+struct Producer {
+    /// Another replica's tag (`None`: none, or this one).
+    tag: Option<String>,
+    /// Until when the read is trusted (`None`: never read).
+    until: Option<Instant>,
+}
+
+impl Producer {
+    /// The tag of the other replica producing `session`'s standalone stream,
+    /// read again once the last read is too old; `None` when none does or the
+    /// store does not answer (not remembered).
+    async fn elsewhere(&mut self, store: &SharedStore, session: &Session) -> Option<String> {
+        if self.until.is_some_and(|u| Instant::now() < u) {
+            return self.tag.clone();
+        }
+        let Ok(claim) = store.standalone_claim(session.store_key()).await else {
+            tracing::debug!(session = %session.log_id(),
+                "standalone producer unknown: the shared store is unavailable");
+            return None;
+        };
+        self.tag = claim.map(|c| c.producer).filter(|p| p != store.tag());
+        let trust = if self.tag.is_some() {
+            ELSEWHERE_FOR
+        } else {
+            NOWHERE_FOR
+        };
+        self.until = Some(Instant::now() + trust);
+        self.tag.clone()
+    }
 }
 
 /// Another replica continues `stream`: it is forgotten here, so that a
@@ -76,7 +206,7 @@ pub(super) async fn attach(st: &AppState, session: &Session) -> Attached {
             .claim_standalone(session.store_key(), attached.stream, true)
             .await
     {
-        session.events().mirror_standalone(attached.stream);
+        session.events().mirror_standalone(attached.stream, true);
     }
     attached
 }

@@ -11,13 +11,14 @@
 //! across an `.await`.
 
 mod call;
+mod forward;
 mod host;
 mod record;
 mod store;
 mod token;
 
 use std::sync::atomic::{AtomicI64, AtomicU32, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use bytes::Bytes;
 use foldhash::HashMap;
@@ -26,6 +27,7 @@ use tokio::time::Instant;
 use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
 
 pub use call::{Ask, HostCall, Outbound};
+pub use forward::{Forward, ForwardQueue, forward_channel};
 pub use host::{Host, ModernHost};
 pub use record::{SessionRecord, TaskRoute, UpstreamSession};
 pub use store::{MemoryStore, SessionStore};
@@ -86,6 +88,9 @@ struct Live {
     client_requests: Mutex<HashMap<Id, ClientRequest>>,
     next_client_id: AtomicI64,
     events: EventLog,
+    /// Where unrelated messages go while this process does not produce the
+    /// standalone stream (set with a shared store).
+    forward: OnceLock<Forward>,
     /// Stream slots taken (see [`Session::reserve_stream`]).
     open_streams: AtomicUsize,
     /// Cancelled when the session ends (DELETE, expiry, shutdown).
@@ -161,6 +166,7 @@ impl Session {
                 client_requests: Mutex::default(),
                 next_client_id: AtomicI64::new(1),
                 events: EventLog::default(),
+                forward: OnceLock::new(),
                 open_streams: AtomicUsize::new(0),
                 closed: CancellationToken::new(),
                 view_key: Mutex::new(ViewKey::default()),
@@ -414,10 +420,33 @@ impl Session {
     }
 
     /// Sends a message unrelated to any host request on the standalone (GET)
-    /// stream; queued (bounded) until the host opens one.
-    pub fn send_unrelated(&self, msg: Bytes) -> bool {
+    /// stream; queued (bounded) until the host opens one. With a hand-off
+    /// ([`Session::forward_unrelated`]) and no standalone stream produced
+    /// here, it goes through the hand-off (to the replica that produces it).
+    pub fn send_unrelated(&self, mut msg: Bytes) -> bool {
+        if let Some(f) = self.live.forward.get()
+            && (f.busy() || !self.live.events.standalone_here())
+        {
+            match f.send(msg) {
+                Ok(()) => return true,
+                Err(back) => msg = back,
+            }
+        }
+        self.send_unrelated_here(msg)
+    }
+
+    /// Sends a message on this process's standalone stream, never handed off:
+    /// what every replica sends its own copy of the session on its own
+    /// (lists changed), and what another replica handed off to this one.
+    pub fn send_unrelated_here(&self, msg: Bytes) -> bool {
         self.live.events.push_standalone(msg);
         true
+    }
+
+    /// Sets where unrelated messages go while no standalone stream is
+    /// produced here (once).
+    pub fn forward_unrelated(&self, forward: Forward) {
+        let _ = self.live.forward.set(forward);
     }
 
     // --- host calls in flight -------------------------------------------------

@@ -367,13 +367,23 @@ impl EventLog {
         self.inner.lock().ok()?.standalone
     }
 
-    /// From now on, events of `stream` go to the standalone mirror too.
-    pub fn mirror_standalone(&self, stream: u64) {
+    /// From now on, events of `stream` go to the standalone mirror too
+    /// (`false`: no longer; the store names another stream).
+    pub fn mirror_standalone(&self, stream: u64, on: bool) {
         if let Ok(mut g) = self.inner.lock()
             && let Some(s) = g.streams.get_mut(&stream)
         {
-            s.mirrored = true;
+            s.mirrored = on;
         }
+    }
+
+    /// Whether this log produces the standalone stream a host listens to: a
+    /// response is attached to it, or it is mirrored (claimed here).
+    pub fn standalone_here(&self) -> bool {
+        self.inner.lock().is_ok_and(|g| {
+            let s = g.standalone.and_then(|s| g.streams.get(&s));
+            s.is_some_and(|s| s.mirrored || s.live.as_ref().is_some_and(|tx| !tx.is_closed()))
+        })
     }
 
     /// Forgets `stream` and its buffered events (another process continues

@@ -1,7 +1,7 @@
 //! Sessions shared with other replicas through the shared store (`[cluster]
 //! redis`): what they broadcast (a session ended, a log level changed, a host
 //! cancelled a request) or send this replica (a host's answer to a request
-//! relayed here), the
+//! relayed here, a message for a standalone stream produced here), the
 //! revalidation of cached sessions after a store outage (broadcasts are lost
 //! while the connection is down). Releasing sessions at a drain is
 //! `sessions.rs`'s.
@@ -34,6 +34,14 @@ pub async fn follow_cluster(sup: Arc<Supervisor>, mut events: mpsc::UnboundedRec
                 Some(s) => sup.relay.answer_forwarded(&s, &message),
                 None => tracing::info!(
                     "answer forwarded for a session this replica no longer holds; dropped"
+                ),
+            },
+            Ctl::Standalone { h, message } => match cached(&sup, &h) {
+                Some(s) => {
+                    s.send_unrelated_here(message.into());
+                }
+                None => tracing::debug!(
+                    "standalone message forwarded for a session this replica no longer holds; dropped"
                 ),
             },
             Ctl::Cancel { h, params } => {

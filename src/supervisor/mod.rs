@@ -297,8 +297,9 @@ impl Supervisor {
         self.relay.listens().announce(changed);
         for session in self.sessions.all() {
             for c in changed {
-                session
-                    .send_unrelated(jsonrpc::notification_bytes(c.method().as_str(), None).into());
+                // Every replica announces its own: never handed off.
+                let n = jsonrpc::notification_bytes(c.method().as_str(), None);
+                session.send_unrelated_here(n.into());
             }
         }
     }

@@ -22,7 +22,8 @@
 //! tools; see `modern.rs`).
 //!
 //! A tool named `log_later` (declare it with `--tools-json`) answers at once and
-//! sends a `notifications/message` `{delay_ms}` later, unrelated to any request.
+//! sends a `notifications/message` `{delay_ms}` later, unrelated to any request;
+//! `ask_later` likewise sends a `roots/list` request, then logs its answer.
 //! A tool named `structured` (declare it with `--tools-json`) answers with
 //! `structuredContent` and a `resource_link` block; `bogus_progress` sends progress
 //! for tokens it was never given, then one for its own token.
@@ -367,6 +368,24 @@ impl Server {
             tokio::spawn(async move {
                 tokio::time::sleep(std::time::Duration::from_millis(delay)).await;
                 let log = json!({"level": "info", "logger": "bg", "data": args.get("text")});
+                me.notify("notifications/message", log);
+            });
+            let text = json!({"content": [{"type": "text", "text": "later"}]});
+            return self.answer(&id, Ok(text));
+        }
+        if tool == "ask_later" {
+            // Unrelated to any request: `roots/list` to the client, then a
+            // log of its answer.
+            let args = params.get("arguments").cloned().unwrap_or_default();
+            let delay = args.get("delay_ms").and_then(Value::as_u64).unwrap_or(100);
+            let me = self.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(std::time::Duration::from_millis(delay)).await;
+                let text = match StdioPeer(me.clone()).ask("roots/list", json!({})).await {
+                    Ok(r) => format!("roots: {}", r["roots"]),
+                    Err(e) => format!("roots error: {e}"),
+                };
+                let log = json!({"level": "info", "logger": "bg", "data": text});
                 me.notify("notifications/message", log);
             });
             let text = json!({"content": [{"type": "text", "text": "later"}]});

@@ -229,3 +229,26 @@ async fn a_standalone_stream_taken_over_continues_its_numbers_and_carries_what_w
     assert_eq!(log.standalone(), None);
     assert_eq!(log.resume("77-6").unwrap_err(), ResumeError::Gone);
 }
+
+#[test]
+fn the_standalone_stream_is_here_while_attached_or_claimed() {
+    let log = EventLog::default();
+    assert!(!log.standalone_here(), "no stream");
+    log.push_standalone(data("queued"));
+    assert!(!log.standalone_here(), "queued, nobody listens here");
+    let attached = log.attach_standalone();
+    assert!(log.standalone_here(), "a GET is attached");
+    drop(attached);
+    assert!(!log.standalone_here(), "the GET went away");
+    log.mirror_standalone(attached_stream(&log), true);
+    assert!(
+        log.standalone_here(),
+        "claimed here: the host comes back here"
+    );
+    log.mirror_standalone(attached_stream(&log), false);
+    assert!(!log.standalone_here(), "the store names another stream");
+}
+
+fn attached_stream(log: &EventLog) -> u64 {
+    log.standalone().unwrap()
+}
