@@ -35,7 +35,10 @@ async fn a_flood_toward_a_host_that_does_not_read_is_cut_and_counted() {
         let t = Instant::now();
         let r = other.call_tool("fx__echo", json!({"text": "served"})).await;
         assert_eq!(text_of(&r.response), "served");
-        assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
+        // A reader blocked on the slow host would hold this answer until the
+        // flood ends or forever; the bound is loose because CI machines are
+        // loaded (3.0 s seen with four builds beside the tests).
+        assert!(t.elapsed() < Duration::from_secs(6), "{:?}", t.elapsed());
         let dropped = metric(&scrape(&gw).await, "mcpgate_dropped_messages_total", &[]);
         if dropped.is_some_and(|d| d > 0.0) {
             break;

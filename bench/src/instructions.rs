@@ -75,7 +75,15 @@ struct Scenario {
     c: usize,
     /// Wait after each answer (C=1; see `C1_PAUSE`).
     pause: Duration,
+    /// The call's `arguments` (JSON).
+    args: &'static str,
+    /// The scenario makes N / `scale` calls of the N1/N2 pair: a 1 MiB result
+    /// costs ~10,000 times an echo, and valgrind runs ~50× slower than native.
+    scale: u64,
 }
+
+/// A `payload` call's arguments: a 1 MiB text result.
+const PAYLOAD_ARGS: &str = r#"{"bytes":1048576}"#;
 
 /// At C=1 the worker waits this long after each answer, so that every request
 /// finds the gateway idle, as it does natively. In a closed loop the gateway,
@@ -85,36 +93,62 @@ struct Scenario {
 /// `tools_list_cached` then moved by 2 % between runs.
 const C1_PAUSE: Duration = Duration::from_millis(2);
 
-const SCENARIOS: [Scenario; 5] = [
+const SCENARIOS: [Scenario; 7] = [
     Scenario {
         key: "stdio_echo_c1",
         tool: Some("s__echo"),
         c: 1,
         pause: C1_PAUSE,
+        args: ECHO_ARGS,
+        scale: 1,
     },
     Scenario {
         key: "stdio_echo_c16",
         tool: Some("s__echo"),
         c: 16,
         pause: Duration::ZERO,
+        args: ECHO_ARGS,
+        scale: 1,
     },
     Scenario {
         key: "http_echo_c1",
         tool: Some("h__echo"),
         c: 1,
         pause: C1_PAUSE,
+        args: ECHO_ARGS,
+        scale: 1,
     },
     Scenario {
         key: "http_echo_c16",
         tool: Some("h__echo"),
         c: 16,
         pause: Duration::ZERO,
+        args: ECHO_ARGS,
+        scale: 1,
     },
     Scenario {
         key: "tools_list_cached",
         tool: None,
         c: 1,
         pause: C1_PAUSE,
+        args: ECHO_ARGS,
+        scale: 1,
+    },
+    Scenario {
+        key: "payload_http_c1",
+        tool: Some("h__payload"),
+        c: 1,
+        pause: C1_PAUSE,
+        args: PAYLOAD_ARGS,
+        scale: 100,
+    },
+    Scenario {
+        key: "payload_stdio_c1",
+        tool: Some("s__payload"),
+        c: 1,
+        pause: C1_PAUSE,
+        args: PAYLOAD_ARGS,
+        scale: 100,
     },
 ];
 
@@ -176,6 +210,13 @@ pub async fn run(env: &Env, opts: &Options) -> anyhow::Result<(Value, Map<String
         .iter()
         .filter(|s| opts.only.is_empty() || opts.only.iter().any(|o| o == s.key))
     {
+        if opts.n2 / sc.scale <= opts.n1 / sc.scale {
+            bail!(
+                "{}: N1 and N2 / {} make the same number of calls; raise N2",
+                sc.key,
+                sc.scale
+            );
+        }
         let mut per_call = Vec::new();
         let mut syscalls = Vec::new();
         let mut clock_reads = Vec::new();
@@ -310,14 +351,14 @@ async fn count(
     let url = format!("http://127.0.0.1:{port}/mcp");
     wait_listed(&url, &name).await?;
     let call = match sc.tool {
-        Some(tool) => Call::tool(tool, ECHO_ARGS),
+        Some(tool) => Call::tool(tool, sc.args),
         None => Call {
             method: "tools/list".into(),
             params: "{}".into(),
         },
     };
     let workers = load::http_workers(&url, sc.c, sc.c).await?;
-    let mut workers = drive(workers, &call, n, sc.pause)
+    let mut workers = drive(workers, &call, n / sc.scale, sc.pause)
         .await
         .with_context(|| format!("{name}: calls"))?;
     load::close_http_workers(&mut workers).await;
@@ -434,7 +475,7 @@ fn write_top(dir: &Path, sc: &Scenario, opts: &Options, per_call: f64) -> anyhow
         profile_path(dir, sc.key, opts.n1),
         profile_path(dir, sc.key, opts.n2),
     );
-    let calls = (opts.n2 - opts.n1) as f64;
+    let calls = ((opts.n2 - opts.n1) / sc.scale) as f64;
     let mut text = format!(
         "# {}: {} instructions per call (C={}, {}, N1={}, N2={}, commit {})\n\
          # From callgrind_annotate --inclusive=no|yes of {} and {}, summed by function\n\
@@ -444,8 +485,8 @@ fn write_top(dir: &Path, sc: &Scenario, opts: &Options, per_call: f64) -> anyhow
         sc.c,
         sc.tool
             .map_or("tools/list".to_owned(), |t| format!("tools/call {t}")),
-        opts.n1,
-        opts.n2,
+        opts.n1 / sc.scale,
+        opts.n2 / sc.scale,
         crate::commit(),
         file_name(&p1),
         file_name(&p2),
