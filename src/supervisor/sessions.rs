@@ -95,8 +95,7 @@ impl Supervisor {
         b.check_connection_limit()?;
         let caps = client_capabilities_for_backend(session.client_capabilities());
         let owner = Owner::Exclusive(session.id().clone());
-        let first_here = !self.was_opened(session, idx);
-        let resume = self.resume_for(session, &b, first_here).await;
+        let resume = self.resume_for(session, &b).await;
         let known = resume
             .as_ref()
             .and_then(|r| r.recorded.as_ref().map(|u| u.id.clone()));
@@ -144,13 +143,6 @@ impl Supervisor {
             Some(before) if std::ptr::eq(before.as_ptr(), Arc::as_ptr(conn)) => None,
             before => Some(before.is_some()),
         }
-    }
-
-    /// Whether this process opened a connection of `session` to backend
-    /// `idx` before (a new one replaces it).
-    fn was_opened(&self, session: &Session, idx: usize) -> bool {
-        let opened = self.opened.lock().unwrap_or_else(|e| e.into_inner());
-        opened.contains_key(&(session.id().clone(), idx))
     }
 
     /// Forgets which connections `session` had opened (it ended).
@@ -402,7 +394,7 @@ impl Supervisor {
                 && c.in_flight() == 0
                 && c.idle_for() > limit
             {
-                idle.push((slot.clone(), c));
+                idle.push((slot.clone(), c, false));
             }
         }
         for s in self.sessions.all() {
@@ -417,15 +409,20 @@ impl Supervisor {
                     && c.idle_for() > limit
                     && !holds_state(record.get_or_insert_with(|| s.record()), &b.spec.name)
                 {
-                    idle.push((slot.clone(), c));
+                    idle.push((slot.clone(), c, true));
                 }
             }
         }
-        for (slot, conn) in idle {
+        for (slot, conn, own) in idle {
             if slot.current().is_some_and(|c| Arc::ptr_eq(&c, &conn)) {
                 slot.take();
                 tracing::info!(backend = %conn.backend, "closing an idle per-session connection (idle_timeout)");
-                conn.close().await;
+                // With a store, a session's HTTP backend session is shared:
+                // it stays for the other replicas and for the next connection.
+                match own && self.shared.is_some() {
+                    true => conn.release().await,
+                    false => conn.close().await,
+                }
             }
         }
         // Empty pool slots go, unless a request is connecting through one.

@@ -9,9 +9,12 @@
 //!   the loser goes on with the winner's and `DELETE`s its own, just opened
 //!   (`Connection::adopt`); when the two were negotiated at different
 //!   revisions it keeps its own, unrecorded.
-//! - A replica's first connection for a session to the backend goes on with
-//!   the recorded one, without `initialize`: from the record read when the
-//!   session was restored, else with one `HGET`.
+//! - A session's connection to the backend on any replica (its first there,
+//!   or one replacing a connection closed for idleness or lost) goes on with
+//!   the recorded one, without `initialize`: as the session knows it (the
+//!   record read when it was restored, or what this replica recorded or
+//!   adopted since), else with one `HGET`. An idle close does not `DELETE`
+//!   it (`sessions.rs`).
 //! - A 404 for the backend session (the backend forgot it): the connection
 //!   first reads the record (another replica may have replaced it already:
 //!   adopt that), else initializes once and records the new one as above.
@@ -129,13 +132,14 @@ fn to_upstream(r: &RecordedSession) -> UpstreamSession {
 impl Supervisor {
     /// How `session`'s own connection to backend `b` starts with a shared
     /// store and a Streamable HTTP backend (`None`: as without): on the
-    /// recorded backend session when this replica opens its first one for
-    /// the session (`first_here`), and with its replacements recorded.
+    /// recorded backend session (the one the session knows, else one `HGET`),
+    /// also when it replaces an earlier connection here (idle, lost: the
+    /// backend session outlives it; if it is gone, the 404 path replaces it),
+    /// and with its replacements recorded.
     pub(super) async fn resume_for(
         &self,
         session: &Arc<Session>,
         b: &BackendState,
-        first_here: bool,
     ) -> Option<Resume> {
         let store = self.shared.as_ref()?;
         if !matches!(b.spec.config.transport, Transport::Http { .. }) {
@@ -149,14 +153,13 @@ impl Supervisor {
             session: Arc::downgrade(session),
         });
         let known = session.record().upstream_sessions.remove(&*b.spec.name);
-        let recorded = match (first_here, known) {
-            (false, _) => None,
-            (true, Some(u)) => Some(RecordedSession {
+        let recorded = match known {
+            Some(u) => Some(RecordedSession {
                 id: u.id,
                 version: u.version,
                 capabilities: u.capabilities,
             }),
-            (true, None) => recorder.fetch().await,
+            None => recorder.fetch().await,
         };
         Some(Resume { recorded, recorder })
     }
