@@ -168,6 +168,7 @@ impl Gateway {
             relay.clone(),
             metrics.clone(),
             shared.as_ref().map(|(store, _)| store.clone()),
+            sealer.clone(),
         );
         supervisor.start(refresh_rx);
         if let Some((_, events)) = shared {

@@ -96,6 +96,8 @@ pub struct Connection {
     era_cache: Option<Arc<EraCache>>,
     /// A modern backend's listen (list changes, resource subscriptions).
     pub(super) watch: super::listen::Watch,
+    /// Where a per-session HTTP connection's backend session is recorded.
+    pub(super) recorder: OnceLock<Arc<dyn super::SessionRecorder>>,
 }
 
 impl Connection {
@@ -126,6 +128,7 @@ impl Connection {
             last_used: Mutex::new(tokio::time::Instant::now()),
             close_reason: OnceLock::new(),
             watch: super::listen::Watch::default(),
+            recorder: OnceLock::new(),
         }
     }
 

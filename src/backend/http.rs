@@ -185,7 +185,7 @@ impl HttpLink {
         bytes: Vec<u8>,
     ) -> Result<(), BackendError> {
         let body = Bytes::from(bytes);
-        let mut retried = false;
+        let (mut retried, mut adopted) = (false, false);
         loop {
             let sent_session = self.session();
             let resp = self
@@ -201,8 +201,9 @@ impl HttpLink {
                 && !retried
             {
                 tracing::info!(backend = %self.backend, "backend ended our session (404); re-initializing");
-                Box::pin(self.reinitialize(conn, sent_session)).await?;
-                retried = true;
+                let took = Box::pin(self.reinitialize(conn, sent_session)).await?;
+                retried = !took || adopted;
+                adopted |= took;
                 continue;
             }
             if !status.is_success() {
@@ -319,18 +320,28 @@ impl HttpLink {
         Ok(())
     }
 
-    /// Opens a fresh backend session after the old one was ended by the backend.
+    /// Goes on after the backend ended our session (404 for `stale`): with
+    /// the session another gateway process recorded in its place, if any
+    /// (`Ok(true)`), else with a fresh one (`initialize`), recorded for the
+    /// others unless one of them recorded its own first, which we then adopt.
+    /// The request is tried once more after an adoption (that one may be gone
+    /// too).
     async fn reinitialize(
         &self,
         conn: &Arc<Connection>,
         stale: Option<HeaderValue>,
-    ) -> Result<(), BackendError> {
+    ) -> Result<bool, BackendError> {
         let _guard = self.reinit.lock().await;
         if self.session() != stale {
-            return Ok(());
+            return Ok(false);
+        }
+        if conn.adopt_recorded(stale.as_ref()).await {
+            return Ok(true);
         }
         self.set_session(None);
-        conn.rehandshake().await
+        conn.rehandshake().await?;
+        conn.record_fresh(stale.as_ref()).await;
+        Ok(false)
     }
 
     /// POSTs a notification or response; the backend answers 202.
@@ -416,11 +427,18 @@ impl HttpLink {
     /// Stops listening and ends the backend session with `DELETE`.
     pub(crate) async fn close(&self, conn: &Connection) {
         self.stop_listening();
-        if self.session().is_none() {
-            return;
+        if let Some(session) = self.session() {
+            self.delete_session(conn, session).await;
         }
+        self.set_session(None);
+    }
+
+    /// Ends backend session `session` with `DELETE` (at most 3 s; failures
+    /// are only logged: the backend expires it in the end).
+    pub(crate) async fn delete_session(&self, conn: &Connection, session: HeaderValue) {
         let mut h = self.headers(conn, BOTH);
         h.remove(CONTENT_TYPE);
+        h.insert(SESSION_HEADER, session);
         let _ = self.authorize(conn, &mut h).await;
         let req = self
             .client
@@ -434,7 +452,11 @@ impl HttpLink {
                 tracing::debug!(backend = %self.backend, "DELETE of backend session timed out")
             }
         }
-        self.set_session(None);
+    }
+
+    /// Goes on with backend session `session`; the one it replaces.
+    pub(crate) fn swap_session(&self, session: HeaderValue) -> Option<HeaderValue> {
+        self.session.write().ok()?.replace(session)
     }
 }
 

@@ -12,6 +12,7 @@ pub(crate) mod modern;
 mod slot;
 mod sse;
 mod stdio;
+mod upstream;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -23,6 +24,7 @@ pub use caller::{Caller, UpstreamHandler};
 pub use conn::{Connection, InitInfo, Owner};
 pub use listen::watch_lists;
 pub use slot::{Slot, backoff};
+pub use upstream::{RecordedSession, Resume, SessionRecorder};
 
 use self::modern::{Era, EraCache, Verdict};
 

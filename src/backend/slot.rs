@@ -7,7 +7,7 @@ use std::time::Duration;
 use serde_json::Value;
 use tokio::time::Instant;
 
-use super::{BackendError, BackendSpec, Connection, Owner, UpstreamHandler};
+use super::{BackendError, BackendSpec, Connection, Owner, Resume, UpstreamHandler};
 
 /// Reconnect delay after `failures` consecutive failures: 0.5 s doubling to 30 s,
 /// with ±20 % jitter so replicas do not retry in lockstep.
@@ -64,7 +64,26 @@ impl Slot {
         }
         // Boxed: connecting (handshake, probe, spawn) is rare and its future
         // large; the callers' futures stay small.
-        Box::pin(self.connect(spec, owner, handler, capabilities)).await
+        Box::pin(self.connect(spec, owner, handler, capabilities, None)).await
+    }
+
+    /// [`Slot::get`] for a per-session connection whose backend session is
+    /// recorded elsewhere: a new connection goes on with `resume.recorded`
+    /// when there is one and the transport allows (no `initialize`,
+    /// `BackendSpec::resume`), and tells `resume.recorder` of the backend
+    /// sessions it opens later in place of a forgotten one.
+    pub async fn get_recorded(
+        &self,
+        spec: &BackendSpec,
+        owner: Owner,
+        handler: Arc<dyn UpstreamHandler>,
+        capabilities: Value,
+        resume: Resume,
+    ) -> Result<Arc<Connection>, BackendError> {
+        if let Some(c) = self.current() {
+            return Ok(c);
+        }
+        Box::pin(self.connect(spec, owner, handler, capabilities, Some(resume))).await
     }
 
     async fn connect(
@@ -73,6 +92,7 @@ impl Slot {
         owner: Owner,
         handler: Arc<dyn UpstreamHandler>,
         capabilities: Value,
+        resume: Option<Resume>,
     ) -> Result<Arc<Connection>, BackendError> {
         let mut backoff = self.connecting.lock().await;
         if let Some(c) = self.current() {
@@ -83,8 +103,21 @@ impl Slot {
         {
             return Err(e.clone());
         }
-        match spec.connect(owner, handler, capabilities).await {
+        let recorded = resume.as_ref().and_then(|r| r.recorded.as_ref());
+        let resumed = match recorded {
+            Some(r) => (spec.resume(owner.clone(), handler.clone(), capabilities.clone(), r)).await,
+            None => Ok(None),
+        };
+        let made = match resumed {
+            Ok(Some(c)) => Ok(c),
+            Ok(None) => spec.connect(owner, handler, capabilities).await,
+            Err(e) => Err(e),
+        };
+        match made {
             Ok(c) => {
+                if let Some(r) = resume {
+                    let _ = c.recorder.set(r.recorder);
+                }
                 *backoff = Backoff::default();
                 if let Ok(mut cur) = self.current.lock() {
                     *cur = Some(c.clone());

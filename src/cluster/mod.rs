@@ -12,10 +12,12 @@ mod redis;
 mod seal;
 mod standalone;
 mod store;
+mod upstream;
 
 pub use seal::{Purpose, Sealer, random_bytes};
 pub use standalone::{StandaloneClaim, StandaloneWrite};
 pub use store::{Ctl, Lookup, MirroredEvent, SharedStore, Started, StoreMetrics, record_key};
+pub use upstream::{Recorded, fingerprint, open_upstream, seal_upstream, upstream_field};
 
 #[cfg(test)]
 pub(crate) use seal::tests as seal_tests;

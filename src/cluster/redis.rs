@@ -24,6 +24,14 @@ pub(super) const CTL: &str = "ctl";
 const SET_IF_EXISTS: &str = "if redis.call('EXISTS', KEYS[1]) == 1 then \
      redis.call('HSET', KEYS[1], ARGV[1], ARGV[2]) return 1 end return 0";
 
+/// Sets field ARGV[1] to ARGV[3] while the record exists, if the field is
+/// absent or (ARGV[2] not empty) its value starts with ARGV[2] and a space;
+/// returns `""` when written, the field's value when not, nil without a record.
+const SWAP_FIELD: &str = "if redis.call('EXISTS', KEYS[1]) == 0 then return false end \
+     local cur = redis.call('HGET', KEYS[1], ARGV[1]) \
+     if not cur or (ARGV[2] ~= '' and string.sub(cur, 1, #ARGV[2] + 1) == ARGV[2] .. ' ') then \
+       redis.call('HSET', KEYS[1], ARGV[1], ARGV[3]) return '' end return cur";
+
 /// Appends messages ARGV[5..] (kind ARGV[3], session ARGV[4]), one entry
 /// each, to a replica's inbox only while the replica is alive (its heartbeat
 /// key exists); whether it did.
@@ -177,6 +185,26 @@ impl Redis {
             .arg(1)
             .arg(record_key(h))
             .arg(field)
+            .arg(value)
+            .query_async(&mut self.conn.clone())
+            .await
+    }
+
+    /// Compare-and-set of one field of an existing record ([`SWAP_FIELD`]):
+    /// `Some("")` written, `Some(value)` the value that stays, `None` no record.
+    pub(super) async fn swap_field(
+        &self,
+        h: &str,
+        field: &str,
+        expected: &str,
+        value: &str,
+    ) -> RedisResult<Option<String>> {
+        redis::cmd("EVAL")
+            .arg(SWAP_FIELD)
+            .arg(1)
+            .arg(record_key(h))
+            .arg(field)
+            .arg(expected)
             .arg(value)
             .query_async(&mut self.conn.clone())
             .await

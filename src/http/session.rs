@@ -20,6 +20,7 @@ use crate::jsonrpc;
 use crate::request::{Outcome, Rejection, RequestContext};
 use crate::session::{Session, SessionRecord, SessionToken, StreamSlot, unix_now};
 use crate::streamable_http::{LAST_EVENT_ID, ResumeError, SESSION_ID, parse_id};
+use crate::supervisor::recorded_upstreams;
 
 /// Answers a request refused on the HTTP plane, recording why.
 pub(super) fn reject(ctx: RequestContext, e: HttpError) -> Response {
@@ -72,7 +73,7 @@ pub(super) async fn lookup(
 /// A session this process does not hold, rebuilt from its sealed id (after a
 /// restart with the same keys, or from another replica) and, with a shared
 /// store, from its record there: capabilities and `clientInfo` verbatim, the
-/// log level it set. Without a store (or while it does not answer: fail open,
+/// log level it set, the per-session HTTP backends' sessions it opened. Without a store (or while it does not answer: fail open,
 /// `mcpgate_cluster_degraded_total`) revision and capabilities come from the
 /// id's bits alone (`Caps::to_json`, lossy). 404 when the id does not open (a
 /// flipped byte: no store is asked), binds another principal, has no record
@@ -115,15 +116,23 @@ async fn restore(
     };
     let p = principal.map(|p| &**p);
     let confirmed = record.is_some();
-    let (caps, info, level) = match record {
-        Some(r) => (r.client_capabilities, r.client_info, r.log_level),
-        None => (token.caps.to_json(), Value::Null, None),
+    let (caps, info, level, upstreams) = match record {
+        Some(r) => (
+            r.client_capabilities,
+            r.client_info,
+            r.log_level,
+            r.upstream_sessions,
+        ),
+        None => (token.caps.to_json(), Value::Null, None, Default::default()),
     };
     let session = Session::new(id.into(), token.identity, token.version, caps, info)
         .at_endpoint(endpoint.into())
         .with_principal(p, st.catalog.view_key_at(endpoint, p));
     if let Some(level) = level {
         session.set_log_level(level);
+    }
+    for (backend, upstream) in upstreams {
+        session.set_upstream_session(&backend, Some(upstream));
     }
     count_drops(st, &session);
     let taken = if confirmed {
@@ -160,9 +169,13 @@ async fn stored_record(
     let Some(store) = st.supervisor.shared() else {
         return Ok(None);
     };
-    match store.get_record(&record_key(&token.identity.rand)).await {
+    let h = record_key(&token.identity.rand);
+    match store.get_record(&h).await {
         Lookup::Found(fields) => match SessionRecord::from_fields(&fields) {
-            Some(record) => Ok(Some(record)),
+            Some(mut record) => {
+                record.upstream_sessions = recorded_upstreams(&st.sealer, &h, &fields);
+                Ok(Some(record))
+            }
             None => {
                 tracing::warn!(
                     "a session record in the shared store does not parse; the session is refused"
@@ -343,8 +356,15 @@ pub async fn delete(State(st): State<AppState>, req: Request) -> Response {
             // (a child that ignores SIGTERM must not hold up the answer).
             st.sessions.remove(session.id());
             if let Some(store) = st.supervisor.shared() {
+                // The backend sessions other replicas opened end here too.
+                let h = session.store_key();
+                if let Lookup::Found(fields) = store.get_record(h).await {
+                    for (backend, u) in recorded_upstreams(&st.sealer, h, &fields) {
+                        session.set_upstream_session(&backend, Some(u));
+                    }
+                }
                 // Ended for every replica before the host hears so.
-                store.end(session.store_key()).await;
+                store.end(h).await;
             }
             let supervisor = st.supervisor.clone();
             tokio::spawn(async move { supervisor.end_session(&session).await });

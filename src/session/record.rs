@@ -55,8 +55,10 @@ impl SessionRecord {
     /// The record as the shared store's hash fields (`[cluster] redis`):
     /// `v` the revision, `caps` and `ci` the host's capabilities and
     /// `clientInfo` (JSON), `p` the principal (JSON, absent on an open
-    /// endpoint), `lvl` the log level (absent until set). Backend sessions,
-    /// subscriptions and tasks stay with the replica that made them for now.
+    /// endpoint), `lvl` the log level (absent until set). Backend sessions
+    /// are sealed fields of their own (`up:NAME`, written when opened:
+    /// `supervisor/upstream.rs`); subscriptions and tasks stay with the
+    /// replica that made them for now.
     pub fn to_fields(&self) -> Vec<(&'static str, String)> {
         let mut f = vec![
             ("v", self.version.as_str().to_owned()),
@@ -94,14 +96,20 @@ impl SessionRecord {
 /// The record field that holds the log level (set on its own by `logging/setLevel`).
 pub const LEVEL_FIELD: &str = "lvl";
 
-/// A backend's own session for one host session (its `Mcp-Session-Id` and the
-/// revision negotiated with it, MCP 2025-11-25 basic/transports).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// A backend's own session for one host session (its `Mcp-Session-Id`, the
+/// revision negotiated with it and the server capabilities it declared, MCP
+/// 2025-11-25 basic/transports): what a replica needs to call the backend on
+/// it without `initialize`. In the shared store it is a record field of its
+/// own, sealed (`cluster::seal_upstream`, `supervisor/upstream.rs`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct UpstreamSession {
     /// The backend's `Mcp-Session-Id`.
     pub id: String,
     /// The revision the backend negotiated.
     pub version: ProtocolVersion,
+    /// The backend's server capabilities (`initialize` result).
+    #[serde(default)]
+    pub capabilities: Value,
 }
 
 /// Where an exposed task id leads (MCP 2025-11-25 basic/utilities/tasks: a task
@@ -139,6 +147,7 @@ mod tests {
             UpstreamSession {
                 id: "abc".into(),
                 version: ProtocolVersion::V2025_11_25,
+                capabilities: json!({"tools": {}}),
             },
         );
         r.subscriptions.insert(("files".into(), "file:///a".into()));

@@ -22,7 +22,8 @@ pub async fn follow_cluster(sup: Arc<Supervisor>, mut events: mpsc::UnboundedRec
             Ctl::Ended(h) => {
                 if let Some(s) = cached(&sup, &h) {
                     tracing::info!(session = %s.log_id(), "session ended on another replica");
-                    sup.end_session(&s).await;
+                    // That replica ends the backend sessions (one DELETE each).
+                    sup.end_session_here(&s).await;
                 }
             }
             Ctl::Level { h, level } => {

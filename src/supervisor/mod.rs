@@ -11,6 +11,7 @@ mod cluster;
 mod pace;
 mod reload;
 mod sessions;
+mod upstream;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -23,10 +24,11 @@ use tokio::sync::{mpsc, watch};
 
 pub use cluster::follow_cluster;
 pub use reload::{ReloadReport, end_sessions_at, reload, reload_policy, reload_server};
+pub use upstream::recorded_upstreams;
 
 use crate::backend::{self, BackendError, Connection, Owner, backoff};
 use crate::catalog::{BackendState, Catalog, fetch};
-use crate::cluster::SharedStore;
+use crate::cluster::{Sealer, SharedStore};
 use crate::config::{ConnectionMode, ServerConfig, Transport};
 use crate::jsonrpc;
 use crate::mcp::{Changed, LogLevel, Method};
@@ -58,6 +60,8 @@ pub struct Supervisor {
     /// The shared session store (`[cluster] redis`), if any: shutdown then
     /// drains instead of ending sessions (`cluster.rs`).
     shared: Option<Arc<SharedStore>>,
+    /// The `[cluster]` keys: backend sessions are sealed in the shared store.
+    sealer: Arc<Sealer>,
 }
 
 /// A host session's id and a backend index.
@@ -72,6 +76,7 @@ impl Supervisor {
         relay: Arc<Relay>,
         metrics: Arc<Metrics>,
         shared: Option<Arc<SharedStore>>,
+        sealer: Arc<Sealer>,
     ) -> Arc<Supervisor> {
         Arc::new(Supervisor {
             server,
@@ -86,6 +91,7 @@ impl Supervisor {
             opened: Mutex::new(HashMap::new()),
             pool: Default::default(),
             shared,
+            sealer,
         })
     }
 

@@ -95,7 +95,25 @@ impl Supervisor {
         b.check_connection_limit()?;
         let caps = client_capabilities_for_backend(session.client_capabilities());
         let owner = Owner::Exclusive(session.id().clone());
-        let conn = slot.get(&b.spec, owner, handler, caps).await?;
+        let resume = self.resume_for(session, &b).await;
+        let known = resume
+            .as_ref()
+            .and_then(|r| r.recorded.as_ref().map(|u| u.id.clone()));
+        let known = known.or_else(|| {
+            let record = session.record();
+            record
+                .upstream_sessions
+                .get(&*b.spec.name)
+                .map(|u| u.id.clone())
+        });
+        let recorder = resume.as_ref().map(|r| r.recorder.clone());
+        let conn = match resume {
+            Some(resume) => {
+                slot.get_recorded(&b.spec, owner, handler, caps, resume)
+                    .await?
+            }
+            None => slot.get(&b.spec, owner, handler, caps).await?,
+        };
         let Some(replaced) = self.note_opened(session, idx, &conn) else {
             // A concurrent first use opened it and sets it up.
             return Ok(conn);
@@ -106,11 +124,11 @@ impl Supervisor {
             conn.close().await;
             return Err(BackendError::closed(&b.spec.name, "session ended"));
         }
-        let upstream = conn
-            .upstream_session()
-            .map(|(id, version)| UpstreamSession { id, version });
         let record = session.record();
-        session.set_upstream_session(&b.spec.name, upstream);
+        if let Some(r) = recorder {
+            self.record_opened(&r, &conn, known).await;
+        }
+        session.set_upstream_session(&b.spec.name, upstream_of(&conn));
         self.reestablish(&b, session, &record, &conn, replaced)
             .await;
         Ok(conn)
@@ -263,6 +281,17 @@ impl Supervisor {
     /// Each cancel is delivered before the connection closes, so an HTTP backend
     /// hears `notifications/cancelled` before the session's `DELETE`.
     pub async fn end_session(&self, session: &Arc<Session>) {
+        self.end_session_with(session, true).await;
+    }
+
+    /// [`Supervisor::end_session`] for a session that another replica ended
+    /// (or that is idle only here), which ends (or keeps) the Streamable HTTP
+    /// backends' sessions: no `DELETE` upstream from here.
+    pub async fn end_session_here(&self, session: &Arc<Session>) {
+        self.end_session_with(session, false).await;
+    }
+
+    async fn end_session_with(&self, session: &Arc<Session>, delete_upstream: bool) {
         self.sessions.remove(session.id());
         self.relay
             .subscriptions()
@@ -286,13 +315,21 @@ impl Supervisor {
                         .await;
                 });
         futures_util::future::join_all(cancels).await;
-        let closing = slots
+        let conns: Vec<_> = slots.iter().filter_map(|s| s.take()).collect();
+        let closed_here: Vec<String> = conns
             .iter()
-            .filter_map(|s| s.take())
-            .map(|conn| async move {
-                conn.close().await;
-            });
+            .filter_map(|c| Some(c.upstream_session()?.0))
+            .collect();
+        let closing = conns.into_iter().map(|conn| async move {
+            match delete_upstream {
+                true => conn.close().await,
+                false => conn.release().await,
+            }
+        });
         futures_util::future::join_all(closing).await;
+        if delete_upstream {
+            self.end_recorded(session, &closed_here).await;
+        }
     }
 
     /// Answers every host call still in flight on `session` with a JSON-RPC
@@ -357,7 +394,7 @@ impl Supervisor {
                 && c.in_flight() == 0
                 && c.idle_for() > limit
             {
-                idle.push((slot.clone(), c));
+                idle.push((slot.clone(), c, false));
             }
         }
         for s in self.sessions.all() {
@@ -372,15 +409,20 @@ impl Supervisor {
                     && c.idle_for() > limit
                     && !holds_state(record.get_or_insert_with(|| s.record()), &b.spec.name)
                 {
-                    idle.push((slot.clone(), c));
+                    idle.push((slot.clone(), c, true));
                 }
             }
         }
-        for (slot, conn) in idle {
+        for (slot, conn, own) in idle {
             if slot.current().is_some_and(|c| Arc::ptr_eq(&c, &conn)) {
                 slot.take();
                 tracing::info!(backend = %conn.backend, "closing an idle per-session connection (idle_timeout)");
-                conn.close().await;
+                // With a store, a session's HTTP backend session is shared:
+                // it stays for the other replicas and for the next connection.
+                match own && self.shared.is_some() {
+                    true => conn.release().await,
+                    false => conn.close().await,
+                }
             }
         }
         // Empty pool slots go, unless a request is connecting through one.
@@ -396,9 +438,19 @@ impl Supervisor {
             tokio::time::Instant::now(),
             self.server.load().session_idle_timeout,
         );
-        for s in expired {
+        // With a shared store, a session idle here may be in use elsewhere
+        // (its record lives on): its backend sessions stay.
+        let keys: Vec<String> = expired.iter().map(|s| s.store_key().to_owned()).collect();
+        let live = match &self.shared {
+            Some(store) if !keys.is_empty() => store.exist(&keys).await,
+            _ => Some(vec![false; keys.len()]),
+        };
+        for (i, s) in expired.iter().enumerate() {
             tracing::info!(session = %s.log_id(), "session expired");
-            self.end_session(&s).await;
+            match live.as_ref().is_none_or(|l| l.get(i) == Some(&true)) {
+                true => self.end_session_here(s).await,
+                false => self.end_session(s).await,
+            }
         }
     }
 
@@ -419,6 +471,16 @@ impl Supervisor {
             .map(|conn| async move { conn.release().await });
         futures_util::future::join_all(releasing).await;
     }
+}
+
+/// `conn`'s backend session as the session record keeps it.
+fn upstream_of(conn: &Connection) -> Option<UpstreamSession> {
+    let r = conn.recorded_session()?;
+    Some(UpstreamSession {
+        id: r.id,
+        version: r.version,
+        capabilities: r.capabilities,
+    })
 }
 
 /// Whether the session keeps state on backend `backend` that a new connection
