@@ -19,6 +19,8 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 TARGET="${CARGO_TARGET_DIR:-$ROOT/target}"
 [[ "$TARGET" = /* ]] || TARGET="$ROOT/$TARGET"
+# bench/ is its own workspace: without this its build would go to bench/target.
+export CARGO_TARGET_DIR="$TARGET"
 
 PROFILE=release
 EXTRA=()
