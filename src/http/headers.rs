@@ -30,7 +30,11 @@ pub fn check_origin(h: &HeaderMap, policy: &OriginPolicy) -> Result<(), HttpErro
 /// POST needs both `application/json` and `text/event-stream` acceptable
 /// (MCP 2025-11-25 transports, sending messages: the client MUST list both).
 pub fn check_post_accept(h: &HeaderMap) -> Result<(), HttpError> {
-    if accepts_each(h, [JSON, EVENT_STREAM]) == [true, true] {
+    let listed = h
+        .get_all(header::ACCEPT)
+        .iter()
+        .any(|v| BOTH_LISTED.contains(&v.as_bytes()));
+    if listed || accepts_each(h, [JSON, EVENT_STREAM]) == [true, true] {
         Ok(())
     } else {
         Err(HttpError::new(
@@ -41,6 +45,16 @@ pub fn check_post_accept(h: &HeaderMap) -> Result<(), HttpError> {
         ))
     }
 }
+
+/// `Accept` values that list exactly the two media types a POST needs, as the
+/// SDKs send them: one of them, byte for byte, is answered without parsing
+/// (`accepts_each` admits both for it too: a range once admitted stays so).
+const BOTH_LISTED: [&[u8]; 4] = [
+    b"application/json, text/event-stream",
+    b"application/json,text/event-stream",
+    b"text/event-stream, application/json",
+    b"text/event-stream,application/json",
+];
 
 /// GET needs `text/event-stream` acceptable.
 pub fn check_get_accept(h: &HeaderMap) -> Result<(), HttpError> {
@@ -116,6 +130,28 @@ mod tests {
         assert!(check_post_accept(&HeaderMap::new()).is_ok());
         assert!(check_get_accept(&with_accept("text/event-stream")).is_ok());
         assert!(check_get_accept(&with_accept("application/json")).is_err());
+    }
+
+    #[test]
+    fn the_listed_values_are_what_parsing_admits() {
+        for v in BOTH_LISTED {
+            let h = with_accept(std::str::from_utf8(v).unwrap());
+            assert_eq!(accepts_each(&h, [JSON, EVENT_STREAM]), [true, true]);
+            assert!(check_post_accept(&h).is_ok());
+        }
+        // Listed beside a refusing line: still admitted, as parsing says.
+        let mut h = with_accept("application/json;q=0");
+        h.append(
+            header::ACCEPT,
+            HeaderValue::from_static("application/json, text/event-stream"),
+        );
+        assert_eq!(accepts_each(&h, [JSON, EVENT_STREAM]), [true, true]);
+        assert!(check_post_accept(&h).is_ok());
+        // Near misses take the parsing path.
+        assert!(
+            check_post_accept(&with_accept("application/json, text/event-stream;q=0")).is_err()
+        );
+        assert!(check_post_accept(&with_accept("application/json, text/plain")).is_err());
     }
 
     #[test]

@@ -176,7 +176,7 @@ pub fn app(state: AppState) -> Face {
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
         .fallback(routes::routed)
-        .with_state(state);
+        .with_state(state.clone());
     tower::ServiceBuilder::new()
         .layer(SetSensitiveRequestHeadersLayer::new([
             header::AUTHORIZATION,
@@ -188,15 +188,16 @@ pub fn app(state: AppState) -> Face {
         .layer(cors)
         .layer(RequestBodyTimeoutLayer::new(server.body_read_timeout))
         .layer(DefaultBodyLimit::max(server.max_body_bytes))
-        .service(router)
+        .service(routes::Front::new(state, router))
 }
 
-/// The server face [`app`] builds: the router inside (outermost first) the
-/// sensitive `Authorization` marking, the `Vary` header, CORS, the body read
-/// timeout and the body size limit.
+/// The server face [`app`] builds: the MCP endpoints and the router
+/// ([`routes::Front`]) inside (outermost first) the sensitive `Authorization`
+/// marking, the `Vary` header, CORS, the body read timeout and the body size
+/// limit.
 pub type Face = SetSensitiveRequestHeaders<
     SetResponseHeader<
-        Cors<RequestBodyTimeout<<DefaultBodyLimit as Layer<AxumRouter>>::Service>>,
+        Cors<RequestBodyTimeout<<DefaultBodyLimit as Layer<routes::Front>>::Service>>,
         HeaderValue,
     >,
 >;

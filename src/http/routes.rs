@@ -5,16 +5,25 @@
 //!
 //! Paths are matched literally, byte for byte against the request target's
 //! path (no query): no pattern syntax, so a configured path is never read as a
-//! parameter and building the table cannot fail. The router's own routes
-//! (`/healthz`, `/readyz`) are looked up first; this table is its fallback, a
-//! hash lookup where axum's route table used to hold these paths.
+//! parameter and building the table cannot fail. [`Front`] looks the MCP
+//! endpoints up before axum's router (a request to one skips the router's
+//! matching, its catch-all fallback and the boxed handler); everything else,
+//! `/healthz`, `/readyz`, the metadata documents and 404, goes to the router,
+//! whose fallback ([`routed`]) serves the documents.
 
 use std::collections::BTreeMap;
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 
+use axum::Router as AxumRouter;
+use axum::body::{Body, HttpBody};
 use axum::extract::{Request, State};
 use axum::http::{HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use axum::routing::future::RouteFuture;
 use foldhash::{HashMap, HashMapExt};
 
 use super::auth::Document;
@@ -66,20 +75,105 @@ impl Routes {
     }
 }
 
-/// The fallback of the server face: an MCP endpoint (`POST`, `GET`, `DELETE`;
-/// 405 with `Allow` otherwise), a metadata document (`GET`), or 404.
-pub(super) async fn routed(State(st): State<AppState>, mut req: Request) -> Response {
-    let path = req.uri().path();
-    if let Some(endpoint) = st.routes.mcp.get(path) {
-        let endpoint = endpoint.clone();
-        req.extensions_mut().insert(endpoint);
-        return match *req.method() {
-            Method::POST => super::mcp::post(State(st), req).await,
-            Method::GET => super::session::get(State(st), req).await,
-            Method::DELETE => super::session::delete(State(st), req).await,
-            _ => not_allowed("GET,POST,DELETE"),
-        };
+/// The innermost service of the server face: a request whose path is an MCP
+/// endpoint goes to its handler at once, every other request to `router`. The
+/// router's own paths (`/healthz`, `/readyz`; no endpoint may be configured
+/// there) stay the router's.
+#[derive(Clone)]
+pub struct Front {
+    state: Arc<AppState>,
+    router: AxumRouter,
+}
+
+impl Front {
+    /// `router` (with its routes and fallback) behind the MCP endpoints of
+    /// `state.routes`.
+    pub fn new(state: AppState, router: AxumRouter) -> Front {
+        Front {
+            state: Arc::new(state),
+            router,
+        }
     }
+}
+
+/// The answer of [`Front`]: an MCP endpoint's handler or the router's.
+pub enum FrontFuture {
+    /// An MCP endpoint's handler.
+    Mcp(Pin<Box<dyn Future<Output = Response> + Send>>),
+    /// Everything else (boxed: axum's route future is ~320 bytes, and every
+    /// layer around [`Front`] holds this one).
+    Router(Box<RouteFuture<Infallible>>),
+}
+
+impl Future for FrontFuture {
+    type Output = Result<Response, Infallible>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match self.get_mut() {
+            FrontFuture::Mcp(f) => f.as_mut().poll(cx).map(Ok),
+            FrontFuture::Router(f) => Pin::new(&mut **f).poll(cx),
+        }
+    }
+}
+
+impl<B> tower::Service<axum::http::Request<B>> for Front
+where
+    B: HttpBody<Data = axum::body::Bytes> + Send + 'static,
+    B::Error: Into<axum::BoxError>,
+{
+    type Response = Response;
+    type Error = Infallible;
+    type Future = FrontFuture;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: axum::http::Request<B>) -> FrontFuture {
+        let path = req.uri().path();
+        if let Some(endpoint) = self.state.routes.mcp.get(path)
+            && !RESERVED.contains(&path)
+        {
+            let endpoint = endpoint.clone();
+            let st = AppState::clone(&self.state);
+            let mut req = req.map(Body::new);
+            req.extensions_mut().insert(endpoint);
+            return FrontFuture::Mcp(Box::pin(endpoint_request(st, req)));
+        }
+        FrontFuture::Router(Box::new(tower::Service::call(&mut self.router, req)))
+    }
+}
+
+/// The router's own paths.
+const RESERVED: [&str; 2] = ["/healthz", "/readyz"];
+
+/// A request to an MCP endpoint (`POST`, `GET`, `DELETE`; 405 with `Allow`
+/// otherwise), answered as axum's router answers a top-level route:
+/// `Content-Length` from a body of known size, no body for `HEAD`.
+async fn endpoint_request(st: AppState, req: Request) -> Response {
+    let head = req.method() == Method::HEAD;
+    let mut res = match *req.method() {
+        Method::POST => super::mcp::post(State(st), req).await,
+        Method::GET => super::session::get(State(st), req).await,
+        Method::DELETE => super::session::delete(State(st), req).await,
+        _ => not_allowed("GET,POST,DELETE"),
+    };
+    if !res.headers().contains_key(header::CONTENT_LENGTH)
+        && let Some(n) = res.body().size_hint().exact()
+    {
+        res.headers_mut()
+            .insert(header::CONTENT_LENGTH, HeaderValue::from(n));
+    }
+    if head {
+        *res.body_mut() = Body::empty();
+    }
+    res
+}
+
+/// The fallback of the router behind [`Front`]: a metadata document (`GET`,
+/// `HEAD`), or 404.
+pub(super) async fn routed(State(st): State<AppState>, req: Request) -> Response {
+    let path = req.uri().path();
     if let Some(which) = st.routes.documents.get(path) {
         return match *req.method() {
             Method::GET | Method::HEAD => super::auth::document(&st, which).into_response(),
