@@ -466,7 +466,10 @@ timeout = "2s"
                               "children_max": samples["children_max"],
                               "gateway_alive_at_end": gw_alive, "gateway_exit": code, "work_dir": str(work)}
     passed = gw_alive and code == 0 and not stats.errors and not stats.isolation and not samples["lasting_zombies"]
-    for key, floor in (("rss", 4096.0), ("fds", 3.0)):
+    # The fd floor: a 2-minute CI run on a loaded machine drifted 3.4 fds (26 → 53 while
+    # pools and children ramp up) against a floor of 3; a leak per call or per injected
+    # fault would be tens to hundreds in that run (30 SIGKILLs, 6,000 calls).
+    for key, floor in (("rss", 4096.0), ("fds", 6.0)):
         after = [(t, v) for t, v in samples[key] if t - t0 >= warm]
         d, mean, noise = drift(after)
         # A leak is a steady climb: the bound is 2 % of the mean (a small floor for
