@@ -383,7 +383,7 @@ async fn count(
         }
     }
     Ok(Count {
-        calls: n,
+        calls: n / sc.scale,
         instructions,
         syscalls,
         clock_reads,

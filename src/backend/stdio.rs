@@ -241,7 +241,7 @@ async fn read_line_limited<R: AsyncBufRead + Unpin>(
                 Line::Full
             });
         }
-        let (chunk, done) = match buf.iter().position(|&b| b == b'\n') {
+        let (chunk, done) = match memchr::memchr(b'\n', buf) {
             Some(i) => (&buf[..i], Some(i + 1)),
             None => (buf, None),
         };

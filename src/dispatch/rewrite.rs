@@ -7,7 +7,7 @@
 use serde_json::Value;
 use serde_json::value::RawValue;
 
-use crate::jsonrpc::ErrorObject;
+use crate::jsonrpc::{self, ErrorObject};
 
 use crate::mcp::ProtocolVersion;
 use crate::mcp::names;
@@ -34,8 +34,9 @@ pub fn rewrite_result(
     uri_prefix: &str,
     host: ProtocolVersion,
 ) -> Box<RawValue> {
-    let needs_uris =
-        !uri_prefix.is_empty() && kind != ResultKind::Opaque && raw.get().contains("\"uri");
+    let needs_uris = !uri_prefix.is_empty()
+        && kind != ResultKind::Opaque
+        && jsonrpc::raw_contains(raw.get(), "\"uri");
     let needs_downgrade = matches!(kind, ResultKind::ToolCall | ResultKind::Prompt)
         && version::result_needs_downgrade(host, raw.get());
     if !needs_uris && !needs_downgrade {

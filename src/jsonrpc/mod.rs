@@ -303,6 +303,21 @@ pub fn notification_bytes(method: &str, params: Option<&Value>) -> Vec<u8> {
     .unwrap_or_default()
 }
 
+/// Whether the JSON text `raw` contains `needle`, byte for byte: the filter
+/// that lets a result nothing needs to touch pass without a parse. Long texts
+/// get a SIMD substring search (`memchr::memmem`, ~0.5 instructions per byte on
+/// a 1 MiB result against ~3 for `str::contains`); short ones `str::contains`,
+/// whose set-up is cheaper than building a `memmem` finder.
+pub fn raw_contains(raw: &str, needle: &str) -> bool {
+    /// Below this many bytes `str::contains` costs less (callgrind).
+    const SIMD_FROM: usize = 4096;
+    if raw.len() < SIMD_FROM {
+        raw.contains(needle)
+    } else {
+        memchr::memmem::find(raw.as_bytes(), needle.as_bytes()).is_some()
+    }
+}
+
 /// Serializes a success response whose result is already JSON text.
 pub fn result_bytes(id: &Id, result: &RawValue) -> Vec<u8> {
     let id = serde_json::to_string(id).unwrap_or_default();

@@ -29,7 +29,7 @@ pub fn is_input_required(raw: &RawValue) -> bool {
         #[serde(rename = "resultType", borrow, default)]
         result_type: Option<&'a str>,
     }
-    raw.get().contains("input_required")
+    crate::jsonrpc::raw_contains(raw.get(), "input_required")
         && serde_json::from_str::<Tagged<'_>>(raw.get())
             .is_ok_and(|t| t.result_type == Some("input_required"))
 }

@@ -228,10 +228,10 @@ pub fn result_needs_downgrade(host: ProtocolVersion, raw: &str) -> bool {
         && (ADDED.iter().any(|&(since, place, name)| {
             host < since
                 && matches!(place, Place::ToolResult | Place::Block | Place::Annotations)
-                && raw.contains(name)
+                && crate::jsonrpc::raw_contains(raw, name)
         }) || ADDED_BLOCKS
             .iter()
-            .any(|&(since, kind)| host < since && raw.contains(kind)))
+            .any(|&(since, kind)| host < since && crate::jsonrpc::raw_contains(raw, kind)))
 }
 
 /// A content block for `host`: a block type its revision lacks becomes a text
@@ -337,7 +337,10 @@ pub fn result_for_legacy(
     raw: Box<serde_json::value::RawValue>,
     tool_call: bool,
 ) -> Result<Box<serde_json::value::RawValue>, crate::jsonrpc::ErrorObject> {
-    if !MODERN_ONLY.iter().any(|k| raw.get().contains(k)) {
+    if !MODERN_ONLY
+        .iter()
+        .any(|k| crate::jsonrpc::raw_contains(raw.get(), k))
+    {
         return Ok(raw);
     }
     let Ok(mut v) = serde_json::from_str::<serde_json::Map<String, Value>>(raw.get()) else {
