@@ -64,6 +64,35 @@ async fn next_log_within(stream: &mut SseStream, within: Duration) -> Option<(St
     }
 }
 
+/// Redis, replicas A and B of the same store with [`backends`], and a host
+/// session initialized on A (declaring `caps`), also reachable through B.
+struct Pair {
+    redis: TestRedis,
+    dir: TestDir,
+    a: common::served::Served,
+    b: common::served::Served,
+    s: McpClient,
+    on_b: McpClient,
+}
+
+async fn pair(caps: Value) -> Pair {
+    let redis = TestRedis::start().await;
+    let dir = TestDir::new();
+    let a = replica(Some(&redis), &backends(&dir)).await;
+    let b = replica(Some(&redis), &backends(&dir)).await;
+    let mut s = McpClient::new(&a.url);
+    s.initialize(caps).await;
+    let on_b = at(&s, &b);
+    Pair {
+        redis,
+        dir,
+        a,
+        b,
+        s,
+        on_b,
+    }
+}
+
 /// `{stream}-{seq}` as numbers.
 fn id(event_id: &str) -> (u64, u64) {
     let (a, b) = event_id.split_once('-').unwrap();
@@ -72,13 +101,14 @@ fn id(event_id: &str) -> (u64, u64) {
 
 #[tokio::test]
 async fn a_get_stream_re_attaches_on_b_within_2_s_after_a_is_killed() {
-    let redis = TestRedis::start().await;
-    let dir = TestDir::new();
-    let a = replica(Some(&redis), &backends(&dir)).await;
-    let b = replica(Some(&redis), &backends(&dir)).await;
-    let mut s = McpClient::new(&a.url);
-    s.initialize(json!({})).await;
-    let on_b = at(&s, &b);
+    let Pair {
+        redis: _redis,
+        dir: _dir,
+        a,
+        b,
+        s,
+        on_b,
+    } = pair(json!({})).await;
 
     let mut get = s.get_stream().await;
     assert_eq!(get.status, 200);
@@ -111,13 +141,14 @@ async fn a_get_stream_re_attaches_on_b_within_2_s_after_a_is_killed() {
 
 #[tokio::test]
 async fn missed_events_are_replayed_and_a_takes_nothing_back() {
-    let redis = TestRedis::start().await;
-    let dir = TestDir::new();
-    let a = replica(Some(&redis), &backends(&dir)).await;
-    let b = replica(Some(&redis), &backends(&dir)).await;
-    let mut s = McpClient::new(&a.url);
-    s.initialize(json!({})).await;
-    let on_b = at(&s, &b);
+    let Pair {
+        redis: _redis,
+        dir: _dir,
+        a,
+        b,
+        s,
+        on_b,
+    } = pair(json!({})).await;
 
     let mut get = s.get_stream().await;
     log_later(&s, "one").await;
@@ -169,13 +200,14 @@ async fn missed_events_are_replayed_and_a_takes_nothing_back() {
 
 #[tokio::test]
 async fn lost_events_give_a_new_stream_and_another_sessions_id_is_410() {
-    let redis = TestRedis::start().await;
-    let dir = TestDir::new();
-    let a = replica(Some(&redis), &backends(&dir)).await;
-    let b = replica(Some(&redis), &backends(&dir)).await;
-    let mut s = McpClient::new(&a.url);
-    s.initialize(json!({})).await;
-    let on_b = at(&s, &b);
+    let Pair {
+        redis,
+        dir: _dir,
+        a: _a,
+        b,
+        s,
+        on_b,
+    } = pair(json!({})).await;
 
     let mut get = s.get_stream().await;
     log_later(&s, "one").await;
@@ -208,13 +240,14 @@ async fn lost_events_give_a_new_stream_and_another_sessions_id_is_410() {
 
 #[tokio::test]
 async fn a_log_made_on_b_reaches_the_get_stream_on_a_once() {
-    let redis = TestRedis::start().await;
-    let dir = TestDir::new();
-    let a = replica(Some(&redis), &backends(&dir)).await;
-    let b = replica(Some(&redis), &backends(&dir)).await;
-    let mut s = McpClient::new(&a.url);
-    s.initialize(json!({})).await;
-    let on_b = at(&s, &b);
+    let Pair {
+        redis: _redis,
+        dir: _dir,
+        a: _a,
+        b,
+        s,
+        on_b,
+    } = pair(json!({})).await;
 
     let mut get = s.get_stream().await;
     assert_eq!(get.status, 200);
@@ -261,13 +294,14 @@ async fn a_log_made_on_b_reaches_the_get_stream_on_a_once() {
 
 #[tokio::test]
 async fn a_request_made_on_b_reaches_a_and_its_answer_goes_back_to_b() {
-    let redis = TestRedis::start().await;
-    let dir = TestDir::new();
-    let a = replica(Some(&redis), &backends(&dir)).await;
-    let b = replica(Some(&redis), &backends(&dir)).await;
-    let mut s = McpClient::new(&a.url);
-    s.initialize(json!({"roots": {}})).await;
-    let on_b = at(&s, &b);
+    let Pair {
+        redis: _redis,
+        dir: _dir,
+        a,
+        b,
+        s,
+        on_b,
+    } = pair(json!({"roots": {}})).await;
 
     let mut get = s.get_stream().await;
     assert_eq!(get.status, 200);
