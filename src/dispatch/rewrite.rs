@@ -36,7 +36,8 @@ pub fn rewrite_result(
 ) -> Box<RawValue> {
     let needs_uris = !uri_prefix.is_empty()
         && kind != ResultKind::Opaque
-        && jsonrpc::raw_contains(raw.get(), "\"uri");
+        && (jsonrpc::raw_contains(raw.get(), "\"uri")
+            || (kind == ResultKind::ToolCall && jsonrpc::raw_contains(raw.get(), "\"resourceUri")));
     let needs_downgrade = matches!(kind, ResultKind::ToolCall | ResultKind::Prompt)
         && version::result_needs_downgrade(host, raw.get());
     if !needs_uris && !needs_downgrade {
@@ -161,6 +162,20 @@ mod tests {
         );
         assert_eq!(out["content"][1]["uri"], "fs+file:///a");
         assert_eq!(out["content"][2]["resource"]["uri"], "fs+test://b");
+        assert_eq!(out["_meta"]["ui"]["resourceUri"], "fs+ui://widget/x.html");
+    }
+
+    /// An MCP Apps tool result whose only URI is `_meta.ui.resourceUri` (no
+    /// `uri` key anywhere) still gets the backend's prefix.
+    #[test]
+    fn prefixes_a_ui_resource_uri_alone() {
+        let out = run(
+            &json!({"content": [{"type": "text", "text": "ok"}],
+                    "_meta": {"ui": {"resourceUri": "ui://widget/x.html"}}}),
+            ResultKind::ToolCall,
+            "fs",
+            ProtocolVersion::LATEST,
+        );
         assert_eq!(out["_meta"]["ui"]["resourceUri"], "fs+ui://widget/x.html");
     }
 
