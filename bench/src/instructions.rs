@@ -80,6 +80,8 @@ struct Scenario {
     /// The scenario makes N / `scale` calls of the N1/N2 pair: a 1 MiB result
     /// costs ~10,000 times an echo, and valgrind runs ~50× slower than native.
     scale: u64,
+    /// With `[cluster]` (a Redis of the run's own, [`crate::cluster::Store`]).
+    cluster: bool,
 }
 
 /// A `payload` call's arguments: a 1 MiB text result.
@@ -93,7 +95,7 @@ const PAYLOAD_ARGS: &str = r#"{"bytes":1048576}"#;
 /// `tools_list_cached` then moved by 2 % between runs.
 const C1_PAUSE: Duration = Duration::from_millis(2);
 
-const SCENARIOS: [Scenario; 7] = [
+const SCENARIOS: [Scenario; 9] = [
     Scenario {
         key: "stdio_echo_c1",
         tool: Some("s__echo"),
@@ -101,6 +103,7 @@ const SCENARIOS: [Scenario; 7] = [
         pause: C1_PAUSE,
         args: ECHO_ARGS,
         scale: 1,
+        cluster: false,
     },
     Scenario {
         key: "stdio_echo_c16",
@@ -109,6 +112,7 @@ const SCENARIOS: [Scenario; 7] = [
         pause: Duration::ZERO,
         args: ECHO_ARGS,
         scale: 1,
+        cluster: false,
     },
     Scenario {
         key: "http_echo_c1",
@@ -117,6 +121,7 @@ const SCENARIOS: [Scenario; 7] = [
         pause: C1_PAUSE,
         args: ECHO_ARGS,
         scale: 1,
+        cluster: false,
     },
     Scenario {
         key: "http_echo_c16",
@@ -125,6 +130,7 @@ const SCENARIOS: [Scenario; 7] = [
         pause: Duration::ZERO,
         args: ECHO_ARGS,
         scale: 1,
+        cluster: false,
     },
     Scenario {
         key: "tools_list_cached",
@@ -133,6 +139,7 @@ const SCENARIOS: [Scenario; 7] = [
         pause: C1_PAUSE,
         args: ECHO_ARGS,
         scale: 1,
+        cluster: false,
     },
     Scenario {
         key: "payload_http_c1",
@@ -141,6 +148,7 @@ const SCENARIOS: [Scenario; 7] = [
         pause: C1_PAUSE,
         args: PAYLOAD_ARGS,
         scale: 100,
+        cluster: false,
     },
     Scenario {
         key: "payload_stdio_c1",
@@ -149,6 +157,25 @@ const SCENARIOS: [Scenario; 7] = [
         pause: C1_PAUSE,
         args: PAYLOAD_ARGS,
         scale: 100,
+        cluster: false,
+    },
+    Scenario {
+        key: "stdio_echo_c16_cluster",
+        tool: Some("s__echo"),
+        c: 16,
+        pause: Duration::ZERO,
+        args: ECHO_ARGS,
+        scale: 1,
+        cluster: true,
+    },
+    Scenario {
+        key: "http_echo_c1_cluster",
+        tool: Some("h__echo"),
+        c: 1,
+        pause: C1_PAUSE,
+        args: ECHO_ARGS,
+        scale: 1,
+        cluster: true,
     },
 ];
 
@@ -203,13 +230,21 @@ pub async fn run(env: &Env, opts: &Options) -> anyhow::Result<(Value, Map<String
         .with_context(|| format!("creating {}", opts.profiles.display()))?;
     let (_backend, base) = env.http_backend("backend-instr", 0).await?;
     let backends = echo_backends(env, &base);
+    let selected = |s: &&Scenario| opts.only.is_empty() || opts.only.iter().any(|o| o == s.key);
+    let store = if SCENARIOS.iter().filter(selected).any(|s| s.cluster) {
+        Some(crate::cluster::Store::start(&env.tmp).await?)
+    } else {
+        None
+    };
+    let clustered = store
+        .as_ref()
+        .map(|s| format!("{}{backends}", s.table))
+        .unwrap_or_default();
     let mut figures = Map::new();
     let mut detail = Map::new();
     let started = Instant::now();
-    for sc in SCENARIOS
-        .iter()
-        .filter(|s| opts.only.is_empty() || opts.only.iter().any(|o| o == s.key))
-    {
+    for sc in SCENARIOS.iter().filter(selected) {
+        let backends = if sc.cluster { &clustered } else { &backends };
         if opts.n2 / sc.scale <= opts.n1 / sc.scale {
             bail!(
                 "{}: N1 and N2 / {} make the same number of calls; raise N2",
@@ -224,7 +259,7 @@ pub async fn run(env: &Env, opts: &Options) -> anyhow::Result<(Value, Map<String
         for round in 0..opts.repeat {
             let mut pair = Vec::new();
             for n in [opts.n1, opts.n2] {
-                let c = count(env, sc, n, &backends, opts).await?;
+                let c = count(env, sc, n, backends, opts).await?;
                 eprintln!(
                     "instructions {} N={n} (round {}): {} Ir in {:.1} s",
                     sc.key,

@@ -9,6 +9,7 @@
 
 mod backend;
 mod client;
+mod cluster;
 mod instructions;
 mod load;
 mod memory;

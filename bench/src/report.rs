@@ -320,4 +320,21 @@ fn instructions_section(doc: &Value, md: &mut String) {
             },
         );
     }
+    // `[cluster]` on against off, same scenario (issue 11: ≤ 1.10).
+    for (key, e) in scenarios {
+        let Some(base) = key.strip_suffix("_cluster") else {
+            continue;
+        };
+        if let (Some(on), Some(off)) = (
+            e["per_call"].as_f64(),
+            scenarios.get(base).and_then(|b| b["per_call"].as_f64()),
+        ) && off > 0.0
+        {
+            let _ = writeln!(
+                md,
+                "\n`{base}` with `[cluster]` (a local Redis) against without: {on:.0} / {off:.0} = {:.3}",
+                on / off
+            );
+        }
+    }
 }

@@ -36,8 +36,9 @@ pub fn rewrite_result(
 ) -> Box<RawValue> {
     let needs_uris = !uri_prefix.is_empty()
         && kind != ResultKind::Opaque
-        && (jsonrpc::raw_contains(raw.get(), "\"uri")
-            || (kind == ResultKind::ToolCall && jsonrpc::raw_contains(raw.get(), "\"resourceUri")));
+        // One scan for both keys rewritten: `"uri"` and `"resourceUri"` (a string
+        // ending in `ri` elsewhere only costs a parse).
+        && jsonrpc::raw_contains(raw.get(), "ri\"");
     let needs_downgrade = matches!(kind, ResultKind::ToolCall | ResultKind::Prompt)
         && version::result_needs_downgrade(host, raw.get());
     if !needs_uris && !needs_downgrade {
