@@ -34,7 +34,7 @@ use crate::backend::BackendError;
 use crate::error::RpcError;
 use crate::jsonrpc::Id;
 use crate::mcp::{Method, ProtocolVersion, Request};
-use crate::metrics::Metrics;
+use crate::metrics::{BackendSeries, Metrics};
 use crate::telemetry::ServerSpan;
 
 mod access;
@@ -222,6 +222,8 @@ pub struct RequestContext {
     method: Option<Method>,
     session: Option<String>,
     backend: Option<Arc<str>>,
+    /// The metric handles of `backend` (of `none` until routed).
+    series: Option<Arc<BackendSeries>>,
     target: Option<String>,
     outcome: Option<Outcome>,
     /// A JSON-RPC request (counted in `mcpgate_requests_total`); notifications,
@@ -247,6 +249,7 @@ impl RequestContext {
             method: None,
             session: None,
             backend: None,
+            series: None,
             target: None,
             outcome: None,
             is_request: false,
@@ -389,6 +392,7 @@ impl RequestContext {
     /// The route phase chose `backend` for the exposed name or URI `target`.
     pub fn set_route(&mut self, backend: &Arc<str>, target: Option<&str>) {
         self.backend = Some(backend.clone());
+        self.series = Some(self.metrics.series.get(Some(backend)));
         self.target = target.map(str::to_owned);
         span::record_route(backend, self.method.as_ref(), target);
         if let (Some(t), Some(m)) = (&self.trace, &self.method) {
@@ -396,16 +400,14 @@ impl RequestContext {
         }
     }
 
-    /// The forward phase calls the backend chosen by [`RequestContext::set_route`]:
-    /// counts the call in flight toward it until the guard drops, and records
-    /// the time spent (`mcpgate_upstream_inflight`, `mcpgate_upstream_duration_seconds`).
+    /// The forward phase calls the backend of [`RequestContext::set_route`]: counts the call in
+    /// flight until the guard drops, records the time (`mcpgate_upstream_{inflight,duration_seconds}`).
     pub fn upstream_call(&self) -> UpstreamCall {
-        let backend = self.backend.as_deref().unwrap_or("none");
-        let inflight = self.metrics.upstream_inflight.with_label_values(&[backend]);
+        let (inflight, duration) = self.series().upstream(&self.metrics);
         inflight.inc();
         UpstreamCall {
             inflight,
-            duration: self.metrics.upstream_duration.with_label_values(&[backend]),
+            duration,
             started: Instant::now(),
         }
     }
@@ -428,11 +430,14 @@ impl RequestContext {
         self.finish(Outcome::Rejected(why));
     }
 
+    fn series(&self) -> &BackendSeries {
+        self.series.as_deref().unwrap_or(self.metrics.series.none())
+    }
+
     fn record(&self, outcome: Outcome) {
         let m = &self.metrics;
         let secs = self.started.elapsed().as_secs_f64();
         let method = self.method.as_ref().map_or("none", Method::label);
-        let backend = self.backend.as_deref().unwrap_or("none");
         let era = match self.audit.modern {
             Some(true) => "modern",
             Some(false) => "legacy",
@@ -447,12 +452,7 @@ impl RequestContext {
             }
             _ if !self.is_request => {}
             _ => {
-                m.requests
-                    .with_label_values(&[method, backend, outcome.label(), era])
-                    .inc();
-                m.request_duration
-                    .with_label_values(&[method])
-                    .observe(secs);
+                self.series().count(m, (method, outcome.label(), era), secs);
                 if let (true, Some(Method::ToolsCall), Some(b), Some(tool)) =
                     (self.tool_metrics, &self.method, &self.backend, &self.target)
                 {
@@ -474,7 +474,7 @@ impl RequestContext {
                     .as_ref()
                     .is_some_and(|m| m.list_kind().is_some());
                 if listed && outcome == Outcome::Ok && self.backend.is_none() {
-                    m.list_cache.with_label_values(&["hit"]).inc();
+                    m.list_hit().inc();
                 }
             }
         }
@@ -537,7 +537,7 @@ mod tests {
         ctx.set_request(&Method::parse(method));
         ctx.set_legacy();
         if let Some(b) = backend {
-            ctx.backend = Some(b.into());
+            ctx.set_route(&b.into(), None);
         }
         ctx.finish(outcome);
         m.render()

@@ -452,6 +452,15 @@ impl Supervisor {
                 false => self.end_session(s).await,
             }
         }
+        // After a mass expiry, free the sessions on a thread that then exits:
+        // jemalloc flushes a thread's cache when it exits. Freed on a worker, up to
+        // ~200 objects per size class stay in its cache, scattered (table order)
+        // over slabs that then stay resident (~5 MB after 10,000 sessions).
+        if expired.len() >= 64 {
+            let _ = std::thread::Builder::new()
+                .name("mcpgate-free".into())
+                .spawn(move || drop(expired));
+        }
     }
 
     /// Lets a session go at shutdown while other replicas serve it: its

@@ -11,6 +11,10 @@ use prometheus::{
     Opts, Registry, TextEncoder,
 };
 
+mod series;
+
+pub use series::BackendSeries;
+
 /// All gateway metrics (names `mcpgate_<noun>_<unit>`).
 pub struct Metrics {
     registry: Registry,
@@ -98,6 +102,11 @@ pub struct Metrics {
     /// `invalid`: -32602, `elsewhere`: the continuation is on another replica,
     /// `gone`: no longer parked).
     pub input_required_retries: IntCounterVec,
+    /// The handles of the per-call series by backend (`series.rs`): a request
+    /// finds them once instead of a label lookup per metric.
+    pub series: series::SeriesTable,
+    /// `mcpgate_list_cache_lookups_total{result="hit"}`, made on first use.
+    list_hit: std::sync::OnceLock<IntCounter>,
 }
 
 /// The source revision baked in at build time (`MCPGATE_REVISION=$(git rev-parse
@@ -340,6 +349,8 @@ impl Metrics {
                 "2026-07-28 retries carrying a requestState the gateway issued, by kind (continuation, wrapped) and result (resumed, invalid, elsewhere, gone).",
                 &["kind", "result"],
             ),
+            series: series::SeriesTable::new(),
+            list_hit: std::sync::OnceLock::new(),
             registry: r,
         };
         m.build_info
@@ -357,6 +368,13 @@ impl Metrics {
                 .with_label_values(&["wrapped", result]);
         }
         m
+    }
+
+    /// `mcpgate_list_cache_lookups_total{result="hit"}` (a list answered from
+    /// the catalogue).
+    pub fn list_hit(&self) -> &IntCounter {
+        self.list_hit
+            .get_or_init(|| self.list_cache.with_label_values(&["hit"]))
     }
 
     /// Shows `mcpgate_cluster_redis_up` (only a gateway with a shared store has it).
