@@ -70,7 +70,7 @@ fn events_key(h: &str) -> String {
     format!("mcpg:{{{h}}}:ev")
 }
 
-fn record_key(h: &str) -> String {
+pub(super) fn record_key(h: &str) -> String {
     format!("mcpg:{{{h}}}:rec")
 }
 
@@ -367,6 +367,18 @@ impl Redis {
             .arg(data)
             .query_async(&mut self.conn.clone())
             .await
+    }
+
+    /// `EVAL script` with `keys` and `args`.
+    pub(super) async fn eval<T: redis::FromRedisValue>(
+        &self,
+        script: &str,
+        keys: &[&str],
+        args: &[&str],
+    ) -> RedisResult<T> {
+        let mut cmd = redis::cmd("EVAL");
+        cmd.arg(script).arg(keys.len()).arg(keys).arg(args);
+        cmd.query_async(&mut self.conn.clone()).await
     }
 
     /// Whether replica `tag` is alive (its heartbeat key exists).
