@@ -82,7 +82,8 @@ pub struct Metrics {
     pub cluster_redis_up: IntGauge,
     /// Shared store operations that failed or missed their deadline, by
     /// operation (`heartbeat`, `put`, `get`, `refresh`, `delete`, `set`,
-    /// `publish`, `exists`, `subscribe`, `send`, `mirror`, `events`, `alive`).
+    /// `publish`, `exists`, `subscribe`, `send`, `mirror`, `events`, `alive`,
+    /// `claim`, `release`).
     pub cluster_store_errors: IntCounterVec,
     /// Sessions served from their sealed id alone because the shared store was
     /// unavailable (fail open: an ended session may be used by its own
