@@ -83,7 +83,7 @@ pub struct Metrics {
     /// Shared store operations that failed or missed their deadline, by
     /// operation (`heartbeat`, `put`, `get`, `refresh`, `delete`, `set`,
     /// `publish`, `exists`, `subscribe`, `send`, `mirror`, `events`, `alive`,
-    /// `claim`, `release`).
+    /// `claim`, `release`, `take`).
     pub cluster_store_errors: IntCounterVec,
     /// Sessions served from their sealed id alone because the shared store was
     /// unavailable (fail open: an ended session may be used by its own

@@ -265,3 +265,50 @@ async fn a_drained_owner_lets_go_and_the_next_replica_claims() {
         "a claim, not an adoption"
     );
 }
+
+#[tokio::test]
+async fn a_request_given_up_on_is_never_run_by_a_late_owner() {
+    let (redis, _dir, log, a, b) = setup("respawn").await;
+    let mut s = McpClient::new(&a.url);
+    s.initialize(json!({})).await;
+    echo(&s, "claim").await;
+    let first = call_pids(&log, "echo")[0];
+    // A stalls (its heartbeat key outlives the stop by up to 600 ms): B
+    // hands it the call, A does not pick it up within 1 s, B gives up on it
+    // first and, A's heartbeat being gone by then, runs it itself.
+    a.signal(Signal::SIGSTOP);
+    echo(&at(&s, &b), "late").await;
+    let m = scrape(&b).await;
+    assert_eq!(
+        metric(&m, "mcpgate_cluster_forwarded_total", &[("kind", "call")]),
+        Some(1.0),
+        "handed to A first: {m}"
+    );
+    assert_eq!(
+        metric(
+            &m,
+            "mcpgate_cluster_adoptions_total",
+            &[("reason", "unreachable")]
+        ),
+        Some(1.0),
+        "{m}"
+    );
+    let takes: Vec<String> = redis
+        .keys("mcpg:*:take:*")
+        .iter()
+        .map(|k| redis.cli(&["GET", k]))
+        .collect();
+    assert_eq!(takes, ["gone"], "B's give-up won the take key");
+
+    // A goes on and reads the call from its inbox: its pickup loses, the
+    // call is not run a second time.
+    a.signal(Signal::SIGCONT);
+    assert!(
+        wait_for(Duration::from_secs(5), || a.logged_message("came too late")).await,
+        "A saw the call and did not run it:\n{}",
+        a.log()
+    );
+    let pids = call_pids(&log, "echo");
+    assert_eq!(pids.len(), 2, "claim and late, once each: {pids:?}");
+    assert_ne!(pids[1], first, "run by B's own child");
+}

@@ -66,7 +66,7 @@ const MIRROR_STANDALONE: &str = "local cur = redis.call('HGET', KEYS[1], 'sa') \
      redis.call('EXPIRE', KEYS[2], ARGV[5]) \
      redis.call('HSET', KEYS[1], 'sa', ARGV[1] .. ' ' .. ARGV[2] .. ' ' .. ARGV[3]) return 1";
 
-fn events_key(h: &str) -> String {
+pub(super) fn events_key(h: &str) -> String {
     format!("mcpg:{{{h}}}:ev")
 }
 
@@ -378,6 +378,11 @@ impl Redis {
     ) -> RedisResult<T> {
         let mut cmd = redis::cmd("EVAL");
         cmd.arg(script).arg(keys.len()).arg(keys).arg(args);
+        cmd.query_async(&mut self.conn.clone()).await
+    }
+
+    /// Runs `cmd` as it is.
+    pub(super) async fn query<T: redis::FromRedisValue>(&self, cmd: redis::Cmd) -> RedisResult<T> {
         cmd.query_async(&mut self.conn.clone()).await
     }
 

@@ -17,14 +17,16 @@
 //!   owner's stream, so the host resumes it on any replica. A host's cancel
 //!   reaches the owner by the `ctl` broadcast; a server→client request of the
 //!   owner's child carries the owner's tag, so its answer finds its way back.
-//! - **Owner gone.** Not picked up within [`PICKUP`]: if the owner no longer
-//!   heartbeats this replica adopts the session and runs the request here
-//!   (the owner never ran it), else the request gets -32603 "owner
-//!   unreachable". The owner ignores a request older than [`STALE`] (sender's
-//!   clock), so one given up on is never run late. Adopting a session whose
-//!   dead owner had started a child of a backend with `on_owner_loss =
-//!   "end_session"` ends the session instead (404: the child's state is gone);
-//!   otherwise children restart on first use with the session's log level.
+//! - **Owner gone.** Not picked up within [`PICKUP`], this replica gives up
+//!   on the request: one compare-and-set on its take key, which the owner's
+//!   pickup races (`cluster::GiveUp`; no clock is compared). Won: the owner
+//!   will never run it; if the owner no longer heartbeats this replica adopts
+//!   the session and runs the request here, else the request gets -32603
+//!   "owner unreachable". Lost: the owner picked it up just in time and it is
+//!   followed as above. Adopting a session whose dead owner had started a
+//!   child of a backend with `on_owner_loss = "end_session"` ends the session
+//!   instead (404: the child's state is gone); otherwise children restart on
+//!   first use with the session's log level.
 //! - **Let go.** An owner that no longer holds the session (it ended, expired
 //!   or was released here) releases it and refuses the request; the sender
 //!   claims it again.
@@ -41,7 +43,7 @@ use tokio::time::Instant;
 use super::session::reject;
 use super::sse::{Mirror, json_response, mirror_only, sse_response};
 use super::{AppState, HttpError};
-use crate::cluster::{Claim, MirroredEvent, Purpose, SharedStore};
+use crate::cluster::{Claim, GiveUp, Purpose, SharedStore};
 use crate::config::OwnerLoss;
 use crate::dispatch::{Call, Reply};
 use crate::jsonrpc::{self, ErrorObject};
@@ -52,10 +54,6 @@ use crate::streamable_http::{Attached, next_stream_id};
 
 /// How long the owner has to pick a request up (write its seq 0).
 const PICKUP: Duration = Duration::from_secs(1);
-
-/// A request older than this (by the sender's clock) is not run by the owner:
-/// the sender gives up on it after [`PICKUP`].
-const STALE: Duration = Duration::from_millis(900);
 
 /// The longest wait between two looks for the pickup mark.
 const PICKUP_POLL: Duration = Duration::from_millis(100);
@@ -78,8 +76,11 @@ enum Handed {
     Refused,
     /// The owner is dead (`reason` for the adoption).
     Dead(&'static str),
-    /// The owner heartbeats but did not pick the request up.
+    /// The owner heartbeats but did not pick the request up (and never
+    /// will).
     Unreachable,
+    /// The store could not say whether the owner picked the request up.
+    Unknown,
     /// The store did not answer: nothing was sent.
     NotSent,
 }
@@ -119,6 +120,14 @@ pub(super) async fn serve(
             Handed::Dead(reason) => claim(st, &store, session, reason).await,
             Handed::NotSent => return Err((ctx, req, slot)),
             Handed::Unreachable => break,
+            Handed::Unknown => {
+                tracing::warn!(session = %session.log_id(), id = %req.id, "owner replica did not pick the request up in time and the shared store did not say whether it did");
+                let e = ErrorObject::new(
+                    jsonrpc::INTERNAL_ERROR,
+                    "owner unreachable: the gateway replica running this session's backend process did not take the request in time and the shared store did not answer; it may have run",
+                );
+                return Ok(error_response(ctx, &req, &e));
+            }
         };
     }
     tracing::warn!(session = %session.log_id(), id = %req.id, "owner replica did not pick the request up");
@@ -126,9 +135,14 @@ pub(super) async fn serve(
         jsonrpc::INTERNAL_ERROR,
         "owner unreachable: the gateway replica running this session's backend process did not take the request; it was not run",
     );
-    let body: Bytes = jsonrpc::error_bytes(Some(&req.id), &e).into();
+    Ok(error_response(ctx, &req, &e))
+}
+
+/// `e` as the JSON answer to `req`.
+fn error_response(ctx: RequestContext, req: &RpcRequest, e: &ErrorObject) -> Response {
+    let body: Bytes = jsonrpc::error_bytes(Some(&req.id), e).into();
     ctx.finish_error(Outcome::Error, e.code);
-    Ok(json_response(body))
+    json_response(body)
 }
 
 /// Claims `session` for this replica: [`Gate::Here`] when it is ours now
@@ -182,14 +196,8 @@ fn call_aad(h: &str) -> String {
     format!("mcpgate/call/v1 {h}")
 }
 
-/// Milliseconds since the Unix epoch, by this machine's clock.
-fn unix_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
-}
-
-/// Hands `req` to owner `tag` and waits until it is picked up.
+/// Hands `req` to owner `tag` and waits until it is picked up, or gives up
+/// on it after [`PICKUP`] (a race with the pickup that one of them wins).
 async fn hand(
     st: &AppState,
     store: &Arc<SharedStore>,
@@ -202,7 +210,6 @@ async fn hand(
     let call = json!({
         "id": &**session.id(),
         "s": stream,
-        "t": unix_ms(),
         "r": {"jsonrpc": "2.0", "id": req.id.to_value(), "method": req.method.as_str(), "params": req.params},
     });
     let sealed = st.sealer.seal(
@@ -210,7 +217,7 @@ async fn hand(
         call_aad(h).as_bytes(),
         call.to_string().as_bytes(),
     );
-    match store.send_call(tag, h, sealed.as_bytes()).await {
+    match store.send_call(tag, h, stream, sealed.as_bytes()).await {
         Ok(true) => {}
         Ok(false) => return Handed::Dead("owner_lost"),
         Err(_) => return Handed::NotSent,
@@ -221,29 +228,28 @@ async fn hand(
         .inc();
     let end = Instant::now() + PICKUP;
     let mut wait = Duration::from_millis(2);
-    let mut last_look = false;
-    loop {
+    let refused = loop {
         tokio::time::sleep(wait).await;
         wait = (wait * 2).min(PICKUP_POLL);
-        if let Ok(events) = store.events_of(h, stream, None).await
-            && let Some(first) = events.first()
-        {
-            if first.seq == 0 && first.last {
-                return Handed::Refused;
-            }
-            break;
+        if let Some(refused) = pickup(store, h, stream).await {
+            break refused;
         }
-        if last_look {
-            return Handed::Dead("unreachable");
+        if Instant::now() < end {
+            continue;
         }
-        if Instant::now() >= end {
-            if store.is_alive(tag).await {
-                return Handed::Unreachable;
-            }
-            // One more look: it may have been picked up just before it died.
-            last_look = true;
-            wait = Duration::ZERO;
+        match store.give_up_call(h, stream).await {
+            Ok(GiveUp::Won) if store.is_alive(tag).await => return Handed::Unreachable,
+            Ok(GiveUp::Won) => return Handed::Dead("unreachable"),
+            // Picked up just in time: its mark was written with the pickup.
+            Ok(GiveUp::Taken) => match pickup(store, h, stream).await {
+                Some(refused) => break refused,
+                None => return Handed::Unknown,
+            },
+            Ok(GiveUp::Lost) | Err(_) => return Handed::Unknown,
         }
+    };
+    if refused {
+        return Handed::Refused;
     }
     match super::resume::elsewhere(store, &st.sealer, h, stream, 0).await {
         Ok(attached) => Handed::Picked(attached),
@@ -254,6 +260,13 @@ async fn hand(
             live: None,
         }),
     }
+}
+
+/// The pickup mark of handed stream `stream`, if written: whether the owner
+/// refused the request (`None`: no mark yet, or the store did not answer).
+async fn pickup(store: &SharedStore, h: &str, stream: u64) -> Option<bool> {
+    let events = store.events_of(h, stream, None).await.ok()?;
+    events.iter().find(|e| e.seq == 0).map(|mark| mark.last)
 }
 
 /// Answers the host with what the owner sends: JSON when the response is the
@@ -297,12 +310,11 @@ pub(crate) async fn run_handed(st: AppState, mut calls: mpsc::UnboundedReceiver<
     }
 }
 
-/// A handed request, opened: the session id, the stream to write, when it
-/// was sent (ms) and the request.
+/// A handed request, opened: the session id, the stream to write and the
+/// request.
 struct Opened {
     id: String,
     stream: u64,
-    sent: u64,
     request: RpcRequest,
 }
 
@@ -318,7 +330,6 @@ fn open_call(st: &AppState, h: &str, sealed: &str) -> Option<Opened> {
     Some(Opened {
         id: v.get("id")?.as_str()?.to_owned(),
         stream: v.get("s")?.as_u64()?,
-        sent: v.get("t")?.as_u64()?,
         request,
     })
 }
@@ -332,35 +343,34 @@ async fn run_one(st: AppState, h: String, sealed: String) {
         tracing::warn!("a request handed to this replica does not open; ignored");
         return;
     };
-    if unix_ms().saturating_sub(call.sent) > STALE.as_millis() as u64 {
-        tracing::info!(id = %call.request.id, "a request handed to this replica came too late; not run (the sender gave up on it)");
-        return;
-    }
-    let mark = |last: bool| MirroredEvent {
-        stream: call.stream,
-        seq: 0,
-        last,
-        producer: store.tag().to_owned(),
-        request_id: call.request.id.to_json(),
-        data: Vec::new(),
-        entry: String::new(),
-    };
+    let request_id = call.request.id.to_json();
     let held = st
         .sessions
         .get(&call.id)
         .filter(|s| !s.is_ended() && s.store_key() == h);
+    if held.is_none() {
+        // Let go first: the sender, seeing the refusal, claims it again.
+        let _ = store.release_owner(&h).await;
+    }
+    // The pickup (with its mark) races the sender's give-up: run only if won.
+    match store
+        .take_call(&h, call.stream, &request_id, held.is_none())
+        .await
+    {
+        Ok(true) => {}
+        Ok(false) => {
+            tracing::info!(id = %call.request.id, "a request handed to this replica came too late; not run (the sender gave up on it)");
+            return;
+        }
+        Err(_) => {
+            tracing::warn!(id = %call.request.id, "a handed request not run: the shared store did not take its pickup");
+            return;
+        }
+    }
     let Some(session) = held else {
         tracing::info!(id = %call.request.id, "a request handed to this replica for a session it no longer holds: let go, refused");
-        let _ = store.release_owner(&h).await;
-        let _ = store.mirror_event(&h, &mark(true)).await;
         return;
     };
-    // The pickup mark is stored before the request runs: the sender never
-    // gives up on a request that runs.
-    if store.mirror_event(&h, &mark(false)).await.is_err() {
-        tracing::warn!(session = %session.log_id(), "a handed request not run: the shared store did not take its pickup mark");
-        return;
-    }
     st.supervisor.own(&session);
     let mirror = Mirror {
         store: store.clone(),
