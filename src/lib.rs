@@ -210,6 +210,11 @@ impl Gateway {
             )),
             auth: auth_now,
         };
+        if supervisor.shared().is_some() {
+            let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+            supervisor.forward_owner_calls(tx);
+            tokio::spawn(http::owner::run_handed(state.clone(), rx));
+        }
         let face = LiveApp::new(http::app(state.clone()));
         let limiter = Arc::new(ArcSwapOption::new(limiter));
         let header_timeout = {

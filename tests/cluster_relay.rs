@@ -91,6 +91,11 @@ async fn an_answer_posted_to_b_completes_the_call_relayed_by_a() {
     s.initialize(json!({"sampling": {}, "elicitation": {"form": {}}}))
         .await;
     let on_b = at(&s, &b);
+    // A owns the session's child from its first use (one claim, one note of
+    // the child: `tests/cluster_owner.rs`).
+    let r = s.call_tool("fx__echo", json!({"text": "claim"})).await;
+    assert_eq!(r.response["result"]["content"][0]["text"], "claim");
+    tokio::time::sleep(Duration::from_millis(200)).await;
 
     // Answered where it was relayed: no Redis command at all.
     let (evals, publishes) = (calls(&redis, "eval"), calls(&redis, "publish"));

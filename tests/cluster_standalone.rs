@@ -1,8 +1,12 @@
 //! The standalone GET stream re-attaches on another replica (issue 11,
 //! acceptance 2 and 3), with real processes: a real `redis-server`, two
-//! `mcpgate serve` replicas with the same keys and store, the fake stdio
-//! backend per session (its `log_later` tool sends a log unrelated to any
-//! request, which goes on the standalone stream). A `GET` + `Last-Event-ID`
+//! `mcpgate serve` replicas with the same keys and store, and a per-session
+//! backend whose `log_later` tool sends a log unrelated to any request, which
+//! goes on the standalone stream: the fake stdio backend (one child, on the
+//! replica owning the session) or, where each replica must make messages for
+//! the session on its own, the fake HTTP backend (one backend session, each
+//! replica with its own GET stream on it; the log goes to the GET stream of
+//! the replica that called). A `GET` + `Last-Event-ID`
 //! of a stream that A produced is answered on B with what the store holds
 //! after that id and then B's own notifications on the same stream, with ids
 //! that keep increasing (no gap, no repeat); after A is killed within 2 s; A,
@@ -17,14 +21,16 @@ mod common;
 
 use std::time::Duration;
 
+use common::fake_http::CLIENT;
 use common::store::{TestRedis, at, replica, scrape};
-use common::{McpClient, SseStream, TestDir};
+use common::{FakeHttp, McpClient, SseStream, TestDir};
 use nix::sys::signal::Signal;
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
-/// A per-session fake backend `mine` offering `log_later` and `ask_later`.
-fn backends(dir: &TestDir) -> String {
+/// A per-session fake stdio backend `mine` offering `log_later` and
+/// `ask_later`: its one child runs on the replica that owns the session.
+fn stdio(dir: &TestDir) -> String {
     let tools = dir.path("tools.json");
     let defs = json!([
         {"name": "log_later", "inputSchema": {"type": "object"}},
@@ -64,28 +70,58 @@ async fn next_log_within(stream: &mut SseStream, within: Duration) -> Option<(St
     }
 }
 
-/// Redis, replicas A and B of the same store with [`backends`], and a host
+/// The fake HTTP backend as per-session backend `mine` offering `log_later`,
+/// reached by replica `name` (its requests say so in [`CLIENT`]).
+fn http(fx: &FakeHttp, name: &str) -> String {
+    format!(
+        "[backends.mine]\ntype = \"http\"\nurl = \"{}\"\nmode = \"per_session\"\n\
+         headers = {{ \"{CLIENT}\" = \"{name}\" }}\n",
+        fx.url
+    )
+}
+
+/// Where the session's backend runs.
+enum Backend {
+    /// One stdio child, on the replica owning the session.
+    Stdio,
+    /// One HTTP backend session; each replica calls it and has its own GET
+    /// stream on it, so a log made on B comes out of B.
+    Http,
+}
+
+/// Redis, replicas A and B of the same store with `backend`, and a host
 /// session initialized on A (declaring `caps`), also reachable through B.
 struct Pair {
     redis: TestRedis,
     dir: TestDir,
+    fx: Option<FakeHttp>,
     a: common::served::Served,
     b: common::served::Served,
     s: McpClient,
     on_b: McpClient,
 }
 
-async fn pair(caps: Value) -> Pair {
+async fn pair(caps: Value, backend: Backend) -> Pair {
     let redis = TestRedis::start().await;
     let dir = TestDir::new();
-    let a = replica(Some(&redis), &backends(&dir)).await;
-    let b = replica(Some(&redis), &backends(&dir)).await;
+    let (fx, config_a, config_b) = match backend {
+        Backend::Stdio => (None, stdio(&dir), stdio(&dir)),
+        Backend::Http => {
+            let fx = FakeHttp::default_started().await;
+            fx.add_tool(json!({"name": "log_later", "inputSchema": {"type": "object"}}));
+            let configs = (http(&fx, "a"), http(&fx, "b"));
+            (Some(fx), configs.0, configs.1)
+        }
+    };
+    let a = replica(Some(&redis), &config_a).await;
+    let b = replica(Some(&redis), &config_b).await;
     let mut s = McpClient::new(&a.url);
     s.initialize(caps).await;
     let on_b = at(&s, &b);
     Pair {
         redis,
         dir,
+        fx,
         a,
         b,
         s,
@@ -104,11 +140,12 @@ async fn a_get_stream_re_attaches_on_b_within_2_s_after_a_is_killed() {
     let Pair {
         redis: _redis,
         dir: _dir,
+        fx: _fx,
         a,
         b,
         s,
         on_b,
-    } = pair(json!({})).await;
+    } = pair(json!({}), Backend::Stdio).await;
 
     let mut get = s.get_stream().await;
     assert_eq!(get.status, 200);
@@ -144,11 +181,12 @@ async fn missed_events_are_replayed_and_a_takes_nothing_back() {
     let Pair {
         redis: _redis,
         dir: _dir,
+        fx: _fx,
         a,
         b,
         s,
         on_b,
-    } = pair(json!({})).await;
+    } = pair(json!({}), Backend::Http).await;
 
     let mut get = s.get_stream().await;
     log_later(&s, "one").await;
@@ -203,11 +241,12 @@ async fn lost_events_give_a_new_stream_and_another_sessions_id_is_410() {
     let Pair {
         redis,
         dir: _dir,
+        fx: _fx,
         a: _a,
         b,
         s,
         on_b,
-    } = pair(json!({})).await;
+    } = pair(json!({}), Backend::Http).await;
 
     let mut get = s.get_stream().await;
     log_later(&s, "one").await;
@@ -243,11 +282,12 @@ async fn a_log_made_on_b_reaches_the_get_stream_on_a_once() {
     let Pair {
         redis: _redis,
         dir: _dir,
+        fx: _fx,
         a: _a,
         b,
         s,
         on_b,
-    } = pair(json!({})).await;
+    } = pair(json!({}), Backend::Http).await;
 
     let mut get = s.get_stream().await;
     assert_eq!(get.status, 200);
@@ -297,14 +337,16 @@ async fn a_request_made_on_b_reaches_a_and_its_answer_goes_back_to_b() {
     let Pair {
         redis: _redis,
         dir: _dir,
+        fx: _fx,
         a,
         b,
         s,
         on_b,
-    } = pair(json!({"roots": {}})).await;
+    } = pair(json!({"roots": {}}), Backend::Stdio).await;
 
     let mut get = s.get_stream().await;
     assert_eq!(get.status, 200);
+    // The session's first use of its child: B claims it, the child runs on B.
     let r = on_b
         .call_tool("mine__ask_later", json!({"delay_ms": 20}))
         .await;

@@ -128,7 +128,10 @@ async fn a_session_initialized_on_a_is_served_on_b_with_its_log_level() {
     assert!(set.response.get("result").is_some(), "{}", set.response);
     assert_eq!(redis.cli(&["HGET", rec, "lvl"]), "error");
 
-    // A session held here costs no Redis round trip (one EXPIRE a minute at most).
+    // A session held here costs no Redis round trip (one EXPIRE a minute at
+    // most) once it owns its per-session child (the first use claims it).
+    assert_eq!(echo(&s, "claim").await, "claim");
+    tokio::time::sleep(Duration::from_millis(200)).await;
     let before = session_commands(&redis);
     for i in 0..20 {
         assert_eq!(echo(&s, &format!("n{i}")).await, format!("n{i}"));
@@ -282,6 +285,8 @@ async fn a_redis_that_stops_answering_costs_at_most_its_deadline() {
     let redis = TestRedis::start().await;
     let a = replica(Some(&redis), FX).await;
     let cached = session(&a).await;
+    // Its per-session child is owned here (the first use claims it).
+    assert_eq!(echo(&cached, "claim").await, "claim");
     redis.signal(Signal::SIGSTOP);
     let started = Instant::now();
     assert_eq!(echo(&cached, "no store needed").await, "no store needed");

@@ -2,7 +2,8 @@
 //! (`mcpg:inbox:{TAG}`, a Redis stream per replica): a host's answer to a
 //! server→client request that this replica relayed but another one received
 //! (kind `answer`), a message for a session's standalone stream that another
-//! replica produces (kind `sa`); and the ids that tell which replica relayed a
+//! replica produces (kind `sa`), a request for a session's per-session child
+//! that another replica owns (kind `call`, `owner.rs`); and the ids that tell which replica relayed a
 //! request.
 //!
 //! The id a host sees for a relayed request is a JSON number `tag << 21 | n`:
@@ -118,7 +119,7 @@ pub(super) async fn read(
     }
 }
 
-/// An inbox entry `{k: "answer" | "sa", h, m}` as a [`Ctl`].
+/// An inbox entry `{k: "answer" | "sa" | "call", h, m}` as a [`Ctl`].
 fn to_ctl(map: &std::collections::HashMap<String, redis::Value>) -> Option<Ctl> {
     let field = |name: &str| match map.get(name)? {
         redis::Value::BulkString(b) => String::from_utf8(b.clone()).ok(),
@@ -131,6 +132,10 @@ fn to_ctl(map: &std::collections::HashMap<String, redis::Value>) -> Option<Ctl> 
             message: field("m")?,
         }),
         "sa" => Some(Ctl::Standalone {
+            h: field("h")?,
+            message: field("m")?,
+        }),
+        "call" => Some(Ctl::Call {
             h: field("h")?,
             message: field("m")?,
         }),
@@ -171,6 +176,13 @@ mod tests {
         assert_eq!(
             to_ctl(&entry("sa")),
             Some(Ctl::Standalone {
+                h: h.clone(),
+                message: message.clone()
+            })
+        );
+        assert_eq!(
+            to_ctl(&entry("call")),
+            Some(Ctl::Call {
                 h: h.clone(),
                 message: message.clone()
             })

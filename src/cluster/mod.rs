@@ -8,12 +8,14 @@
 //! replica does not hold the session.
 
 mod inbox;
+mod owner;
 mod redis;
 mod seal;
 mod standalone;
 mod store;
 mod upstream;
 
+pub use owner::{Claim, GiveUp};
 pub use seal::{Purpose, Sealer, random_bytes};
 pub use standalone::{StandaloneClaim, StandaloneWrite};
 pub use store::{Ctl, Lookup, MirroredEvent, SharedStore, Started, StoreMetrics, record_key};

@@ -66,11 +66,11 @@ const MIRROR_STANDALONE: &str = "local cur = redis.call('HGET', KEYS[1], 'sa') \
      redis.call('EXPIRE', KEYS[2], ARGV[5]) \
      redis.call('HSET', KEYS[1], 'sa', ARGV[1] .. ' ' .. ARGV[2] .. ' ' .. ARGV[3]) return 1";
 
-fn events_key(h: &str) -> String {
+pub(super) fn events_key(h: &str) -> String {
     format!("mcpg:{{{h}}}:ev")
 }
 
-fn record_key(h: &str) -> String {
+pub(super) fn record_key(h: &str) -> String {
     format!("mcpg:{{{h}}}:rec")
 }
 
@@ -367,6 +367,23 @@ impl Redis {
             .arg(data)
             .query_async(&mut self.conn.clone())
             .await
+    }
+
+    /// `EVAL script` with `keys` and `args`.
+    pub(super) async fn eval<T: redis::FromRedisValue>(
+        &self,
+        script: &str,
+        keys: &[&str],
+        args: &[&str],
+    ) -> RedisResult<T> {
+        let mut cmd = redis::cmd("EVAL");
+        cmd.arg(script).arg(keys.len()).arg(keys).arg(args);
+        cmd.query_async(&mut self.conn.clone()).await
+    }
+
+    /// Runs `cmd` as it is.
+    pub(super) async fn query<T: redis::FromRedisValue>(&self, cmd: redis::Cmd) -> RedisResult<T> {
+        cmd.query_async(&mut self.conn.clone()).await
     }
 
     /// Whether replica `tag` is alive (its heartbeat key exists).

@@ -77,6 +77,16 @@ pub enum Ctl {
         /// The JSON-RPC message, as JSON text.
         message: String,
     },
+    /// Another replica hands this one, the owner of session `h`'s per-session
+    /// children, a request routed to one of them: `message` is the sealed
+    /// call (`http/owner.rs`), to run here and mirror to the session's event
+    /// stream.
+    Call {
+        /// The session's store key.
+        h: String,
+        /// The sealed call.
+        message: String,
+    },
     /// The store is reachable again after an outage: broadcasts may have been
     /// missed, revalidate the cached sessions.
     Resync,

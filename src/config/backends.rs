@@ -10,7 +10,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use super::schema;
-use super::{ArgumentAudit, BackendEra, ConnectionMode, UpstreamAuthConfig};
+use super::{ArgumentAudit, BackendEra, ConnectionMode, OwnerLoss, UpstreamAuthConfig};
 
 /// `[backends.NAME]`, as validated.
 #[derive(Debug, Clone)]
@@ -56,6 +56,9 @@ pub struct BackendConfig {
     /// Whether routed `tools/call`s are counted per tool
     /// (`mcpgate_tool_calls_total`, `mcpgate_tool_call_duration_seconds`).
     pub tool_metrics: bool,
+    /// With a shared store, per-session stdio: what a session's replica loss
+    /// does to it (`respawn`, default, or `end_session`).
+    pub on_owner_loss: OwnerLoss,
 }
 
 /// Backend transport settings, chosen by `type`.
@@ -180,6 +183,14 @@ pub struct RawBackend {
     /// Default false: one more series per tool and outcome.
     #[serde(default)]
     pub tool_metrics: bool,
+    /// With `[cluster] redis`, stdio backends serving sessions their own
+    /// (`per_session`, or `auto` once switched): a session's child runs on
+    /// one replica (its owner); when that replica dies, the next replica that
+    /// needs the child either starts a new one with the session's log level
+    /// (`respawn`, default) or ends the session, so the host gets 404 and
+    /// knows the child's state is gone (`end_session`).
+    #[serde(default)]
+    pub on_owner_loss: OwnerLoss,
 }
 
 /// `tools.include` / `tools.exclude` glob lists (matched against original names).

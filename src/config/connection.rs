@@ -36,3 +36,20 @@ pub enum BackendEra {
     /// Always 2026-07-28: per-request `_meta`, no `initialize`, no session.
     Modern,
 }
+
+/// `[backends.NAME] on_owner_loss`, with a shared store (`[cluster] redis`):
+/// what happens to a session whose per-session stdio child lived on a replica
+/// that died (its heartbeat expired) when another replica needs the child.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum OwnerLoss {
+    /// The adopting replica starts a new child on first use and sets the
+    /// session's log level on it again; whatever else the old child kept is
+    /// gone. The default.
+    #[default]
+    Respawn,
+    /// The session ends (its record is deleted, every replica drops it) and the
+    /// host gets 404, so it knows the backend's state is gone and
+    /// re-initializes.
+    EndSession,
+}

@@ -26,7 +26,7 @@ pub use auth::{
     UpstreamAuthConfig, is_fetchable_url, is_loopback_host,
 };
 pub use backends::{BackendConfig, BackendKind, RawBackend, ToolFilter, ToolOverride, Transport};
-pub use connection::{BackendEra, ConnectionMode};
+pub use connection::{BackendEra, ConnectionMode, OwnerLoss};
 pub use endpoints::EndpointConfig;
 pub use keys::{ClusterConfig, KEYS_ENV, MAX_KID_LEN, SessionKey, parse_keys};
 pub use schema::json_schema;

@@ -147,6 +147,7 @@ pub(super) fn build(raw: RawConfig, p: &mut Vec<ConfigProblem>) -> Config {
             upstream_auth: b.auth,
             audit: b.audit,
             tool_metrics: b.tool_metrics,
+            on_owner_loss: b.on_owner_loss,
         };
         backends.insert(name, backend);
     }

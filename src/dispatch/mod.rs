@@ -11,6 +11,7 @@ mod forward;
 mod modern;
 pub(crate) mod rewrite;
 mod shim;
+mod target;
 mod tasks;
 mod wrap;
 

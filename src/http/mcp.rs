@@ -224,6 +224,19 @@ async fn answer(
     slot: StreamSlot,
 ) -> Response {
     use tracing::Instrument;
+    // With a shared store, a request for a per-session child another replica
+    // owns runs there (boxed: rare, and large); an owned session skips this.
+    let (ctx, req, slot) = if st.supervisor.shared().is_some()
+        && !session.is_owned()
+        && st.supervisor.has_owner_bound()
+    {
+        match Box::pin(super::owner::serve(st, ctx, session, req, slot)).await {
+            Ok(resp) => return resp,
+            Err(back) => back,
+        }
+    } else {
+        (ctx, req, slot)
+    };
     // One span per host request: routing fills in the backend and what the
     // request is about (`request::record_target`: tool, prompt or uri).
     let span = request_span(&req.id, &req.method, Some(&session.log_id()));

@@ -10,6 +10,7 @@ pub(crate) mod headers;
 pub mod limit;
 pub(crate) mod mcp;
 pub(crate) mod modern;
+pub(crate) mod owner;
 mod resume;
 mod routes;
 pub mod serve;

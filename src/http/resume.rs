@@ -17,8 +17,17 @@ use crate::cluster::{MirroredEvent, Purpose, Sealer, SharedStore};
 use crate::jsonrpc::{self, ErrorObject, Id};
 use crate::streamable_http::{Attached, Frame, ResumeError};
 
-/// How often a resumed stream looks for the producer's next events.
+/// How often, at most, a resumed stream looks for the producer's next events:
+/// the first look comes after [`FIRST_POLL`], each next one after twice the
+/// wait (up to this), back to [`FIRST_POLL`] after events came.
 const POLL: Duration = Duration::from_millis(200);
+
+/// The first wait of a follower (a forwarded call's answer often comes
+/// within a few milliseconds).
+const FIRST_POLL: Duration = Duration::from_millis(2);
+
+/// How often, at most, a follower asks whether the producer still heartbeats.
+const ALIVE_EVERY: Duration = Duration::from_secs(1);
 
 /// Frames queued toward the resumed response.
 const CAPACITY: usize = 64;
@@ -49,8 +58,11 @@ pub async fn elsewhere(
         .iter()
         .filter(|e| e.seq > after && e.seq > 0)
         .map(|e| open(sealer, h, e))
-        .collect::<Option<_>>()
-        .ok_or(ResumeError::Gone)?;
+        .collect::<Option<Vec<_>>>()
+        .ok_or(ResumeError::Gone)?
+        .into_iter()
+        .filter(|f| !is_closed(f))
+        .collect();
     if finished && replay.is_empty() {
         return Err(ResumeError::Gone);
     }
@@ -73,6 +85,12 @@ pub async fn elsewhere(
         replay,
         live,
     })
+}
+
+/// Whether `f` is the mark of a stream that ended without a response (the
+/// host cancelled the request): a last event with no data, never sent.
+fn is_closed(f: &Frame) -> bool {
+    f.last && f.data.is_empty()
 }
 
 /// A mirrored event as a frame, its data opened (`None`: it does not open
@@ -104,11 +122,14 @@ impl Follow {
     /// until the last one, the host leaving, or the producer's death (then the
     /// terminal error).
     async fn run(self, mut seen: u64, mut entry: String, tx: mpsc::Sender<Frame>) {
+        let mut wait = FIRST_POLL;
+        let mut alive_checked: Option<tokio::time::Instant> = None;
         loop {
             tokio::select! {
-                _ = tokio::time::sleep(POLL) => {}
+                _ = tokio::time::sleep(wait) => {}
                 _ = tx.closed() => return,
             }
+            wait = (wait * 2).min(POLL);
             let after = Some(entry.as_str()).filter(|e| !e.is_empty());
             let Ok(events) = self.store.events_of(&self.h, self.stream, after).await else {
                 continue;
@@ -118,12 +139,17 @@ impl Follow {
             }
             let new: Vec<&MirroredEvent> = events.iter().filter(|e| e.seq > seen).collect();
             if new.is_empty() {
+                if alive_checked.is_some_and(|at| at.elapsed() < ALIVE_EVERY) {
+                    continue;
+                }
+                alive_checked = Some(tokio::time::Instant::now());
                 if !self.store.is_alive(&self.producer).await {
                     let _ = tx.send(self.terminal(seen + 1).await).await;
                     return;
                 }
                 continue;
             }
+            wait = FIRST_POLL;
             for e in new {
                 seen = e.seq;
                 let Some(frame) = open(&self.sealer, &self.h, e) else {
@@ -134,7 +160,7 @@ impl Follow {
                     );
                     return;
                 };
-                if tx.send(frame).await.is_err() || e.last {
+                if is_closed(&frame) || tx.send(frame).await.is_err() || e.last {
                     return;
                 }
             }

@@ -261,3 +261,21 @@ async fn pump(
         seq += 1;
     }
 }
+
+/// The messages of a call run here for another replica (`owner.rs`), written
+/// to the mirror of stream `stream` only (the caller wrote seq 0, the mark
+/// that the call was picked up): related messages from seq 1, then the
+/// response, awaited. A call that ends without one (the host cancelled it)
+/// ends with a last event without data, which a follower never sends on.
+pub async fn mirror_only(mut call: Call, mirror: Mirror, stream: u64) {
+    let writer = mirror.writer(stream);
+    let mut seq = 1;
+    loop {
+        match call.recv().await {
+            Some(Outbound::Message(b)) => writer.write(seq, &b, false).await,
+            Some(Outbound::Final(b)) => return writer.write(seq, &b, true).await,
+            None => return writer.write(seq, b"", true).await,
+        }
+        seq += 1;
+    }
+}

@@ -86,7 +86,8 @@ pub struct Metrics {
     pub cluster_redis_up: IntGauge,
     /// Shared store operations that failed or missed their deadline, by
     /// operation (`heartbeat`, `put`, `get`, `refresh`, `delete`, `set`,
-    /// `publish`, `exists`, `subscribe`, `send`, `mirror`, `events`, `alive`).
+    /// `publish`, `exists`, `subscribe`, `send`, `mirror`, `events`, `alive`,
+    /// `claim`, `release`, `take`).
     pub cluster_store_errors: IntCounterVec,
     /// Sessions served from their sealed id alone because the shared store was
     /// unavailable (fail open: an ended session may be used by its own
@@ -96,6 +97,13 @@ pub struct Metrics {
     /// `answer` (a host's answer to a request another replica relayed),
     /// `cancel` (a host's cancel of a request this replica does not run).
     pub cluster_forwarded: IntCounterVec,
+    /// Sessions whose per-session children this replica took over from a
+    /// replica that died, by `reason` (`owner_lost`: its heartbeat was gone
+    /// when a request needed a child; `unreachable`: it stopped heartbeating
+    /// while a request handed to it waited to be picked up).
+    pub cluster_adoptions: IntCounterVec,
+    /// Sessions whose per-session stdio children this replica owns.
+    pub sessions_owned: IntGauge,
     /// 2026-07-28 retries carrying a `requestState` the gateway issued, by
     /// `kind` (`continuation`: a call parked by the bridge; `wrapped`: a
     /// 2026-07-28 backend's state wrapped in ours) and `result` (`resumed`,
@@ -340,8 +348,19 @@ impl Metrics {
             cluster_forwarded: counter_vec(
                 &r,
                 "mcpgate_cluster_forwarded_total",
-                "Work handed to another replica through the shared store, by kind (answer, cancel, standalone: messages for a standalone stream another replica produces).",
+                "Work handed to another replica through the shared store, by kind (answer, cancel, standalone: messages for a standalone stream another replica produces, call: a request for a per-session child another replica owns).",
                 &["kind"],
+            ),
+            cluster_adoptions: counter_vec(
+                &r,
+                "mcpgate_cluster_adoptions_total",
+                "Sessions whose per-session children this replica took over from a dead replica, by reason (owner_lost, unreachable).",
+                &["reason"],
+            ),
+            sessions_owned: gauge(
+                &r,
+                "mcpgate_sessions_owned",
+                "Sessions whose per-session stdio children this replica owns (with a shared store).",
             ),
             input_required_retries: counter_vec(
                 &r,

@@ -14,6 +14,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::Host;
 use crate::backend::{Caller, Connection};
+use crate::jsonrpc::ErrorObject;
 use crate::jsonrpc::Id;
 use crate::mcp::Method;
 use crate::streamable_http::ParamHeaders;
@@ -302,3 +303,23 @@ impl Caller for HostCall {
         self.trace.clone()
     }
 }
+
+/// A server→client request sent to the host and not yet answered: where its
+/// answer goes.
+pub enum ClientRequest {
+    /// Relayed from a backend: the answer goes back to that backend request.
+    Backend {
+        /// The backend connection that asked.
+        conn: Weak<Connection>,
+        /// The backend's own id for the request.
+        upstream_id: Id,
+    },
+    /// Asked by the gateway itself, for a 2026-07-28 backend's `input_required`
+    /// (the legacy→modern shim, `dispatch/shim.rs`): the answer (the host's
+    /// result, or its error) goes to the call waiting for it. Dropped unanswered
+    /// when the session ends.
+    Gateway(tokio::sync::oneshot::Sender<HostAnswer>),
+}
+
+/// A host's answer to a server→client request: its result or its error.
+pub type HostAnswer = Result<Value, ErrorObject>;

@@ -17,8 +17,8 @@ mod record;
 mod store;
 mod token;
 
-use std::sync::atomic::{AtomicI64, AtomicU32, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use bytes::Bytes;
 use foldhash::HashMap;
@@ -26,7 +26,7 @@ use serde_json::Value;
 use tokio::time::Instant;
 use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
 
-pub use call::{Ask, HostCall, Outbound};
+pub use call::{Ask, ClientRequest, HostAnswer, HostCall, Outbound};
 pub use forward::{Forward, ForwardQueue, forward_channel};
 pub use host::{Host, ModernHost};
 pub use record::{SessionRecord, TaskRoute, UpstreamSession};
@@ -45,26 +45,6 @@ pub fn log_id(id: &str) -> String {
     let d = <sha2::Sha256 as sha2::Digest>::digest(id.as_bytes());
     d[..4].iter().map(|b| format!("{b:02x}")).collect()
 }
-
-/// A server→client request sent to the host and not yet answered: where its
-/// answer goes.
-pub enum ClientRequest {
-    /// Relayed from a backend: the answer goes back to that backend request.
-    Backend {
-        /// The backend connection that asked.
-        conn: Weak<Connection>,
-        /// The backend's own id for the request.
-        upstream_id: Id,
-    },
-    /// Asked by the gateway itself, for a 2026-07-28 backend's `input_required`
-    /// (the legacy→modern shim, `dispatch/shim.rs`): the answer (the host's
-    /// result, or its error) goes to the call waiting for it. Dropped unanswered
-    /// when the session ends.
-    Gateway(tokio::sync::oneshot::Sender<HostAnswer>),
-}
-
-/// A host's answer to a server→client request: its result or its error.
-pub type HostAnswer = Result<Value, crate::jsonrpc::ErrorObject>;
 
 /// What of the durable record changes after `initialize`.
 #[derive(Default)]
@@ -103,6 +83,9 @@ struct Live {
     /// Unix second this process last slid the session's expiry in the shared
     /// store (0: never).
     store_refreshed: AtomicU32,
+    /// Whether this process owns the session's per-session stdio children in
+    /// the shared store (`own`): its requests for them then cost no round trip.
+    owned: AtomicBool,
 }
 
 /// One host session; see the module docs.
@@ -172,6 +155,7 @@ impl Session {
                 view_key: Mutex::new(ViewKey::default()),
                 subject_token: Mutex::new(None),
                 store_refreshed: AtomicU32::new(0),
+                owned: AtomicBool::new(false),
             },
         }
     }
@@ -251,6 +235,18 @@ impl Session {
             && at
                 .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
                 .is_ok()
+    }
+
+    /// Whether this process owns the session's per-session stdio children
+    /// (with a shared store; `cluster::Claim`).
+    pub fn is_owned(&self) -> bool {
+        self.live.owned.load(Ordering::Relaxed)
+    }
+
+    /// Sets whether this process owns the session's children; whether that
+    /// changed.
+    pub fn set_owned(&self, owned: bool) -> bool {
+        self.live.owned.swap(owned, Ordering::Relaxed) != owned
     }
 
     /// The durable part, as plain data: what the shared store holds

@@ -41,7 +41,9 @@ pub const KEEP_ALIVE: &[u8] = b": keep-alive\n\n";
 /// id of one session never names a stream of another (it is refused with 410,
 /// not answered with that session's own events). The counter starts at a random
 /// point so ids from an earlier process are not reused either.
-fn next_stream_id() -> u64 {
+/// Also the number of a stream another process produces for this one (a call
+/// run by the session's owner replica).
+pub fn next_stream_id() -> u64 {
     static NEXT: OnceLock<AtomicU64> = OnceLock::new();
     NEXT.get_or_init(|| {
         let mut b = [0u8; 4];

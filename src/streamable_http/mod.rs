@@ -18,7 +18,8 @@ use base64::Engine;
 use crate::mcp::ProtocolVersion;
 
 pub use events::{
-    Attached, EventLog, Frame, KEEP_ALIVE, RETRY_MS, ResumeError, StandaloneMirror, parse_id,
+    Attached, EventLog, Frame, KEEP_ALIVE, RETRY_MS, ResumeError, StandaloneMirror, next_stream_id,
+    parse_id,
 };
 pub use metadata::{check_metadata, decode_header_value, name_param};
 pub use params::{ParamHeader, ParamHeaders, encode_header_value};

@@ -1,7 +1,8 @@
 //! Sessions shared with other replicas through the shared store (`[cluster]
 //! redis`): what they broadcast (a session ended, a log level changed, a host
 //! cancelled a request) or send this replica (a host's answer to a request
-//! relayed here, a message for a standalone stream produced here), the
+//! relayed here, a message for a standalone stream produced here, a request
+//! for a per-session child owned here: `owner.rs`), the
 //! revalidation of cached sessions after a store outage (broadcasts are lost
 //! while the connection is down). Releasing sessions at a drain is
 //! `sessions.rs`'s.
@@ -50,6 +51,7 @@ pub async fn follow_cluster(sup: Arc<Supervisor>, mut events: mpsc::UnboundedRec
                     sup.relay.cancel_forwarded(&s, &params);
                 }
             }
+            Ctl::Call { h, message } => sup.owner_call(h, message),
             Ctl::Resync => revalidate(&sup).await,
         }
     }

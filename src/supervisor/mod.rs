@@ -8,6 +8,7 @@
 //! relay (backend → host).
 
 mod cluster;
+mod owner;
 mod pace;
 mod reload;
 mod sessions;
@@ -62,6 +63,10 @@ pub struct Supervisor {
     shared: Option<Arc<SharedStore>>,
     /// The `[cluster]` keys: backend sessions are sealed in the shared store.
     sealer: Arc<Sealer>,
+    /// Where requests other replicas hand this one, the owner of their
+    /// sessions' per-session children, go (`(h, sealed call)`, set by the HTTP
+    /// face, which runs them: `owner.rs`).
+    owner_calls: std::sync::OnceLock<mpsc::UnboundedSender<(String, String)>>,
 }
 
 /// A host session's id and a backend index.
@@ -92,6 +97,7 @@ impl Supervisor {
             pool: Default::default(),
             shared,
             sealer,
+            owner_calls: std::sync::OnceLock::new(),
         })
     }
 

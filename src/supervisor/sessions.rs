@@ -124,6 +124,7 @@ impl Supervisor {
             conn.close().await;
             return Err(BackendError::closed(&b.spec.name, "session ended"));
         }
+        self.note_child(session, &b);
         let record = session.record();
         if let Some(r) = recorder {
             self.record_opened(&r, &conn, known).await;
@@ -293,6 +294,7 @@ impl Supervisor {
 
     async fn end_session_with(&self, session: &Arc<Session>, delete_upstream: bool) {
         self.sessions.remove(session.id());
+        self.disown(session).await;
         self.relay
             .subscriptions()
             .drop_session(&self.catalog, session);
@@ -465,9 +467,10 @@ impl Supervisor {
 
     /// Lets a session go at shutdown while other replicas serve it: its
     /// streams close and what was in flight here ends, its per-session stdio
-    /// children are stopped (their state cannot move), but its record stays in
-    /// the shared store and HTTP backends keep their sessions (no `DELETE`
-    /// upstream).
+    /// children are stopped (their state cannot move) and its ownership
+    /// released (the next replica that needs a child claims it), but its
+    /// record stays in the shared store and HTTP backends keep their sessions
+    /// (no `DELETE` upstream).
     pub(super) async fn release_session(&self, session: &Arc<Session>) {
         self.relay
             .subscriptions()
@@ -479,6 +482,8 @@ impl Supervisor {
             .filter_map(|s| s.take())
             .map(|conn| async move { conn.release().await });
         futures_util::future::join_all(releasing).await;
+        // Its children are stopped: the next replica that needs one claims it.
+        self.disown(session).await;
     }
 }
 

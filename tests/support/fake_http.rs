@@ -1,6 +1,14 @@
 //! `fx-http`: an in-process Streamable HTTP MCP server for the integration tests,
 //! with the same tools as `fx-stdio` and knobs for strictness. Every inbound HTTP
 //! request is recorded (method, headers, JSON body, status) for assertions.
+//!
+//! A session's GET stream belongs to a client, named by the request's
+//! [`CLIENT`] header (none: one unnamed client), so several gateway replicas
+//! sharing one backend session each keep a GET stream open. A tool named
+//! `log_later` (declare it with [`FakeHttp::add_tool`]) answers `later` at once
+//! and sends `notifications/message` (`data`: its `text` argument) `delay_ms`
+//! later on the GET stream of the client that called it, unrelated to any
+//! request.
 
 use std::collections::{BTreeMap, HashMap};
 use std::convert::Infallible;
@@ -20,6 +28,9 @@ use tokio_stream::wrappers::UnboundedReceiverStream;
 
 use super::modern;
 use super::tools::{self, Catalog, Peer};
+
+/// The request header naming the client whose GET stream `log_later` uses.
+pub const CLIENT: &str = "x-fx-client";
 
 /// Start-up knobs of a fake HTTP backend.
 #[derive(Debug, Clone)]
@@ -103,7 +114,8 @@ impl Recorded {
 struct FakeSession {
     version: String,
     dropped: bool,
-    get_tx: Option<mpsc::UnboundedSender<Value>>,
+    /// The open GET stream of each client (by [`CLIENT`] header).
+    gets: HashMap<String, mpsc::UnboundedSender<Value>>,
 }
 
 struct Inner {
@@ -168,7 +180,7 @@ impl FakeHttp {
         if let Ok(mut s) = self.inner.sessions.lock() {
             for sess in s.values_mut() {
                 sess.dropped = true;
-                sess.get_tx = None;
+                sess.gets.clear();
             }
         }
     }
@@ -193,7 +205,7 @@ impl FakeHttp {
             return 0;
         };
         s.values()
-            .filter_map(|sess| sess.get_tx.as_ref())
+            .flat_map(|sess| sess.gets.values())
             .filter(|tx| tx.send(note.clone()).is_ok())
             .count()
     }
@@ -385,7 +397,7 @@ async fn post_inner(inner: &Arc<Inner>, h: &HeaderMap, msg: Option<Value>) -> Re
                 FakeSession {
                     version: version.clone(),
                     dropped: false,
-                    get_tx: None,
+                    gets: HashMap::new(),
                 },
             );
         }
@@ -396,7 +408,7 @@ async fn post_inner(inner: &Arc<Inner>, h: &HeaderMap, msg: Option<Value>) -> Re
             .insert(SESSION_ID, HeaderValue::from_str(&sid).unwrap());
         return resp;
     }
-    let (_sid, version) = match session_of(inner, h) {
+    let (sid, version) = match session_of(inner, h) {
         Ok(s) => s,
         Err(code) => return status(code, "no such session"),
     };
@@ -430,11 +442,41 @@ async fn post_inner(inner: &Arc<Inner>, h: &HeaderMap, msg: Option<Value>) -> Re
             tools::read_resource(params.get("uri").and_then(Value::as_str).unwrap_or(""))
         }
         "prompts/get" => tools::get_prompt(&params),
+        "tools/call" if params["name"] == "log_later" => {
+            log_later(inner, sid, client_of(h), &params);
+            Ok(json!({"content": [{"type": "text", "text": "later"}]}))
+        }
         "tools/call" => return call(inner, id, params).await,
         _ => tools::list(&inner.catalog, method, cursor, 0)
             .ok_or_else(|| (-32601, format!("Method not found: {method}"))),
     };
     json_reply(&tools::response(&id, outcome))
+}
+
+/// The client a request comes from ([`CLIENT`]; `""`: unnamed).
+fn client_of(h: &HeaderMap) -> String {
+    h.get(CLIENT)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_owned()
+}
+
+/// `log_later`: the log `{delay_ms}` later on the GET stream of `client` in
+/// session `sid` (dropped when that client has none).
+fn log_later(inner: &Arc<Inner>, sid: String, client: String, params: &Value) {
+    let args = params.get("arguments").cloned().unwrap_or_default();
+    let delay = args.get("delay_ms").and_then(Value::as_u64).unwrap_or(100);
+    let inner = inner.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(delay)).await;
+        let log = json!({"level": "info", "logger": "bg", "data": args.get("text")});
+        let note = tools::message(None, "notifications/message", log);
+        if let Ok(s) = inner.sessions.lock()
+            && let Some(tx) = s.get(&sid).and_then(|sess| sess.gets.get(&client))
+        {
+            let _ = tx.send(note);
+        }
+    });
 }
 
 struct HttpPeer {
@@ -504,7 +546,7 @@ async fn get(State(inner): State<Arc<Inner>>, h: HeaderMap) -> Response {
                 if let Ok(mut s) = inner.sessions.lock()
                     && let Some(sess) = s.get_mut(&sid)
                 {
-                    sess.get_tx = Some(tx);
+                    sess.gets.insert(client_of(&h), tx);
                 }
                 sse(rx)
             }

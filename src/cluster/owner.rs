@@ -1,0 +1,236 @@
+//! The owner of a session's per-session stdio children (issue 11 item 4): one
+//! replica runs them, named by the record's `own` field (its tag). The first
+//! replica that needs such a child claims the session
+//! ([`SharedStore::claim_owner`], one `EVAL`: set if absent, or swapped from a
+//! tag whose heartbeat key is gone), another replica hands its owner-bound
+//! requests to the owner's inbox ([`SharedStore::send_call`], kind `call`).
+//! Whether such a request runs is decided by one compare-and-set on its take
+//! key (`mcpg:{H}:take:STREAM`, `wait` when sent): the owner's pickup
+//! ([`SharedStore::take_call`], `wait` → `run`, the pickup mark written in
+//! the same script) races the sender's give-up ([`SharedStore::give_up_call`],
+//! `wait` → `gone`); whoever writes first wins, so a request runs at most once
+//! whatever the replicas' clocks say. The owner notes each backend it started
+//! a child for (`kid:NAME` fields), so a replica adopting the session from a
+//! dead owner knows which children's state was lost. A replica lets go of its
+//! sessions ([`SharedStore::release_owner`]) when it drains or drops them.
+//!
+//! The claim and the send read another key's hash slot (a heartbeat key)
+//! inside the script, so they need a single Redis (not Redis Cluster), as the
+//! store does today.
+
+use super::inbox::{INBOX_MAXLEN, INBOX_TTL, inbox_key, replica_key};
+use super::redis::{events_key, record_key};
+use super::store::{EVENT_TTL, EVENTS_KEPT, SharedStore, Unavailable};
+
+/// Claims the session for ARGV[1]; returns nil without a record, `{mine}`,
+/// `{other, TAG}` (a live owner) or `{adopted, TAG, BACKEND…}` (swapped from
+/// dead owner TAG, which had started children for BACKEND…; those notes are
+/// cleared). ARGV[2]/ARGV[3] frame a tag into its heartbeat key.
+const CLAIM: &str = "if redis.call('EXISTS', KEYS[1]) == 0 then return false end \
+     local cur = redis.call('HGET', KEYS[1], 'own') \
+     if cur == ARGV[1] then return {'mine'} end \
+     if not cur then redis.call('HSET', KEYS[1], 'own', ARGV[1]) return {'mine'} end \
+     if redis.call('EXISTS', ARGV[2] .. cur .. ARGV[3]) == 1 then return {'other', cur} end \
+     redis.call('HSET', KEYS[1], 'own', ARGV[1]) \
+     local out = {'adopted', cur} \
+     for _, f in ipairs(redis.call('HKEYS', KEYS[1])) do \
+       if string.sub(f, 1, 4) == 'kid:' then \
+         table.insert(out, string.sub(f, 5)) redis.call('HDEL', KEYS[1], f) end \
+     end return out";
+
+/// Deletes `own` and the children notes if `own` is ARGV[1]; whether it did.
+const RELEASE: &str = "if redis.call('HGET', KEYS[1], 'own') ~= ARGV[1] then return 0 end \
+     redis.call('HDEL', KEYS[1], 'own') \
+     for _, f in ipairs(redis.call('HKEYS', KEYS[1])) do \
+       if string.sub(f, 1, 4) == 'kid:' then redis.call('HDEL', KEYS[1], f) end \
+     end return 1";
+
+/// Notes a child of backend ARGV[2] if `own` is ARGV[1].
+const NOTE_CHILD: &str = "if redis.call('HGET', KEYS[1], 'own') ~= ARGV[1] then return 0 end \
+     redis.call('HSET', KEYS[1], 'kid:' .. ARGV[2], '1') return 1";
+
+/// What [`SharedStore::claim_owner`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Claim {
+    /// This replica owns the session (it already did, or claimed it now).
+    Mine,
+    /// Replica `TAG`, alive, owns it.
+    Other(String),
+    /// This replica took the session over from dead replica `from`, which had
+    /// started children of `children` (backend names) for it.
+    Adopted {
+        /// The dead owner's tag.
+        from: String,
+        /// The backends it had started a child of.
+        children: Vec<String>,
+    },
+    /// The session has no record (ended, or expired).
+    NoRecord,
+}
+
+impl SharedStore {
+    /// Claims session `h`'s per-session children for this replica (one
+    /// `EVAL`); see [`Claim`].
+    pub async fn claim_owner(&self, h: &str) -> Result<Claim, Unavailable> {
+        if !self.is_up() {
+            return Err(Unavailable);
+        }
+        let (rec, frame) = (record_key(h), replica_key(""));
+        let (open, close) = frame.split_at(frame.len() - 1);
+        let (keys, args) = ([rec.as_str()], [self.tag(), open, close]);
+        let claim = self.redis.eval::<Option<Vec<String>>>(CLAIM, &keys, &args);
+        let Some(mut out) = self.op("claim", claim).await? else {
+            return Ok(Claim::NoRecord);
+        };
+        if out.first().map(String::as_str) == Some("mine") {
+            return Ok(Claim::Mine);
+        }
+        if out.len() < 2 {
+            return Ok(Claim::NoRecord);
+        }
+        let mut rest = out.split_off(1);
+        let tag = rest.remove(0);
+        Ok(match out[0].as_str() {
+            "other" => Claim::Other(tag),
+            _ => Claim::Adopted {
+                from: tag,
+                children: rest,
+            },
+        })
+    }
+
+    /// Lets go of session `h` if this replica owns it (one `EVAL`): the next
+    /// replica that needs its children claims it.
+    pub async fn release_owner(&self, h: &str) -> Result<(), Unavailable> {
+        if !self.is_up() {
+            return Err(Unavailable);
+        }
+        let rec = record_key(h);
+        let (keys, args) = ([rec.as_str()], [self.tag()]);
+        let release = self.redis.eval::<i64>(RELEASE, &keys, &args);
+        self.op("release", release).await.map(|_| ())
+    }
+
+    /// Notes that this replica, owning session `h`, started a child of
+    /// `backend` (one `EVAL`; nothing when another replica owns it).
+    pub async fn note_child(&self, h: &str, backend: &str) -> Result<(), Unavailable> {
+        if !self.is_up() {
+            return Err(Unavailable);
+        }
+        let rec = record_key(h);
+        let (keys, args) = ([rec.as_str()], [self.tag(), backend]);
+        let note = self.redis.eval::<i64>(NOTE_CHILD, &keys, &args);
+        self.op("claim", note).await.map(|_| ())
+    }
+
+    /// Hands an owner-bound request of session `h` (`sealed`: the call, as
+    /// the sender sealed it, to be written to stream `stream`) to replica
+    /// `tag`'s inbox and sets its take key to `wait` (one `EVAL`);
+    /// `Ok(false)` when that replica is not alive (nothing sent).
+    pub async fn send_call(
+        &self,
+        tag: &str,
+        h: &str,
+        stream: u64,
+        sealed: &[u8],
+    ) -> Result<bool, Unavailable> {
+        if !self.is_up() {
+            return Err(Unavailable);
+        }
+        let (inbox, alive, take) = (inbox_key(tag), replica_key(tag), take_key(h, stream));
+        let keys = [inbox.as_str(), alive.as_str(), take.as_str()];
+        let (maxlen, ttl) = (INBOX_MAXLEN.to_string(), TAKE_TTL.to_string());
+        let mut cmd = ::redis::cmd("EVAL");
+        cmd.arg(SEND_CALL).arg(keys.len()).arg(&keys);
+        cmd.arg(&maxlen).arg(&ttl).arg(h).arg(sealed);
+        let send = self.redis.query::<i64>(cmd);
+        self.op("send", send).await.map(|sent| sent == 1)
+    }
+
+    /// The owner's pickup of the request handed to it as stream `stream` of
+    /// session `h` (one `EVAL`): if its take key still says `wait` it says
+    /// `run` and the pickup mark (seq 0 of the stream, `last` when the owner
+    /// refuses the request) is mirrored in the same step. `Ok(false)`: the
+    /// sender gave up on it first (or it is too old): not to be run.
+    pub async fn take_call(
+        &self,
+        h: &str,
+        stream: u64,
+        request_id: &str,
+        refuse: bool,
+    ) -> Result<bool, Unavailable> {
+        if !self.is_up() {
+            return Err(Unavailable);
+        }
+        let (take, events) = (take_key(h, stream), events_key(h));
+        let (kept, ttl) = (EVENTS_KEPT.to_string(), EVENT_TTL.to_string());
+        let (st, last) = (stream.to_string(), if refuse { "1" } else { "0" });
+        let keys = [take.as_str(), events.as_str()];
+        let args = [st.as_str(), self.tag(), last, request_id, &kept, &ttl];
+        let taken = self.redis.eval::<i64>(TAKE_CALL, &keys, &args);
+        self.op("take", taken).await.map(|won| won == 1)
+    }
+
+    /// The sender's give-up on the request it handed as stream `stream` of
+    /// session `h`, not picked up in time (one `EVAL`): see [`GiveUp`].
+    pub async fn give_up_call(&self, h: &str, stream: u64) -> Result<GiveUp, Unavailable> {
+        if !self.is_up() {
+            return Err(Unavailable);
+        }
+        let (take, ttl) = (take_key(h, stream), TAKE_TTL.to_string());
+        let (keys, args) = ([take.as_str()], [ttl.as_str()]);
+        let given = self.redis.eval::<String>(GIVE_UP, &keys, &args);
+        Ok(match self.op("take", given).await?.as_str() {
+            "gone" => GiveUp::Won,
+            "run" => GiveUp::Taken,
+            _ => GiveUp::Lost,
+        })
+    }
+}
+
+/// What became of a handed request the sender gave up on
+/// ([`SharedStore::give_up_call`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GiveUp {
+    /// The give-up came first: the owner will never run the request.
+    Won,
+    /// The owner picked it up first: it runs (or ran) there, its pickup mark
+    /// is in the session's event stream.
+    Taken,
+    /// Its take key is gone (the store lost it): the owner can no longer pick
+    /// it up, but whether it did is unknown.
+    Lost,
+}
+
+/// The take key of the request handed as stream `stream` of session `h`:
+/// `wait`, then `run` (the owner picked it up) or `gone` (the sender gave up).
+fn take_key(h: &str, stream: u64) -> String {
+    format!("mcpg:{{{h}}}:take:{stream}")
+}
+
+/// How long a take key lives, seconds: longer than an inbox entry waits
+/// unread ([`INBOX_TTL`]); a pickup after that finds no `wait` and does not
+/// run the request.
+const TAKE_TTL: u64 = INBOX_TTL;
+
+/// KEYS: inbox, heartbeat, take key; ARGV: inbox maxlen, take TTL, h, sealed
+/// call. Sends only to a live replica (0 otherwise), the take key at `wait`.
+const SEND_CALL: &str = "if redis.call('EXISTS', KEYS[2]) == 0 then return 0 end \
+     redis.call('SET', KEYS[3], 'wait', 'EX', ARGV[2]) \
+     redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[1], '*', 'k', 'call', 'h', ARGV[3], 'm', ARGV[4]) \
+     redis.call('EXPIRE', KEYS[1], ARGV[2]) return 1";
+
+/// KEYS: take key, events; ARGV: stream, producer tag, last, request id,
+/// events kept, events TTL. `wait` → `run` and the pickup mark (the fields of
+/// `SharedStore::mirror_event`, seq 0, no data); 0 when not `wait`.
+const TAKE_CALL: &str = "if redis.call('GET', KEYS[1]) ~= 'wait' then return 0 end \
+     redis.call('SET', KEYS[1], 'run', 'KEEPTTL') \
+     redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[5], '*', 'st', ARGV[1], 'sq', '0', \
+       'pr', ARGV[2], 'last', ARGV[3], 'rid', ARGV[4], 'd', '') \
+     redis.call('EXPIRE', KEYS[2], ARGV[6]) return 1";
+
+/// KEYS: take key; ARGV: TTL. `wait` → `gone`; returns what the key says now
+/// (`""`: no key).
+const GIVE_UP: &str = "local cur = redis.call('GET', KEYS[1]) \
+     if cur == 'wait' then redis.call('SET', KEYS[1], 'gone', 'EX', ARGV[1]) return 'gone' end \
+     return cur or ''";

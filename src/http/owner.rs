@@ -1,0 +1,396 @@
+//! Owner-bound requests with a shared store (issue 11 item 4): a request
+//! routed to a session's per-session stdio child runs on the one replica that
+//! owns the session's children (the record's `own`, `cluster::Claim`).
+//!
+//! - **Here.** A session this replica owns is marked so: its requests make no
+//!   store command. The first owner-bound request of a session with no owner
+//!   (or whose owner's heartbeat is gone) claims it with one `EVAL` and runs
+//!   here; a request that goes to no per-session child never asks.
+//! - **Elsewhere.** The request is sealed (`Purpose::Value`, bound to the
+//!   session) and put in the owner's inbox with the number of a new stream;
+//!   the owner runs it as a request of its own host and writes everything it
+//!   sends (related messages, the response) to the session's mirrored event
+//!   stream under that number (`sse::mirror_only`), seq 0 first as the mark
+//!   that it picked the request up. This replica follows that stream
+//!   (`resume::elsewhere`): the response as JSON when it comes within
+//!   `server.json_response_window`, else an SSE stream whose event ids are the
+//!   owner's stream, so the host resumes it on any replica. A host's cancel
+//!   reaches the owner by the `ctl` broadcast; a server→client request of the
+//!   owner's child carries the owner's tag, so its answer finds its way back.
+//! - **Owner gone.** Not picked up within [`PICKUP`], this replica gives up
+//!   on the request: one compare-and-set on its take key, which the owner's
+//!   pickup races (`cluster::GiveUp`; no clock is compared). Won: the owner
+//!   will never run it; if the owner no longer heartbeats this replica adopts
+//!   the session and runs the request here, else the request gets -32603
+//!   "owner unreachable". Lost: the owner picked it up just in time and it is
+//!   followed as above. Adopting a session whose dead owner had started a
+//!   child of a backend with `on_owner_loss = "end_session"` ends the session
+//!   instead (404: the child's state is gone); otherwise children restart on
+//!   first use with the session's log level.
+//! - **Let go.** An owner that no longer holds the session (it ended, expired
+//!   or was released here) releases it and refuses the request; the sender
+//!   claims it again.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::response::Response;
+use bytes::Bytes;
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+use super::session::reject;
+use super::sse::{Mirror, json_response, mirror_only, sse_response};
+use super::{AppState, HttpError};
+use crate::cluster::{Claim, GiveUp, Purpose, SharedStore};
+use crate::config::OwnerLoss;
+use crate::dispatch::{Call, Reply};
+use crate::jsonrpc::{self, ErrorObject};
+use crate::mcp::{Message, Request as RpcRequest};
+use crate::request::{Outcome, RequestContext};
+use crate::session::{Host, Outbound, Session, StreamSlot};
+use crate::streamable_http::{Attached, next_stream_id};
+
+/// How long the owner has to pick a request up (write its seq 0).
+const PICKUP: Duration = Duration::from_secs(1);
+
+/// The longest wait between two looks for the pickup mark.
+const PICKUP_POLL: Duration = Duration::from_millis(100);
+
+/// Where a request of a session runs.
+enum Gate {
+    /// On this replica.
+    Here,
+    /// On the owner, replica `TAG`.
+    Owner(String),
+    /// Nowhere: the session ended (404).
+    Ended,
+}
+
+/// What became of a request handed to the owner.
+enum Handed {
+    /// Picked up: its events, from the mirror.
+    Picked(Attached),
+    /// The owner no longer holds the session (it let go): claim again.
+    Refused,
+    /// The owner is dead (`reason` for the adoption).
+    Dead(&'static str),
+    /// The owner heartbeats but did not pick the request up (and never
+    /// will).
+    Unreachable,
+    /// The store could not say whether the owner picked the request up.
+    Unknown,
+    /// The store did not answer: nothing was sent.
+    NotSent,
+}
+
+/// Serves `req` of `session` on the replica owning its per-session stdio
+/// child when that is another one; `Err` gives the request back to be
+/// dispatched here (not owner-bound, owned here, or claimed now).
+pub(super) async fn serve(
+    st: &AppState,
+    ctx: RequestContext,
+    session: &Arc<Session>,
+    req: RpcRequest,
+    slot: StreamSlot,
+) -> Result<Response, (RequestContext, RpcRequest, StreamSlot)> {
+    let Some(store) = st.supervisor.shared().cloned() else {
+        return Err((ctx, req, slot));
+    };
+    let host = Host::Legacy(session.clone());
+    let owner_bound = st
+        .dispatch
+        .target(&host, &req.method, req.params.as_ref())
+        .is_some_and(|idx| st.supervisor.is_owner_bound(idx, session));
+    if !owner_bound {
+        return Err((ctx, req, slot));
+    }
+    let mut gate = claim(st, &store, session, "owner_lost").await;
+    // At most a few hand-overs: an owner letting go, or dying, meanwhile.
+    for _ in 0..3 {
+        let tag = match gate {
+            Gate::Here => return Err((ctx, req, slot)),
+            Gate::Ended => return Ok(reject(ctx, HttpError::unknown_session())),
+            Gate::Owner(tag) => tag,
+        };
+        gate = match hand(st, &store, session, &req, &tag).await {
+            Handed::Picked(attached) => return Ok(respond(st, ctx, session, slot, attached).await),
+            Handed::Refused => claim(st, &store, session, "owner_lost").await,
+            Handed::Dead(reason) => claim(st, &store, session, reason).await,
+            Handed::NotSent => return Err((ctx, req, slot)),
+            Handed::Unreachable => break,
+            Handed::Unknown => {
+                tracing::warn!(session = %session.log_id(), id = %req.id, "owner replica did not pick the request up in time and the shared store did not say whether it did");
+                let e = ErrorObject::new(
+                    jsonrpc::INTERNAL_ERROR,
+                    "owner unreachable: the gateway replica running this session's backend process did not take the request in time and the shared store did not answer; it may have run",
+                );
+                return Ok(error_response(ctx, &req, &e));
+            }
+        };
+    }
+    tracing::warn!(session = %session.log_id(), id = %req.id, "owner replica did not pick the request up");
+    let e = ErrorObject::new(
+        jsonrpc::INTERNAL_ERROR,
+        "owner unreachable: the gateway replica running this session's backend process did not take the request; it was not run",
+    );
+    Ok(error_response(ctx, &req, &e))
+}
+
+/// `e` as the JSON answer to `req`.
+fn error_response(ctx: RequestContext, req: &RpcRequest, e: &ErrorObject) -> Response {
+    let body: Bytes = jsonrpc::error_bytes(Some(&req.id), e).into();
+    ctx.finish_error(Outcome::Error, e.code);
+    json_response(body)
+}
+
+/// Claims `session` for this replica: [`Gate::Here`] when it is ours now
+/// (also when the store does not answer: served here, as without a store),
+/// [`Gate::Owner`] when a live replica owns it, [`Gate::Ended`] when its
+/// record is gone or the adoption ended it (`reason`: the adoption's label).
+async fn claim(st: &AppState, store: &SharedStore, session: &Arc<Session>, reason: &str) -> Gate {
+    let h = session.store_key();
+    match store.claim_owner(h).await {
+        Ok(Claim::Mine) => {
+            st.supervisor.own(session);
+            Gate::Here
+        }
+        Ok(Claim::Other(tag)) => Gate::Owner(tag),
+        Ok(Claim::NoRecord) => Gate::Ended,
+        Err(_) => {
+            tracing::debug!(session = %session.log_id(), "owner unknown: the shared store is unavailable; served here");
+            Gate::Here
+        }
+        Ok(Claim::Adopted { from, children }) => {
+            st.metrics
+                .cluster_adoptions
+                .with_label_values(&[reason])
+                .inc();
+            let ends = children.iter().find(|name| {
+                st.catalog
+                    .backends()
+                    .by_name(name)
+                    .is_some_and(|b| b.spec.config.on_owner_loss == OwnerLoss::EndSession)
+            });
+            if let Some(backend) = ends {
+                tracing::info!(session = %session.log_id(), replica = %from, %backend,
+                    "the replica running this session's backend process is gone and the backend says end_session: session ended");
+                st.sessions.remove(session.id());
+                store.end(h).await;
+                let supervisor = st.supervisor.clone();
+                let session = session.clone();
+                tokio::spawn(async move { supervisor.end_session(&session).await });
+                return Gate::Ended;
+            }
+            tracing::info!(session = %session.log_id(), replica = %from, lost = ?children,
+                "the replica running this session's backend processes is gone: adopted, they restart here on first use");
+            st.supervisor.own(session);
+            Gate::Here
+        }
+    }
+}
+
+/// The additional data a handed request is sealed with: its session.
+fn call_aad(h: &str) -> String {
+    format!("mcpgate/call/v1 {h}")
+}
+
+/// Hands `req` to owner `tag` and waits until it is picked up, or gives up
+/// on it after [`PICKUP`] (a race with the pickup that one of them wins).
+async fn hand(
+    st: &AppState,
+    store: &Arc<SharedStore>,
+    session: &Session,
+    req: &RpcRequest,
+    tag: &str,
+) -> Handed {
+    let h = session.store_key();
+    let stream = next_stream_id();
+    let call = json!({
+        "id": &**session.id(),
+        "s": stream,
+        "r": {"jsonrpc": "2.0", "id": req.id.to_value(), "method": req.method.as_str(), "params": req.params},
+    });
+    let sealed = st.sealer.seal(
+        Purpose::Value,
+        call_aad(h).as_bytes(),
+        call.to_string().as_bytes(),
+    );
+    match store.send_call(tag, h, stream, sealed.as_bytes()).await {
+        Ok(true) => {}
+        Ok(false) => return Handed::Dead("owner_lost"),
+        Err(_) => return Handed::NotSent,
+    }
+    st.metrics
+        .cluster_forwarded
+        .with_label_values(&["call"])
+        .inc();
+    let end = Instant::now() + PICKUP;
+    let mut wait = Duration::from_millis(2);
+    let refused = loop {
+        tokio::time::sleep(wait).await;
+        wait = (wait * 2).min(PICKUP_POLL);
+        if let Some(refused) = pickup(store, h, stream).await {
+            break refused;
+        }
+        if Instant::now() < end {
+            continue;
+        }
+        match store.give_up_call(h, stream).await {
+            Ok(GiveUp::Won) if store.is_alive(tag).await => return Handed::Unreachable,
+            Ok(GiveUp::Won) => return Handed::Dead("unreachable"),
+            // Picked up just in time: its mark was written with the pickup.
+            Ok(GiveUp::Taken) => match pickup(store, h, stream).await {
+                Some(refused) => break refused,
+                None => return Handed::Unknown,
+            },
+            Ok(GiveUp::Lost) | Err(_) => return Handed::Unknown,
+        }
+    };
+    if refused {
+        return Handed::Refused;
+    }
+    match super::resume::elsewhere(store, &st.sealer, h, stream, 0).await {
+        Ok(attached) => Handed::Picked(attached),
+        // Ended without a response (the host cancelled it).
+        Err(_) => Handed::Picked(Attached {
+            stream,
+            replay: Vec::new(),
+            live: None,
+        }),
+    }
+}
+
+/// The pickup mark of handed stream `stream`, if written: whether the owner
+/// refused the request (`None`: no mark yet, or the store did not answer).
+async fn pickup(store: &SharedStore, h: &str, stream: u64) -> Option<bool> {
+    let events = store.events_of(h, stream, None).await.ok()?;
+    events.iter().find(|e| e.seq == 0).map(|mark| mark.last)
+}
+
+/// Answers the host with what the owner sends: JSON when the response is the
+/// first thing within the window, else an SSE stream of the owner's stream.
+async fn respond(
+    st: &AppState,
+    ctx: RequestContext,
+    session: &Session,
+    slot: StreamSlot,
+    mut attached: Attached,
+) -> Response {
+    let first = if attached.replay.is_empty() {
+        match attached.live.as_mut() {
+            Some(live) => tokio::time::timeout(st.server.json_response_window, live.recv())
+                .await
+                .ok()
+                .flatten(),
+            None => None,
+        }
+    } else {
+        Some(attached.replay.remove(0))
+    };
+    ctx.finish(Outcome::Ok);
+    match first {
+        Some(f) if f.last => {
+            st.metrics.bytes_out.inc_by(f.data.len() as u64);
+            return json_response(f.data);
+        }
+        Some(f) => attached.replay.insert(0, f),
+        None => {}
+    }
+    let prime = session.version().primes_streams();
+    sse_response(slot, prime, attached, st.server.sse_keep_alive, &st.metrics)
+}
+
+/// Runs the requests other replicas hand this one as the owner of their
+/// sessions' children (`(h, sealed call)`), each in a task of its own.
+pub(crate) async fn run_handed(st: AppState, mut calls: mpsc::UnboundedReceiver<(String, String)>) {
+    while let Some((h, sealed)) = calls.recv().await {
+        tokio::spawn(run_one(st.clone(), h, sealed));
+    }
+}
+
+/// A handed request, opened: the session id, the stream to write and the
+/// request.
+struct Opened {
+    id: String,
+    stream: u64,
+    request: RpcRequest,
+}
+
+fn open_call(st: &AppState, h: &str, sealed: &str) -> Option<Opened> {
+    let plain = st
+        .sealer
+        .open(Purpose::Value, call_aad(h).as_bytes(), sealed)?;
+    let v: Value = serde_json::from_slice(&plain).ok()?;
+    let text = serde_json::to_vec(v.get("r")?).ok()?;
+    let Ok(Message::Request(request)) = jsonrpc::parse_message(&text) else {
+        return None;
+    };
+    Some(Opened {
+        id: v.get("id")?.as_str()?.to_owned(),
+        stream: v.get("s")?.as_u64()?,
+        request,
+    })
+}
+
+/// Runs one handed request and mirrors what it sends.
+async fn run_one(st: AppState, h: String, sealed: String) {
+    let Some(store) = st.supervisor.shared().cloned() else {
+        return;
+    };
+    let Some(call) = open_call(&st, &h, &sealed) else {
+        tracing::warn!("a request handed to this replica does not open; ignored");
+        return;
+    };
+    let request_id = call.request.id.to_json();
+    let held = st
+        .sessions
+        .get(&call.id)
+        .filter(|s| !s.is_ended() && s.store_key() == h);
+    if held.is_none() {
+        // Let go first: the sender, seeing the refusal, claims it again.
+        let _ = store.release_owner(&h).await;
+    }
+    // The pickup (with its mark) races the sender's give-up: run only if won.
+    match store
+        .take_call(&h, call.stream, &request_id, held.is_none())
+        .await
+    {
+        Ok(true) => {}
+        Ok(false) => {
+            tracing::info!(id = %call.request.id, "a request handed to this replica came too late; not run (the sender gave up on it)");
+            return;
+        }
+        Err(_) => {
+            tracing::warn!(id = %call.request.id, "a handed request not run: the shared store did not take its pickup");
+            return;
+        }
+    }
+    let Some(session) = held else {
+        tracing::info!(id = %call.request.id, "a request handed to this replica for a session it no longer holds: let go, refused");
+        return;
+    };
+    st.supervisor.own(&session);
+    let mirror = Mirror {
+        store: store.clone(),
+        h: h.clone(),
+        request_id: call.request.id.to_json(),
+        sealer: st.sealer.clone(),
+    };
+    let mut ctx = RequestContext::new(&st.metrics);
+    ctx.set_session(session.log_id());
+    ctx.set_revision(session.version());
+    let host = Host::Legacy(session.clone());
+    let reply = st.dispatch.handle(ctx, &host, call.request).await;
+    let call_of = match reply {
+        Reply::Now(bytes) => {
+            let (tx, rx) = mpsc::channel(1);
+            let _ = tx.try_send(Outbound::Final(bytes));
+            Call::from(rx)
+        }
+        Reply::Stream(rx) => Call::from(rx),
+        Reply::Call(c) => c,
+    };
+    mirror_only(call_of, mirror, call.stream).await;
+}

@@ -1,0 +1,87 @@
+//! Which replica runs a session's per-session stdio children, as this
+//! replica sees it (issue 11 item 4; the claim itself is
+//! `cluster::SharedStore::claim_owner`, the forwarding `http/owner.rs`): a
+//! session this replica owns is marked so (its requests then make no store
+//! command), a session it lets go (ended, expired here, released at a drain)
+//! is released in the store, and each child it starts for an owned session is
+//! noted there, so an adopter knows whose state died with this replica.
+
+use tokio::sync::mpsc;
+
+use super::Supervisor;
+use crate::catalog::BackendState;
+use crate::config::Transport;
+use crate::session::Session;
+
+impl Supervisor {
+    /// Marks `session` as owned here (`mcpgate_sessions_owned`).
+    pub fn own(&self, session: &Session) {
+        if session.set_owned(true) {
+            self.metrics.sessions_owned.inc();
+        }
+    }
+
+    /// Whether backend `idx` runs a child per session for `session` here: a
+    /// stdio backend that does not share its connection with it.
+    pub fn is_owner_bound(&self, idx: usize, session: &Session) -> bool {
+        let b = self.catalog.backend(idx);
+        matches!(b.spec.config.transport, Transport::Stdio { .. })
+            && !b.shares_with(session.created())
+    }
+
+    /// Whether any configured backend may run a child per session (without
+    /// one no request is owner-bound).
+    pub fn has_owner_bound(&self) -> bool {
+        self.catalog.backends().snapshot().iter().any(|b| {
+            !b.is_removed()
+                && matches!(b.spec.config.transport, Transport::Stdio { .. })
+                && b.mode != crate::config::ConnectionMode::Shared
+        })
+    }
+
+    /// Lets go of `session`'s ownership, if this replica held it: unmarked
+    /// here and released in the store (awaited, at most the store's
+    /// deadline).
+    pub(super) async fn disown(&self, session: &Session) {
+        if !session.set_owned(false) {
+            return;
+        }
+        self.metrics.sessions_owned.dec();
+        if let Some(store) = &self.shared
+            && store.release_owner(session.store_key()).await.is_err()
+        {
+            tracing::debug!(session = %session.log_id(), "ownership not released: the shared store did not answer (it passes on when this replica's heartbeat expires)");
+        }
+    }
+
+    /// Notes in the store that this replica, owning `session`, started a
+    /// child of `b` (not awaited).
+    pub(super) fn note_child(&self, session: &Session, b: &BackendState) {
+        let Some(store) = self.shared.clone() else {
+            return;
+        };
+        if !session.is_owned() || !matches!(b.spec.config.transport, Transport::Stdio { .. }) {
+            return;
+        }
+        let (h, name) = (session.store_key().to_owned(), b.spec.name.clone());
+        tokio::spawn(async move {
+            let _ = store.note_child(&h, &name).await;
+        });
+    }
+
+    /// Sets where requests handed to this replica as an owner go (once, by
+    /// the HTTP face that runs them).
+    pub fn forward_owner_calls(&self, tx: mpsc::UnboundedSender<(String, String)>) {
+        let _ = self.owner_calls.set(tx);
+    }
+
+    /// A request another replica handed this one for session `h` (sealed).
+    pub(super) fn owner_call(&self, h: String, message: String) {
+        match self.owner_calls.get() {
+            Some(tx) => {
+                let _ = tx.send((h, message));
+            }
+            None => tracing::debug!("owner call dropped: nothing runs them"),
+        }
+    }
+}
