@@ -206,7 +206,7 @@ async fn initialize_as_a_notification_is_told_it_needs_an_id() {
 
 /// JSON-RPC 2.0 ids are any number without a fractional part (MCP: "string or
 /// integer"); one beyond 64 bits comes back byte for byte, on a JSON answer, an
-/// error and an SSE stream alike.
+/// error and an SSE stream alike (other spellings of integers: below).
 #[tokio::test]
 async fn ids_beyond_64_bits_come_back_byte_identical() {
     let gw = TestGateway::start(FX).await;
@@ -241,8 +241,8 @@ async fn ids_beyond_64_bits_come_back_byte_identical() {
             );
         }
     }
-    // Still not ids: fractions, exponents, other types.
-    for id in ["1.5", "1e3", "true", "[1]"] {
+    // Still not ids: numbers with a fractional value, other types.
+    for id in ["1.5", "1e-3", "12.55e1", "true", "[1]"] {
         let r = s
             .post(
                 &[],
@@ -252,4 +252,58 @@ async fn ids_beyond_64_bits_come_back_byte_identical() {
         assert_eq!(r.status, 400, "{id}");
         assert_eq!(r.json()["error"]["code"], -32600, "{id}");
     }
+}
+
+/// An integer id is echoed as it was written, as ids beyond 64 bits are: `-0`
+/// is not `0`, and `1.0`, `1e3` (integers by value, MCP's schema: `integer`)
+/// come back as `1.0`, `1e3`, on a JSON answer, an error and an SSE stream alike.
+#[tokio::test]
+async fn integer_ids_of_any_spelling_come_back_as_written() {
+    let gw = TestGateway::start(FX).await;
+    let s = gw.session().await;
+    for id in ["-0", "1.0", "1e3", "1E+3", "-0.0", "12.50e1"] {
+        let bodies = [
+            format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"ping"}}"#),
+            format!(
+                r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"fx__nope","arguments":{{}}}}}}"#
+            ),
+            format!(
+                r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"fx__delay_echo","arguments":{{"ms":600,"tag":"slow"}}}}}}"#
+            ),
+        ];
+        for body in bodies {
+            let r = s.post(&[], body.clone()).await;
+            assert_eq!(r.status, 200, "{body}: {r:?}");
+            let text = String::from_utf8_lossy(&r.body);
+            assert!(text.contains(&format!(r#""id":{id}"#)), "{body} → {text}");
+        }
+    }
+}
+
+/// A message with both `result` and `error` is told so (-32600), not that it
+/// lacks them.
+#[tokio::test]
+async fn a_response_with_both_result_and_error_is_told_what_is_wrong() {
+    let gw = TestGateway::start(FX).await;
+    let s = gw.session().await;
+    let r = s
+        .post(
+            &[],
+            r#"{"jsonrpc":"2.0","id":3,"result":{},"error":{"code":1,"message":"x"}}"#,
+        )
+        .await;
+    assert_eq!(r.status, 400, "{r:?}");
+    let body = r.json();
+    assert_eq!(body["error"]["code"], -32600, "{body}");
+    let message = body["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("both result and error"), "{body}");
+    let r = s.post(&[], r#"{"jsonrpc":"2.0","id":3}"#).await;
+    let message = r.json()["error"]["message"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(
+        message.contains("a method, a result or an error"),
+        "{message}"
+    );
 }

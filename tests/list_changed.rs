@@ -2,7 +2,8 @@
 //! GET stream, and the next `tools/list` has the new tool; a backend that
 //! announces after every list (a notification storm) is not re-listed in a loop
 //! and announces nothing while its lists stay the same; a backend restarted with
-//! a different catalogue and no notification is re-read after the restart.
+//! a different catalogue and no notification is re-read after the restart; a
+//! per-session stdio child's own change reaches only its session.
 
 mod common;
 
@@ -207,4 +208,101 @@ async fn a_backend_restarted_with_another_catalogue_is_reread() {
     let listed = names(&s.list_all("tools/list", "tools").await);
     assert!(listed.contains(&"fx__after".to_owned()), "{listed:?}");
     assert!(!listed.contains(&"fx__before".to_owned()), "{listed:?}");
+}
+
+/// A per-session backend's own list change (its child, serving one session,
+/// adds a tool) concerns that session only: it gets `list_changed` on its GET
+/// stream and sees and can call the new tool; another session sees neither.
+/// (The backend's catalogue, fetched on its catalogue connection, does not
+/// have the tool: the session's view has its own connection's lists.)
+#[tokio::test]
+async fn a_per_session_backends_own_list_change_reaches_only_its_session() {
+    let gw = TestGateway::start(
+        r#"
+        [backends.ps]
+        type = "stdio"
+        command = "${FAKE_STDIO}"
+        mode = "per_session"
+        "#,
+    )
+    .await;
+    let a = gw.session().await;
+    let b = gw.session().await;
+    let mut listen_a = a.get_stream().await;
+    let mut listen_b = b.get_stream().await;
+    let r = a.call_tool("ps__add_tool", json!({"name": "mine"})).await;
+    assert_eq!(text_of(&r.response), "added mine");
+    let note = listen_a.next(Duration::from_secs(5)).await;
+    assert_eq!(
+        note.as_ref().map(|m| m["method"].clone()),
+        Some(json!("notifications/tools/list_changed")),
+        "{note:?}"
+    );
+    let tools = names(&a.list_all("tools/list", "tools").await);
+    assert!(tools.contains(&"ps__mine".to_owned()), "{tools:?}");
+    let r = a.call_tool("ps__mine", json!({})).await;
+    assert_eq!(text_of(&r.response), "called mine");
+    let other = listen_b.next(Duration::from_millis(500)).await;
+    assert!(other.is_none(), "not another session's: {other:?}");
+    let tools = names(&b.list_all("tools/list", "tools").await);
+    assert!(!tools.contains(&"ps__mine".to_owned()), "{tools:?}");
+}
+
+/// The same with the demo backend of the default configuration (dual-era, so
+/// a 2026-07-28 backend by default: its changes come on the `subscriptions/listen`
+/// its connection keeps): `test_trigger_tool_change` adds `test_dynamic_tool`
+/// for the calling session.
+#[tokio::test]
+async fn the_demo_backends_tool_change_reaches_its_session() {
+    let gw = TestGateway::start(&format!(
+        "[backends.demo]\ntype = \"stdio\"\ncommand = \"{}\"\nargs = [\"demo-server\"]\nmode = \"per_session\"\n",
+        env!("CARGO_BIN_EXE_mcpgate")
+    ))
+    .await;
+    let a = gw.session().await;
+    let b = gw.session().await;
+    let mut listen_a = a.get_stream().await;
+    let mut listen_b = b.get_stream().await;
+    let r = a
+        .call_tool("demo__test_trigger_tool_change", json!({}))
+        .await;
+    assert_eq!(text_of(&r.response), "test_dynamic_tool present: true");
+    let note = listen_a.next(Duration::from_secs(5)).await;
+    assert_eq!(
+        note.as_ref().map(|m| m["method"].clone()),
+        Some(json!("notifications/tools/list_changed")),
+        "{note:?}"
+    );
+    let tools = names(&a.list_all("tools/list", "tools").await);
+    assert!(
+        tools.contains(&"demo__test_dynamic_tool".to_owned()),
+        "{tools:?}"
+    );
+    let r = a.call_tool("demo__test_dynamic_tool", json!({})).await;
+    assert_eq!(text_of(&r.response), "dynamic");
+    let other = listen_b.next(Duration::from_millis(500)).await;
+    assert!(other.is_none(), "not another session's: {other:?}");
+    let tools = names(&b.list_all("tools/list", "tools").await);
+    assert!(
+        !tools.contains(&"demo__test_dynamic_tool".to_owned()),
+        "{tools:?}"
+    );
+    // Triggered again, the tool goes: the session is told and sees what all see.
+    let r = a
+        .call_tool("demo__test_trigger_tool_change", json!({}))
+        .await;
+    assert_eq!(text_of(&r.response), "test_dynamic_tool present: false");
+    let note = listen_a.next(Duration::from_secs(5)).await;
+    assert_eq!(
+        note.as_ref().map(|m| m["method"].clone()),
+        Some(json!("notifications/tools/list_changed")),
+        "{note:?}"
+    );
+    let tools = names(&a.list_all("tools/list", "tools").await);
+    assert!(
+        !tools.contains(&"demo__test_dynamic_tool".to_owned()),
+        "{tools:?}"
+    );
+    let r = a.call_tool("demo__test_dynamic_tool", json!({})).await;
+    assert_eq!(r.error_code(), Some(-32602), "{}", r.response);
 }

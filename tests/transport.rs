@@ -9,6 +9,8 @@ mod common;
 
 use std::time::Duration;
 
+use std::io::Write;
+
 use common::{FakeHttp, TestGateway};
 use reqwest::Method;
 use reqwest::header::{HeaderMap, HeaderValue};
@@ -39,7 +41,7 @@ fn assert_error_without_id(body: &Value) {
 async fn unacceptable_accept_is_406_with_an_id_less_error_and_no_session() {
     let gw = TestGateway::start(FX).await;
     let c = gw.client();
-    for accept in ["application/json", "text/event-stream", "text/html"] {
+    for accept in ["application/json", "text/html", "text/event-stream;q=0"] {
         let r = c.post(&[("accept", accept)], init_body()).await;
         assert_eq!(r.status, 406, "Accept: {accept}");
         assert_error_without_id(&r.json());
@@ -420,4 +422,105 @@ async fn a_refusal_before_the_body_is_read_announces_that_the_connection_closes(
         "the server closes the connection it announced closing"
     );
     assert_eq!(gw.gateway().session_count(), 0);
+}
+
+/// The client MUST list both media types (2025-11-25 transports), but some
+/// hosts (claude.ai, per the spec notes) send only `text/event-stream`: that
+/// host gets every answer as SSE, `initialize` and a quick one included.
+#[tokio::test]
+async fn an_accept_of_only_event_stream_gets_sse_answers() {
+    let gw = TestGateway::start(FX).await;
+    let mut c = gw.client();
+    let sse_only = [("accept", "text/event-stream")];
+    let init: Value = serde_json::from_str(&init_body()).unwrap();
+    let mut stream = c.open_with(&sse_only, &init).await;
+    assert_eq!(stream.status, 200);
+    assert!(stream.is_sse(), "initialize answered as SSE");
+    let session = stream.header_str("mcp-session-id").map(str::to_owned);
+    let answer = stream.next(Duration::from_secs(3)).await.unwrap();
+    assert_eq!(answer["id"], 1);
+    assert_eq!(answer["result"]["protocolVersion"], "2025-11-25");
+    c.session = session;
+    c.version = Some("2025-11-25".into());
+    assert_eq!(
+        c.notify("notifications/initialized", None).await.status,
+        202
+    );
+    let ping = json!({"jsonrpc": "2.0", "id": 2, "method": "ping"});
+    let mut stream = c.open_with(&sse_only, &ping).await;
+    assert!(stream.is_sse(), "a quick answer is SSE too");
+    assert_eq!(stream.header_str("content-type"), Some("text/event-stream"));
+    let answer = stream.next(Duration::from_secs(3)).await.unwrap();
+    assert_eq!(answer["id"], 2);
+    assert!(answer.get("result").is_some(), "{answer}");
+    assert!(stream.ends_within(Duration::from_secs(1)).await);
+}
+
+fn gzip(data: &[u8]) -> Vec<u8> {
+    let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    e.write_all(data).unwrap();
+    e.finish().unwrap()
+}
+
+fn zlib(data: &[u8]) -> Vec<u8> {
+    let mut e = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::default());
+    e.write_all(data).unwrap();
+    e.finish().unwrap()
+}
+
+/// `Content-Encoding` (RFC 9110 §8.4): gzip and deflate bodies are decoded,
+/// the size limit applies to the decoded body (a zip bomb is 413); a coding
+/// the gateway does not decode is 415 with `Accept-Encoding` naming those it
+/// does (RFC 7694); an encoded body is never parsed as JSON.
+#[tokio::test]
+async fn encoded_bodies_are_decoded_or_refused_never_parsed_as_json() {
+    let gw = TestGateway::start(&format!("[server]\nmax_body_bytes = 2048\n{FX}")).await;
+    let s = gw.session().await;
+    let echo = |id: i64, text: &str| {
+        json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+            "params": {"name": "fx__echo", "arguments": {"text": text}}})
+        .to_string()
+    };
+    for (coding, body) in [
+        ("gzip", gzip(echo(1, "zipped").as_bytes())),
+        ("x-gzip", gzip(echo(2, "zipped").as_bytes())),
+        ("deflate", zlib(echo(3, "zipped").as_bytes())),
+        ("identity", echo(4, "zipped").into_bytes()),
+        ("GZIP", gzip(echo(5, "zipped").as_bytes())),
+    ] {
+        let r = s.post(&[("content-encoding", coding)], body).await;
+        assert_eq!(r.status, 200, "{coding}: {r:?}");
+        assert_eq!(
+            r.json()["result"]["content"][0]["text"],
+            "zipped",
+            "{coding}"
+        );
+    }
+    // Decoded, the body is over the limit though its encoding is not.
+    let bomb = gzip(echo(6, &"y".repeat(64 * 1024)).as_bytes());
+    assert!(bomb.len() < 2048, "{}", bomb.len());
+    let r = s.post(&[("content-encoding", "gzip")], bomb).await;
+    assert_eq!(r.status, 413, "{r:?}");
+    // Codings not decoded here: 415, naming what is.
+    for coding in ["br", "zstd", "gzip, br"] {
+        let r = s
+            .post(&[("content-encoding", coding)], echo(7, "plain"))
+            .await;
+        assert_eq!(r.status, 415, "{coding}: {r:?}");
+        let body = r.json();
+        assert_eq!(body["error"]["code"], -32000, "{body}");
+        let message = body["error"]["message"].as_str().unwrap_or_default();
+        assert!(message.contains("Content-Encoding"), "{message}");
+        let accepted = r.header("accept-encoding").unwrap_or_default();
+        assert!(accepted.contains("gzip"), "{accepted:?}");
+    }
+    // Declared gzip, sent plain: not gzip, refused, not parsed as JSON.
+    let r = s
+        .post(&[("content-encoding", "gzip")], echo(8, "plain"))
+        .await;
+    assert_eq!(r.status, 400, "{r:?}");
+    assert_eq!(r.json()["error"]["code"], -32700);
+    // The session survives all of them.
+    let r = s.post(&[], echo(9, "after")).await;
+    assert_eq!(r.json()["result"]["content"][0]["text"], "after");
 }

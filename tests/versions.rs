@@ -96,6 +96,40 @@ async fn a_served_revision_other_than_the_sessions_is_answered_at_the_sessions()
     assert_eq!(s.post(&h, ping).await.status, 400, "not served: 400");
 }
 
+/// `MCP-Protocol-Version` on `initialize` (MCP 2025-11-25 transports: the
+/// header is what a client sends after initialization; an invalid value is
+/// 400). A value that is no revision at all is 400 there too; a well-formed
+/// revision the gateway does not serve is left to the negotiation in the body
+/// (as the TypeScript and Python SDK servers do: they check it only after
+/// `initialize`), so a newer client still falls back.
+#[tokio::test]
+async fn the_version_header_on_initialize_is_refused_only_when_it_is_no_revision() {
+    let gw = TestGateway::start("").await;
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": {"name": "it", "version": "0"}}})
+    .to_string();
+    let c = gw.client();
+    for bad in ["banana", "2025-06-18x", "latest"] {
+        let r = c.post(&[("mcp-protocol-version", bad)], init.clone()).await;
+        assert_eq!(r.status, 400, "{bad}: {r:?}");
+        assert_eq!(r.json()["error"]["code"], -32000, "{bad}");
+        assert!(r.header("mcp-session-id").is_none(), "{bad}");
+    }
+    assert_eq!(gw.gateway().session_count(), 0);
+    for fine in ["2025-06-18", "2099-01-01", "2024-11-05"] {
+        let r = c
+            .post(&[("mcp-protocol-version", fine)], init.clone())
+            .await;
+        assert_eq!(r.status, 200, "{fine}: {r:?}");
+        assert_eq!(
+            r.json()["result"]["protocolVersion"],
+            "2025-06-18",
+            "{fine}"
+        );
+    }
+}
+
 #[tokio::test]
 async fn configured_headers_never_replace_protocol_headers() {
     // Protocol headers cannot even be configured (check-config refuses them).

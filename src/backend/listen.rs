@@ -277,8 +277,11 @@ pub(super) fn intercept(conn: &Arc<Connection>, mut n: Notification) -> Option<N
 }
 
 /// A listen of `generation` is acknowledged: older listens are cancelled; a
-/// renewed one (`again`) tells the handler its lists may have changed unseen.
+/// renewed one (`again`) tells the handler its lists may have changed unseen,
+/// and so does the first one of a connection serving one client (what it lists
+/// for that client may have changed before its listen was open).
 fn acknowledged(conn: &Arc<Connection>, generation: u64, again: bool) {
+    let again = again || conn.owner_key().is_some();
     let (older, lists) = {
         let mut s = state(conn);
         let older: Vec<u64> = s

@@ -145,7 +145,7 @@ impl Catalog {
                 return v.clone();
             }
         }
-        let view = Arc::new(self.build_filtered(&snap, key, policy));
+        let view = Arc::new(self.build_filtered(&snap.catalogs, key, policy));
         if let Ok(mut c) = self.access.cache.lock()
             && c.0 == snap.generation
             && key.generation() == self.access.policy().generation()
@@ -158,7 +158,30 @@ impl Catalog {
         view
     }
 
-    fn build_filtered(&self, snap: &Snapshot, key: &ViewKey, policy: Arc<Policy>) -> View {
+    /// The view key `key` sees of `catalogs` (one per backend index), built
+    /// afresh (not cached): for a session whose own connections list otherwise
+    /// (`own.rs`).
+    pub(super) fn build_for_key(
+        &self,
+        catalogs: &[Option<Arc<BackendCatalog>>],
+        key: &ViewKey,
+    ) -> View {
+        let policy = self.access.policy();
+        if policy.is_open_for(key) {
+            let backends = self.backends.snapshot();
+            let inputs = super::registry::view_inputs(&backends, catalogs);
+            let (page_size, max_name_len) = self.paging();
+            return View::build(&inputs, page_size, max_name_len, self.key.clone());
+        }
+        self.build_filtered(catalogs, key, policy)
+    }
+
+    fn build_filtered(
+        &self,
+        catalogs: &[Option<Arc<BackendCatalog>>],
+        key: &ViewKey,
+        policy: Arc<Policy>,
+    ) -> View {
         let backends = self.backends.snapshot();
         let names: Arc<[Arc<str>]> = backends.iter().map(|b| b.spec.name.clone()).collect();
         let key = key.clone();
@@ -167,7 +190,7 @@ impl Catalog {
                 .get(idx)
                 .is_some_and(|b| policy.allows(&key, b, item_kind(kind), name))
         });
-        let inputs = super::registry::view_inputs(&backends, &snap.catalogs);
+        let inputs = super::registry::view_inputs(&backends, catalogs);
         let (page_size, max_name_len) = self.paging();
         View::build_filtered(
             &inputs,

@@ -12,6 +12,7 @@ pub(crate) mod cursor;
 mod describe;
 mod fetch;
 mod health;
+mod own;
 mod pages;
 mod registry;
 mod view;
@@ -45,6 +46,25 @@ fn same_items(a: &[serde_json::Value], b: &[serde_json::Value]) -> bool {
         v
     };
     sorted(a) == sorted(b)
+}
+
+/// Which of the three `list_changed` lists differ between `old` (all of them
+/// when there is none) and `fresh`.
+fn changed_lists(old: Option<&BackendCatalog>, fresh: &BackendCatalog) -> Vec<Changed> {
+    Changed::ALL
+        .into_iter()
+        .filter(|c| {
+            let Some(o) = old else { return true };
+            match c {
+                Changed::Tools => !same_items(&o.tools, &fresh.tools),
+                Changed::Prompts => !same_items(&o.prompts, &fresh.prompts),
+                Changed::Resources => {
+                    !same_items(&o.resources, &fresh.resources)
+                        || !same_items(&o.templates, &fresh.templates)
+                }
+            }
+        })
+        .collect()
 }
 
 /// `v` serialized with object keys sorted, so equal values serialize equally.
@@ -81,6 +101,10 @@ pub struct Catalog {
     /// [`Catalog::set_paging`]).
     page_size: AtomicUsize,
     max_name_len: AtomicUsize,
+    /// Per-session backends' own lists, per session (`own.rs`), and how many
+    /// sessions have some (0: nothing to look up).
+    own: own::OwnLists,
+    own_sessions: AtomicUsize,
 }
 
 impl Catalog {
@@ -102,6 +126,8 @@ impl Catalog {
             access: access::Access::new(&config.policy, &config.endpoints),
             page_size: AtomicUsize::new(page_size),
             max_name_len: AtomicUsize::new(max_name_len),
+            own: own::OwnLists::default(),
+            own_sessions: AtomicUsize::new(0),
         }
     }
 
@@ -152,20 +178,7 @@ impl Catalog {
     pub fn install(&self, idx: usize, fresh: BackendCatalog) -> Vec<Changed> {
         let b = self.backends.at(idx);
         let old = b.catalog();
-        let changed: Vec<Changed> = Changed::ALL
-            .into_iter()
-            .filter(|c| {
-                let Some(o) = old.as_ref() else { return true };
-                match c {
-                    Changed::Tools => !same_items(&o.tools, &fresh.tools),
-                    Changed::Prompts => !same_items(&o.prompts, &fresh.prompts),
-                    Changed::Resources => {
-                        !same_items(&o.resources, &fresh.resources)
-                            || !same_items(&o.templates, &fresh.templates)
-                    }
-                }
-            })
-            .collect();
+        let changed = changed_lists(old.as_deref(), &fresh);
         // Capabilities and instructions may change across a restart with the
         // lists unchanged (the view must follow); that is nothing to announce.
         let same_init = old.as_ref().is_some_and(|o| {

@@ -272,9 +272,13 @@ impl Dispatch {
         }
     }
 
-    /// The catalogue `host` may see.
+    /// The catalogue `host` may see (a session: with what its own per-session
+    /// connections list, `catalog/own.rs`).
     fn view_for(&self, host: &Host) -> Arc<View> {
-        self.catalog.view_for_key(&host.view_key())
+        match host {
+            Host::Legacy(s) => self.catalog.view_for_session(&s.view_key(), s.id()),
+            Host::Modern(m) => self.catalog.view_for_key(&m.view_key),
+        }
     }
 
     /// The four lists, from the caller's pre-serialized view.

@@ -3,9 +3,11 @@
 //! (401 / 403 / 400 with an RFC 6750 `WWW-Authenticate` challenge naming the RFC
 //! 9728 metadata URL, MCP 2025-11-25 basic/authorization), the client's rate
 //! limit (429 with `Retry-After`), then the body within its size (413) and time
-//! (408) limits. `Authorization` is taken out of the request here, so nothing
+//! (408) limits, decoded when it has a `Content-Encoding` (gzip, deflate; 415
+//! for others). `Authorization` is taken out of the request here, so nothing
 //! after this point can log or forward it.
 
+use std::io::Read;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
@@ -181,6 +183,78 @@ pub async fn read_body(st: &AppState, head: &HeaderMap, body: Body) -> Result<By
     };
     // The rest of the body was not read.
     Err(closing(refused))
+}
+
+/// The codings [`decode_body`] decodes, as `Accept-Encoding` names them on a 415
+/// (RFC 7694 §3).
+const DECODED: &str = "gzip, deflate";
+
+/// The body as sent, decoded per `Content-Encoding` (RFC 9110 §8.4): `gzip`
+/// (or `x-gzip`) and `deflate` (the zlib format, RFC 9110 §8.4.1.2) are
+/// decoded, `identity` is the body itself. `server.max_body_bytes` applies to
+/// the decoded body too, so a small body that inflates beyond it is 413 (read
+/// no further than the limit). An encoded body is never parsed as it came.
+///
+/// Errors: 415 with `Accept-Encoding: gzip, deflate` for any other coding or
+/// more than one; 413 decoded beyond the limit; 400 (-32700) for a body that is
+/// not valid data of its coding.
+pub fn decode_body(st: &AppState, head: &HeaderMap, body: Bytes) -> Result<Bytes, HttpError> {
+    // No allocation without the header: an empty `collect` allocates nothing.
+    let codings: Vec<&[u8]> = head
+        .get_all(header::CONTENT_ENCODING)
+        .iter()
+        .flat_map(|v| v.as_bytes().split(|b| *b == b','))
+        .map(<[u8]>::trim_ascii)
+        .filter(|c| !c.is_empty() && !c.eq_ignore_ascii_case(b"identity"))
+        .collect();
+    let coding = match codings[..] {
+        [] => return Ok(body),
+        [one] => one,
+        _ => return Err(unsupported_coding("with more than one coding")),
+    };
+    let limit = st.server.max_body_bytes;
+    let mut decoded = Vec::new();
+    let read = if coding.eq_ignore_ascii_case(b"gzip") || coding.eq_ignore_ascii_case(b"x-gzip") {
+        flate2::read::MultiGzDecoder::new(&body[..])
+            .take(limit as u64 + 1)
+            .read_to_end(&mut decoded)
+    } else if coding.eq_ignore_ascii_case(b"deflate") {
+        flate2::read::ZlibDecoder::new(&body[..])
+            .take(limit as u64 + 1)
+            .read_to_end(&mut decoded)
+    } else {
+        let name = String::from_utf8_lossy(coding);
+        return Err(unsupported_coding(&format!("{name:?}")));
+    };
+    let name = String::from_utf8_lossy(coding).to_ascii_lowercase();
+    match read {
+        Ok(n) if n > limit => Err(HttpError::new(
+            Rejection::BodyTooLarge,
+            StatusCode::PAYLOAD_TOO_LARGE,
+            jsonrpc::INVALID_REQUEST,
+            format!(
+                "request body larger than {limit} bytes once {name}-decoded (server.max_body_bytes)"
+            ),
+        )),
+        Ok(_) => Ok(decoded.into()),
+        Err(e) => Err(HttpError::new(
+            Rejection::InvalidMessage,
+            StatusCode::BAD_REQUEST,
+            jsonrpc::PARSE_ERROR,
+            format!("Parse error: the body is not valid {name} data ({e})"),
+        )),
+    }
+}
+
+/// 415 for a `Content-Encoding` not decoded here, naming those that are.
+fn unsupported_coding(what: &str) -> HttpError {
+    HttpError::new(
+        Rejection::ContentType,
+        StatusCode::UNSUPPORTED_MEDIA_TYPE,
+        jsonrpc::TRANSPORT_ERROR,
+        format!("Unsupported Media Type: Content-Encoding {what} is not decoded here; send {DECODED} or none"),
+    )
+    .with_header(header::ACCEPT_ENCODING, HeaderValue::from_static(DECODED))
 }
 
 /// Whether `e` or one of its sources is an `E`.

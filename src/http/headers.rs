@@ -27,22 +27,40 @@ pub fn check_origin(h: &HeaderMap, policy: &OriginPolicy) -> Result<(), HttpErro
     Ok(())
 }
 
-/// POST needs both `application/json` and `text/event-stream` acceptable
-/// (MCP 2025-11-25 transports, sending messages: the client MUST list both).
-pub fn check_post_accept(h: &HeaderMap) -> Result<(), HttpError> {
+/// What a POST's `Accept` admits of the two answers the gateway gives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PostAccept {
+    /// Both `application/json` and `text/event-stream` (or no `Accept`).
+    Both,
+    /// Only `text/event-stream`: every answer is sent as SSE.
+    EventStreamOnly,
+}
+
+/// A POST's `Accept` (MCP 2025-11-25 transports, sending messages: the client
+/// MUST list both `application/json` and `text/event-stream`; the spec says
+/// nothing of how a server reacts). Both admitted: [`PostAccept::Both`]. Only
+/// `text/event-stream` (some hosts, claude.ai among them, send just that):
+/// [`PostAccept::EventStreamOnly`], answered with SSE, which the gateway can
+/// always give. 406 otherwise, also for `application/json` alone: a call may
+/// need its stream (server→client requests, progress) before its answer.
+pub fn check_post_accept(h: &HeaderMap) -> Result<PostAccept, HttpError> {
     let listed = h
         .get_all(header::ACCEPT)
         .iter()
         .any(|v| BOTH_LISTED.contains(&v.as_bytes()));
-    if listed || accepts_each(h, [JSON, EVENT_STREAM]) == [true, true] {
-        Ok(())
-    } else {
-        Err(HttpError::new(
+    if listed {
+        return Ok(PostAccept::Both);
+    }
+    match accepts_each(h, [JSON, EVENT_STREAM]) {
+        [true, true] => Ok(PostAccept::Both),
+        [false, true] => Ok(PostAccept::EventStreamOnly),
+        _ => Err(HttpError::new(
             Rejection::Accept,
             StatusCode::NOT_ACCEPTABLE,
             jsonrpc::TRANSPORT_ERROR,
-            "Not Acceptable: Accept must include both application/json and text/event-stream",
-        ))
+            "Not Acceptable: Accept must include text/event-stream (and should include \
+             application/json: clients list both)",
+        )),
     }
 }
 
@@ -99,6 +117,37 @@ pub fn protocol_version(h: &HeaderMap) -> Result<Option<ProtocolVersion>, HttpEr
     })
 }
 
+/// `MCP-Protocol-Version` on `initialize`: the header names the revision a
+/// client uses after initialization (MCP 2025-11-25 transports), so on
+/// `initialize` a well-formed revision, served or not, is left to the
+/// negotiation in the body (as the TypeScript and Python SDK servers do); a
+/// value that is no revision at all (not `YYYY-MM-DD`) is invalid: 400.
+pub fn initialize_protocol_version(h: &HeaderMap) -> Result<(), HttpError> {
+    let revision = |v: &[u8]| {
+        v.len() == 10
+            && v.iter().enumerate().all(|(i, b)| match i {
+                4 | 7 => *b == b'-',
+                _ => b.is_ascii_digit(),
+            })
+    };
+    match h
+        .get_all(streamable_http::PROTOCOL_VERSION)
+        .iter()
+        .find(|v| !revision(v.as_bytes()))
+    {
+        None => Ok(()),
+        Some(v) => Err(HttpError::new(
+            Rejection::Version,
+            StatusCode::BAD_REQUEST,
+            jsonrpc::TRANSPORT_ERROR,
+            format!(
+                "Bad Request: invalid MCP-Protocol-Version {:?} (a revision is YYYY-MM-DD)",
+                String::from_utf8_lossy(v.as_bytes())
+            ),
+        )),
+    }
+}
+
 /// The `Mcp-Session-Id` header value, if present and readable.
 pub fn session_id(h: &HeaderMap) -> Option<&str> {
     h.get(SESSION_ID).and_then(|v| v.to_str().ok())
@@ -123,7 +172,14 @@ mod tests {
         assert!(check_post_accept(&with_accept("*/*")).is_ok());
         assert!(check_post_accept(&with_accept("application/*, text/*")).is_ok());
         assert!(check_post_accept(&with_accept("application/json")).is_err());
-        assert!(check_post_accept(&with_accept("text/event-stream")).is_err());
+        assert_eq!(
+            check_post_accept(&with_accept("text/event-stream")).unwrap(),
+            PostAccept::EventStreamOnly
+        );
+        assert_eq!(
+            check_post_accept(&with_accept("*/*")).unwrap(),
+            PostAccept::Both
+        );
         assert!(
             check_post_accept(&with_accept("application/json, text/event-stream;q=0")).is_err()
         );
@@ -152,6 +208,21 @@ mod tests {
             check_post_accept(&with_accept("application/json, text/event-stream;q=0")).is_err()
         );
         assert!(check_post_accept(&with_accept("application/json, text/plain")).is_err());
+    }
+
+    #[test]
+    fn the_version_header_on_initialize_needs_only_to_be_a_revision() {
+        let mut h = HeaderMap::new();
+        assert!(initialize_protocol_version(&h).is_ok());
+        for fine in ["2025-06-18", "2099-01-01", "2024-11-05"] {
+            h.insert(PROTOCOL_VERSION, HeaderValue::from_static(fine));
+            assert!(initialize_protocol_version(&h).is_ok(), "{fine}");
+        }
+        for bad in ["banana", "2025-06-18x", "2025/06/18", "latest"] {
+            h.insert(PROTOCOL_VERSION, HeaderValue::from_static(bad));
+            let e = initialize_protocol_version(&h).unwrap_err();
+            assert_eq!(e.status, StatusCode::BAD_REQUEST, "{bad}");
+        }
     }
 
     #[test]

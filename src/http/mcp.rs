@@ -7,6 +7,7 @@
 //! 415, Accept 406, the JSON-RPC envelope 400), session (`session.rs`: 400/404),
 //! route and forward (the dispatch), respond (`sse.rs`).
 
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use axum::body::Bytes;
@@ -16,8 +17,8 @@ use axum::response::{IntoResponse, Response};
 use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
-use super::accept::{accept, read_body};
-use super::headers;
+use super::accept::{accept, decode_body, read_body};
+use super::headers::{self, PostAccept};
 use super::modern::{self, Era};
 use super::session::{count_drops, lookup, record_new, reject, reserve_stream};
 use super::sse::{Mirror, json_response, stream_reply};
@@ -46,9 +47,21 @@ enum Framed {
 }
 
 /// `POST /mcp`: one JSON-RPC message (or, for 2025-03-26 sessions, a batch).
+/// A host that accepts only `text/event-stream` gets every answer as SSE.
 pub async fn post(State(st): State<AppState>, req: Request) -> Response {
+    // Read here, refused (406) in its place among the frame checks.
+    let accept = headers::check_post_accept(req.headers());
+    let sse_only = matches!(accept, Ok(PostAccept::EventStreamOnly));
+    let resp = serve_post(st, req, accept).await;
+    if sse_only {
+        return super::sse::json_as_sse(resp).await;
+    }
+    resp
+}
+
+async fn serve_post(st: AppState, req: Request, accept: Result<PostAccept, HttpError>) -> Response {
     let mut ctx = super::accept::context(&st, &req);
-    let (framed, principal) = match frame(&st, &mut ctx, req).await {
+    let (framed, principal) = match frame(&st, &mut ctx, req, accept).await {
         Ok(f) => f,
         Err(e) => return reject(ctx, e),
     };
@@ -101,14 +114,16 @@ async fn frame(
     st: &AppState,
     ctx: &mut RequestContext,
     req: Request,
+    admitted: Result<PostAccept, HttpError>,
 ) -> Result<(Framed, Option<Arc<Principal>>), HttpError> {
     let a = accept(st, req).await?;
     let h = &a.parts.headers;
     ctx.set_principal(a.principal.as_ref());
     let body = read_body(st, h, a.body).await?;
     ctx.set_bytes_in(body.len());
+    let body = decode_body(st, h, body)?;
     headers::check_content_type(h)?;
-    headers::check_post_accept(h)?;
+    admitted?;
     let principal = a.principal;
     if body.trim_ascii_start().first() == Some(&b'[') {
         return frame_batch(st, ctx, h, &body, principal).await;
@@ -142,6 +157,7 @@ async fn frame(
     }
     let msg = match msg {
         Message::Request(req) if req.method == Method::Initialize => {
+            headers::initialize_protocol_version(h)?;
             return Ok((Framed::Initialize(req), principal));
         }
         // A notification gets no answer (JSON-RPC 2.0 §4.1), so the host would
@@ -184,6 +200,11 @@ async fn frame_batch(
     {
         return Err(invalid("a 2026-07-28 message is never part of a batch"));
     }
+    // Without a session the batch can only be an attempt to open one: that is
+    // what is wrong with it (2025-03-26 basic/lifecycle), not the missing id.
+    if headers::session_id(h).is_none() && items.iter().any(is_initialize) {
+        return Err(invalid(INITIALIZE_IN_BATCH));
+    }
     ctx.set_legacy();
     let session = lookup(st, h, principal.as_ref(), ctx.endpoint()).await?;
     ctx.set_session(session.log_id());
@@ -196,6 +217,18 @@ async fn frame_batch(
     }
     session.touch();
     Ok((Framed::Batch(session, items), principal))
+}
+
+/// 2025-03-26 basic/lifecycle: "The initialization phase MUST be the first
+/// interaction" and its request MUST NOT be part of a JSON-RPC batch.
+const INITIALIZE_IN_BATCH: &str = "initialize must not be part of a batch";
+
+fn is_initialize(item: &Result<Message, EnvelopeError>) -> bool {
+    match item {
+        Ok(Message::Request(r)) => r.method == Method::Initialize,
+        Ok(Message::Notification(n)) => n.method == Method::Initialize,
+        _ => false,
+    }
 }
 
 fn invalid(reason: &'static str) -> HttpError {
@@ -464,30 +497,48 @@ async fn open_session(
 
 /// A JSON-RPC batch: only for sessions that negotiated 2025-03-26, where the spec
 /// required receivers to accept them. Each element is handled like a single
-/// message (each request with its own context); `initialize` may not be part of
-/// one.
+/// message (each request with its own context), in order, and the requests then
+/// run together (JSON-RPC 2.0 §6: in any order, in parallel), so a
+/// `notifications/cancelled` in the batch acts at once, on a request of the
+/// batch or one in flight, as a standalone one does. `initialize` may not be part
+/// of one; a request id repeated within the batch is refused for the later
+/// request (-32600: ids are unique within a session, MCP basic/index).
 async fn batch(
     st: &AppState,
     session: &Arc<Session>,
     items: Vec<Result<Message, EnvelopeError>>,
 ) -> Response {
+    /// One answer of the batch, in the order of its requests.
+    enum Answer {
+        Ready(Vec<u8>),
+        Running(Call),
+    }
     let host = Host::Legacy(session.clone());
-    let mut answers = Vec::new();
+    let mut pending = Vec::new();
+    let mut ids = HashSet::new();
     for item in items {
         let msg = match item {
             Ok(m) => m,
             Err(e) => {
-                answers.push(jsonrpc::error_bytes(e.id(), &e.to_error_object()));
+                let b = jsonrpc::error_bytes(e.id(), &e.to_error_object());
+                pending.push(Answer::Ready(b));
                 continue;
             }
         };
         match msg {
             Message::Request(req) if req.method == Method::Initialize => {
+                let e = ErrorObject::new(jsonrpc::INVALID_REQUEST, INITIALIZE_IN_BATCH);
+                pending.push(Answer::Ready(jsonrpc::error_bytes(Some(&req.id), &e)));
+            }
+            Message::Request(req) if !ids.insert(req.id.clone()) => {
                 let e = ErrorObject::new(
                     jsonrpc::INVALID_REQUEST,
-                    "initialize must not be part of a batch",
+                    format!(
+                        "request id {} is repeated in this batch: only the first request with it is run",
+                        req.id
+                    ),
                 );
-                answers.push(jsonrpc::error_bytes(Some(&req.id), &e));
+                pending.push(Answer::Ready(jsonrpc::error_bytes(Some(&req.id), &e)));
             }
             Message::Request(req) => {
                 let mut ctx = RequestContext::new(&st.metrics);
@@ -495,24 +546,32 @@ async fn batch(
                 ctx.set_rpc_id(&req.id);
                 ctx.set_session(session.log_id());
                 ctx.set_revision(session.version());
-                let mut call = match st.dispatch.handle(ctx, &host, req).await {
-                    Reply::Now(b) => {
-                        answers.push(b.to_vec());
-                        continue;
-                    }
-                    Reply::Stream(rx) => Call::from(rx),
-                    Reply::Call(call) => call,
-                };
-                while let Some(m) = call.recv().await {
-                    if let Outbound::Final(b) = m {
-                        answers.push(b.to_vec());
-                    }
-                }
+                pending.push(match st.dispatch.handle(ctx, &host, req).await {
+                    Reply::Now(b) => Answer::Ready(b.to_vec()),
+                    Reply::Stream(rx) => Answer::Running(Call::from(rx)),
+                    Reply::Call(call) => Answer::Running(call),
+                });
             }
             Message::Notification(n) => st.relay.handle_notification(session, &n),
             Message::Response(r) => st.relay.handle_response(session, r),
         }
     }
+    let answers = futures_util::future::join_all(pending.into_iter().map(|a| async move {
+        let mut call = match a {
+            Answer::Ready(b) => return vec![b],
+            Answer::Running(call) => call,
+        };
+        // A cancelled call ends without a final message: no answer is due.
+        let mut finals = Vec::new();
+        while let Some(m) = call.recv().await {
+            if let Outbound::Final(b) = m {
+                finals.push(b.to_vec());
+            }
+        }
+        finals
+    }))
+    .await;
+    let answers: Vec<Vec<u8>> = answers.into_iter().flatten().collect();
     if answers.is_empty() {
         return StatusCode::ACCEPTED.into_response();
     }

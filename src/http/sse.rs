@@ -31,6 +31,43 @@ pub fn json_response(body: Bytes) -> Response {
     resp
 }
 
+/// For a host that accepts only `text/event-stream`: a `200 application/json`
+/// answer becomes an SSE stream of one `message` event (no event id: there is
+/// nothing to resume); any other response (a stream already, an error, a 202)
+/// is left as it is.
+pub async fn json_as_sse(resp: Response) -> Response {
+    let json = resp.status() == StatusCode::OK
+        && resp
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .is_some_and(|v| v.as_bytes() == JSON.as_bytes());
+    if !json {
+        return resp;
+    }
+    let (mut parts, body) = resp.into_parts();
+    // A JSON answer's body is in memory already.
+    let Ok(json) = axum::body::to_bytes(body, usize::MAX).await else {
+        return StatusCode::INTERNAL_SERVER_ERROR.into_response();
+    };
+    let mut out = Vec::with_capacity(json.len() + 32);
+    out.extend_from_slice(b"event: message\n");
+    // A line break inside JSON text is whitespace: each line is a `data:` line
+    // (the reader joins them with `\n`).
+    for line in json.split(|b| matches!(b, b'\n' | b'\r')) {
+        if !line.is_empty() {
+            out.extend_from_slice(b"data: ");
+            out.extend_from_slice(line);
+            out.push(b'\n');
+        }
+    }
+    out.push(b'\n');
+    let h = &mut parts.headers;
+    h.insert(header::CONTENT_TYPE, HeaderValue::from_static(EVENT_STREAM));
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    h.remove(header::CONTENT_LENGTH);
+    Response::from_parts(parts, Body::from(out))
+}
+
 /// A `200 text/event-stream` response: the priming event (when `prime`), the
 /// `replay` frames, then live frames until the stream's last event or until the
 /// event log detaches it.

@@ -9,14 +9,14 @@
 //! without being parsed unless the router has to rewrite something inside them.
 
 use std::borrow::Cow;
-use std::fmt;
 
-use serde::de::{self, Deserializer};
-use serde::{Deserialize, Serialize, Serializer};
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use serde_json::value::RawValue;
 
+mod id;
 mod parse;
+pub use id::Id;
 pub use parse::{classify_raw, parse_message};
 
 /// Parse error: the body is not JSON (JSON-RPC 2.0 §5.1).
@@ -44,107 +44,6 @@ pub const MISSING_CLIENT_CAPABILITY: i64 = -32021;
 /// MCP 2025-11-25 client/elicitation: the request needs URL elicitations first,
 /// `data.elicitations[]`. Removed in 2026-07-28 (never sent to a modern host).
 pub const URL_ELICITATION_REQUIRED: i64 = -32042;
-
-/// A JSON-RPC request id: an integer or a string, never `null` (MCP basic/index).
-///
-/// The original JSON type is kept: `1` and `"1"` are different ids and are echoed back
-/// exactly as received. An integer of any size is an id (JSON-RPC 2.0 §4: "a
-/// Number"; MCP's schema: `string | number`, an integer): one outside `i64` is kept
-/// as its digits ([`Id::Big`]) and echoed byte for byte.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub enum Id {
-    /// An integer id that fits an `i64`.
-    Num(i64),
-    /// An integer id outside `i64` (e.g. `123456789012345678901234567890`): its
-    /// JSON text as written, an optional `-` and decimal digits.
-    Big(Box<str>),
-    /// A string id.
-    Str(Box<str>),
-}
-
-impl fmt::Display for Id {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Id::Num(n) => fmt::Display::fmt(n, f),
-            Id::Big(digits) => f.write_str(digits),
-            Id::Str(s) => fmt::Debug::fmt(&**s, f),
-        }
-    }
-}
-
-impl Id {
-    /// Reads an id from a JSON value; `None` for `null`, fractions and other
-    /// types. An integer beyond 64 bits has already lost its digits in a
-    /// [`Value`] (it is a double there): `None`; read it from the text with
-    /// [`Id::from_json`].
-    pub fn from_value(v: &Value) -> Option<Id> {
-        match v {
-            Value::Number(n) => match (n.as_i64(), n.as_u64()) {
-                (Some(i), _) => Some(Id::Num(i)),
-                (None, Some(u)) => Some(Id::Big(u.to_string().into())),
-                (None, None) => None,
-            },
-            Value::String(s) => Some(Id::Str(s.as_str().into())),
-            _ => None,
-        }
-    }
-
-    /// Reads an id from its JSON text (a string or an integer literal of any
-    /// size, as found in a message); `None` for `null`, fractions, exponents and
-    /// other types.
-    pub fn from_json(text: &str) -> Option<Id> {
-        let text = text.trim_ascii();
-        if text.starts_with('"') {
-            return serde_json::from_str::<String>(text)
-                .ok()
-                .map(|s| Id::Str(s.into()));
-        }
-        let digits = text.strip_prefix('-').unwrap_or(text);
-        if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
-            return None;
-        }
-        Some(match text.parse::<i64>() {
-            Ok(n) => Id::Num(n),
-            Err(_) => Id::Big(text.into()),
-        })
-    }
-
-    /// The id as a JSON value of its original type ([`Id::Big`]: the nearest
-    /// double, as `serde_json` reads such a number; its exact text is
-    /// [`Id::to_json`]).
-    pub fn to_value(&self) -> Value {
-        match self {
-            Id::Num(n) => Value::from(*n),
-            Id::Big(digits) => serde_json::from_str(digits).unwrap_or(Value::Null),
-            Id::Str(s) => Value::from(&**s),
-        }
-    }
-
-    /// The id as JSON text, exactly as it is written in a message.
-    pub fn to_json(&self) -> String {
-        serde_json::to_string(self).unwrap_or_default()
-    }
-}
-
-impl Serialize for Id {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        match self {
-            Id::Num(n) => s.serialize_i64(*n),
-            // Written verbatim by serde_json (`raw_value`).
-            Id::Big(digits) => RawValue::from_string(digits.to_string())
-                .map_err(serde::ser::Error::custom)?
-                .serialize(s),
-            Id::Str(v) => s.serialize_str(v),
-        }
-    }
-}
-
-impl<'de> Deserialize<'de> for Id {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let v = Value::deserialize(d)?;
-        Id::from_value(&v).ok_or_else(|| de::Error::custom("id must be an integer or a string"))
-    }
-}
 
 /// A JSON-RPC error object (`{code, message, data?}`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -391,32 +290,6 @@ mod tests {
 
     fn parse(s: &str) -> Result<Message<String>, EnvelopeError> {
         parse_message(s.as_bytes())
-    }
-
-    /// Integer ids of any size are read exactly and written back byte for byte;
-    /// fractions and exponents are not ids.
-    #[test]
-    fn integer_ids_of_any_size_round_trip() {
-        for text in [
-            "0",
-            "-9223372036854775808",
-            "9223372036854775808",
-            "18446744073709551616",
-            "-123456789012345678901234567890",
-        ] {
-            let id = Id::from_json(text).unwrap();
-            assert_eq!(id.to_json(), text);
-            assert_eq!(id.to_string(), text);
-        }
-        assert_eq!(Id::from_json("42"), Some(Id::Num(42)));
-        assert_eq!(Id::from_json(r#""a\u0062""#), Some(Id::Str("ab".into())));
-        for not in ["1.0", "1e3", "-", "", "null", "true", "[1]", "--1"] {
-            assert_eq!(Id::from_json(not), None, "{not}");
-        }
-        assert_eq!(
-            Id::from_value(&serde_json::json!(u64::MAX)),
-            Some(Id::Big(u64::MAX.to_string().into()))
-        );
     }
 
     /// JSON the skimming first pass accepts but a full parse

@@ -149,7 +149,12 @@ fn classify<M: MethodName>(env: Envelope<'_>) -> Result<Message<M>, EnvelopeErro
         (Some(r), None) => Ok(r),
         (None, Some(e)) => Err(serde_json::from_value::<ErrorObject>(e)
             .map_err(|_| invalid("error must be {code, message, data?}"))?),
-        _ => return Err(invalid("a message needs a method, a result or an error")),
+        (Some(_), Some(_)) => {
+            return Err(invalid(
+                "a response has both result and error; it must have exactly one",
+            ));
+        }
+        (None, None) => return Err(invalid("a message needs a method, a result or an error")),
     };
     Ok(Message::Response(Response { id, outcome }))
 }

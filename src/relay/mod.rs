@@ -9,6 +9,7 @@
 //! message relates to when the connection could tell.
 
 mod listen;
+mod own;
 mod requests;
 mod subscriptions;
 mod tasks;
@@ -25,7 +26,7 @@ pub use tasks::EarlyStatuses;
 use crate::backend::{Caller, Connection, UpstreamHandler};
 use crate::catalog::Catalog;
 use crate::cluster::SharedStore;
-use crate::config::ConnectionMode;
+use crate::config::{ConnectionMode, Transport};
 use crate::jsonrpc::{self, ErrorObject};
 use crate::mcp::{Method, Notification, Request, names};
 use crate::metrics::Metrics;
@@ -45,6 +46,8 @@ pub struct Relay {
     /// The shared store (`[cluster] redis`): answers and cancels that belong to
     /// another replica go through it.
     shared: Option<Arc<SharedStore>>,
+    /// Sessions' own connections being re-listed (`own.rs`).
+    own_paces: own::OwnPaces,
 }
 
 /// What the client face holds: the relay, without keeping it alive.
@@ -108,6 +111,7 @@ impl Relay {
             refresh,
             metrics,
             shared,
+            own_paces: own::OwnPaces::default(),
         })
     }
 
@@ -154,7 +158,7 @@ impl Relay {
 
     /// A notification from a backend.
     fn on_backend_notification(
-        &self,
+        self: &Arc<Self>,
         conn: &Arc<Connection>,
         call: Option<Arc<HostCall>>,
         n: Notification,
@@ -168,7 +172,21 @@ impl Relay {
             | Method::PromptsListChanged
             | Method::ResourcesListChanged => {
                 if let Some(idx) = self.backend_index(conn) {
-                    let _ = self.refresh.send(idx);
+                    // A child process serving one session lists for it alone:
+                    // re-listed there, not in the backend's catalogue (its own
+                    // child announces its changes). An HTTP backend's
+                    // per-session connections share one server, whose lists
+                    // the catalogue connection reads.
+                    let own_process = matches!(
+                        self.catalog.backend(idx).spec.config.transport,
+                        Transport::Stdio { .. }
+                    );
+                    match self.owner_session(conn) {
+                        Some(session) if own_process => {
+                            self.own_lists_changed(conn, idx, session);
+                        }
+                        _ => drop(self.refresh.send(idx)),
+                    }
                 }
             }
             Method::ResourcesUpdated => {

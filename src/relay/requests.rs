@@ -240,7 +240,15 @@ impl Relay {
     /// Cancels the host call `params.requestId` if it runs here; whether it
     /// did (an unreadable cancel counts as done: nobody can act on it).
     fn cancel_here(&self, session: &Session, params: &Value) -> bool {
-        let Some(id) = params.get("requestId").and_then(Id::from_value) else {
+        let Some(v) = params.get("requestId") else {
+            return true;
+        };
+        // A parsed number holds `-0` or `1e3` only by value: the call it names.
+        let id = Id::from_value(v).or_else(|| {
+            let calls = session.calls().into_iter();
+            calls.map(|c| c.id.clone()).find(|id| id.matches_value(v))
+        });
+        let Some(id) = id else {
             return true;
         };
         let reason = params.get("reason").and_then(Value::as_str);

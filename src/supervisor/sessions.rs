@@ -130,6 +130,9 @@ impl Supervisor {
             self.record_opened(&r, &conn, known).await;
         }
         session.set_upstream_session(&b.spec.name, upstream_of(&conn));
+        // A 2026-07-28 backend tells its lists' changes on a listen: this
+        // connection's may be this session's alone (`catalog/own.rs`).
+        crate::backend::watch_lists(&conn);
         self.reestablish(&b, session, &record, &conn, replaced)
             .await;
         Ok(conn)
@@ -298,6 +301,7 @@ impl Supervisor {
         self.relay
             .subscriptions()
             .drop_session(&self.catalog, session);
+        self.catalog.forget_own(session.id());
         // Every request gets a response: a call still in flight is answered with
         // an error on its stream (and cancelled upstream) before the streams end.
         let reason = "the session ended (DELETE or expiry) while this call was in flight; \
