@@ -31,6 +31,19 @@ impl Capture {
     }
 }
 
+/// `emit` after recomputing every callsite's interest with the subscriber in force.
+/// Other tests run the same callsites (the access line of `RequestContext`) on
+/// other threads with no subscriber; a callsite first hit there while this
+/// test's subscriber was being registered could keep the interest "never"
+/// computed without it, and the event would be dropped (seen once in CI: the
+/// stock formatter wrote no line). The rebuild makes the test independent of that.
+fn with_fresh_interest(emit: fn()) -> impl FnOnce() {
+    move || {
+        tracing::callsite::rebuild_interest_cache();
+        emit();
+    }
+}
+
 /// The lines `emit` gives under the stock formatter and under `AccessFormat`
 /// (JSON or text), and how many lines `AccessFormat` wrote itself.
 fn both(json: bool, emit: fn()) -> (Vec<String>, Vec<String>, usize) {
@@ -40,22 +53,22 @@ fn both(json: bool, emit: fn()) -> (Vec<String>, Vec<String>, usize) {
     let before = FAST_LINES.with(|n| n.load(Ordering::Relaxed));
     if json {
         let sub = builder().json().with_writer(move || s.clone()).finish();
-        tracing::subscriber::with_default(sub, emit);
+        tracing::subscriber::with_default(sub, with_fresh_interest(emit));
         let sub = builder()
             .json()
             .with_writer(move || f.clone())
             .event_format(AccessFormat::json(format().json()))
             .finish();
-        tracing::subscriber::with_default(sub, emit);
+        tracing::subscriber::with_default(sub, with_fresh_interest(emit));
     } else {
         let sub = builder().with_writer(move || s.clone()).finish();
-        tracing::subscriber::with_default(sub, emit);
+        tracing::subscriber::with_default(sub, with_fresh_interest(emit));
         let sub = builder()
             .with_writer(move || f.clone())
             .fmt_fields(FastFields::default())
             .event_format(AccessFormat::text(format()))
             .finish();
-        tracing::subscriber::with_default(sub, emit);
+        tracing::subscriber::with_default(sub, with_fresh_interest(emit));
     }
     let written = FAST_LINES.with(|n| n.load(Ordering::Relaxed)) - before;
     (stock.lines(), fast.lines(), written)
