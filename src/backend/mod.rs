@@ -297,6 +297,11 @@ impl BackendSpec {
         }
     }
 
+    /// The per-call timeout in force: `timeout`, else `server.request_timeout`.
+    pub fn call_timeout(&self) -> Duration {
+        self.timeout.get()
+    }
+
     /// Puts `server.request_timeout` in force for a backend without a `timeout`
     /// of its own (hot reload): calls started from now on, on every connection,
     /// use it.

@@ -173,19 +173,52 @@ impl SharedStore {
 
     /// The sender's give-up on the request it handed as stream `stream` of
     /// session `h`, not picked up in time (one `EVAL`): see [`GiveUp`].
+    /// Tried even while the store is marked down (the answer decides whether
+    /// the request may run here).
     pub async fn give_up_call(&self, h: &str, stream: u64) -> Result<GiveUp, Unavailable> {
-        if !self.is_up() {
-            return Err(Unavailable);
-        }
         let (take, ttl) = (take_key(h, stream), TAKE_TTL.to_string());
         let (keys, args) = ([take.as_str()], [ttl.as_str()]);
         let given = self.redis.eval::<String>(GIVE_UP, &keys, &args);
         Ok(match self.op("take", given).await?.as_str() {
             "gone" => GiveUp::Won,
             "run" => GiveUp::Taken,
+            "ref" => GiveUp::Refused,
             _ => GiveUp::Lost,
         })
     }
+
+    /// What the take key of the request handed as stream `stream` of session
+    /// `h` says (one `GET`): [`Take::Wait`] until the owner picks it up,
+    /// [`Take::Run`] / [`Take::Refused`] after, [`Take::Gone`] when the sender
+    /// gave up on it or the key is gone.
+    pub async fn take_state(&self, h: &str, stream: u64) -> Result<Take, Unavailable> {
+        if !self.is_up() {
+            return Err(Unavailable);
+        }
+        let mut cmd = ::redis::cmd("GET");
+        cmd.arg(take_key(h, stream));
+        let got = self.redis.query::<Option<String>>(cmd);
+        Ok(match self.op("take", got).await?.as_deref() {
+            Some("wait") => Take::Wait,
+            Some("run") => Take::Run,
+            Some("ref") => Take::Refused,
+            _ => Take::Gone,
+        })
+    }
+}
+
+/// The state of a handed request's take key ([`SharedStore::take_state`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Take {
+    /// Sent, not picked up yet.
+    Wait,
+    /// Picked up by the owner: it runs (or ran) there.
+    Run,
+    /// Picked up by the owner, which refused it (it no longer holds the
+    /// session): not run.
+    Refused,
+    /// Given up on by the sender, or no key (never sent, or expired).
+    Gone,
 }
 
 /// What became of a handed request the sender gave up on
@@ -197,13 +230,17 @@ pub enum GiveUp {
     /// The owner picked it up first: it runs (or ran) there, its pickup mark
     /// is in the session's event stream.
     Taken,
-    /// Its take key is gone (the store lost it): the owner can no longer pick
-    /// it up, but whether it did is unknown.
+    /// The owner picked it up first and refused it (it no longer holds the
+    /// session): not run.
+    Refused,
+    /// No take key: never sent (the send did not reach the store), or the
+    /// store lost it (then whether the owner picked it up is unknown).
     Lost,
 }
 
 /// The take key of the request handed as stream `stream` of session `h`:
-/// `wait`, then `run` (the owner picked it up) or `gone` (the sender gave up).
+/// `wait`, then `run` (the owner picked it up), `ref` (picked up and refused)
+/// or `gone` (the sender gave up).
 fn take_key(h: &str, stream: u64) -> String {
     format!("mcpg:{{{h}}}:take:{stream}")
 }
@@ -221,10 +258,11 @@ const SEND_CALL: &str = "if redis.call('EXISTS', KEYS[2]) == 0 then return 0 end
      redis.call('EXPIRE', KEYS[1], ARGV[2]) return 1";
 
 /// KEYS: take key, events; ARGV: stream, producer tag, last, request id,
-/// events kept, events TTL. `wait` → `run` and the pickup mark (the fields of
-/// `SharedStore::mirror_event`, seq 0, no data); 0 when not `wait`.
+/// events kept, events TTL. `wait` → `run` (`ref` when refused) and the
+/// pickup mark (the fields of `SharedStore::mirror_event`, seq 0, no data); 0
+/// when not `wait`.
 const TAKE_CALL: &str = "if redis.call('GET', KEYS[1]) ~= 'wait' then return 0 end \
-     redis.call('SET', KEYS[1], 'run', 'KEEPTTL') \
+     redis.call('SET', KEYS[1], ARGV[3] == '1' and 'ref' or 'run', 'KEEPTTL') \
      redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[5], '*', 'st', ARGV[1], 'sq', '0', \
        'pr', ARGV[2], 'last', ARGV[3], 'rid', ARGV[4], 'd', '') \
      redis.call('EXPIRE', KEYS[2], ARGV[6]) return 1";

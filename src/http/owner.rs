@@ -12,12 +12,15 @@
 //!   sends (related messages, the response) to the session's mirrored event
 //!   stream under that number (`sse::mirror_only`), seq 0 first as the mark
 //!   that it picked the request up. This replica follows that stream
-//!   (`resume::elsewhere`): the response as JSON when it comes within
+//!   (`resume::handed`; a store hiccup is followed, not taken as an end,
+//!   and no event for the backend's call timeout + 10 s ends it with
+//!   -32603): the response as JSON when it comes within
 //!   `server.json_response_window`, else an SSE stream whose event ids are the
 //!   owner's stream, so the host resumes it on any replica. A host's cancel
 //!   reaches the owner by the `ctl` broadcast; a server→client request of the
 //!   owner's child carries the owner's tag, so its answer finds its way back.
-//! - **Owner gone.** Not picked up within [`PICKUP`], this replica gives up
+//! - **Owner gone.** Not picked up within [`PICKUP`] (or the send's reply
+//!   missed the deadline: no take key then means never sent), this replica gives up
 //!   on the request: one compare-and-set on its take key, which the owner's
 //!   pickup races (`cluster::GiveUp`; no clock is compared). Won: the owner
 //!   will never run it; if the owner no longer heartbeats this replica adopts
@@ -43,7 +46,7 @@ use tokio::time::Instant;
 use super::session::reject;
 use super::sse::{Mirror, json_response, mirror_only, sse_response};
 use super::{AppState, HttpError};
-use crate::cluster::{Claim, GiveUp, Purpose, SharedStore};
+use crate::cluster::{Claim, GiveUp, Purpose, SharedStore, Take};
 use crate::config::OwnerLoss;
 use crate::dispatch::{Call, Reply};
 use crate::jsonrpc::{self, ErrorObject};
@@ -57,6 +60,17 @@ const PICKUP: Duration = Duration::from_secs(1);
 
 /// The longest wait between two looks for the pickup mark.
 const PICKUP_POLL: Duration = Duration::from_millis(100);
+
+/// How often a give-up is tried while the store does not answer.
+const GIVE_UP_TRIES: u32 = 3;
+
+/// How long an owner tries to learn whether its pickup of a handed request
+/// landed when the store's answer did not come.
+const TAKE_SETTLE: Duration = Duration::from_secs(10);
+
+/// Added to the backend's call timeout: how long a handed request's follower
+/// waits for the owner's next event before it ends the request with -32603.
+const BACKSTOP_MARGIN: Duration = Duration::from_secs(10);
 
 /// Where a request of a session runs.
 enum Gate {
@@ -102,10 +116,11 @@ pub(super) async fn serve(
     let owner_bound = st
         .dispatch
         .target(&host, &req.method, req.params.as_ref())
-        .is_some_and(|idx| st.supervisor.is_owner_bound(idx, session));
-    if !owner_bound {
+        .filter(|&idx| st.supervisor.is_owner_bound(idx, session));
+    let Some(idx) = owner_bound else {
         return Err((ctx, req, slot));
-    }
+    };
+    let backstop = st.catalog.backends().at(idx).spec.call_timeout() + BACKSTOP_MARGIN;
     let mut gate = claim(st, &store, session, "owner_lost").await;
     // At most a few hand-overs: an owner letting go, or dying, meanwhile.
     for _ in 0..3 {
@@ -114,7 +129,7 @@ pub(super) async fn serve(
             Gate::Ended => return Ok(reject(ctx, HttpError::unknown_session())),
             Gate::Owner(tag) => tag,
         };
-        gate = match hand(st, &store, session, &req, &tag).await {
+        gate = match hand(st, &store, session, &req, &tag, backstop).await {
             Handed::Picked(attached) => return Ok(respond(st, ctx, session, slot, attached).await),
             Handed::Refused => claim(st, &store, session, "owner_lost").await,
             Handed::Dead(reason) => claim(st, &store, session, reason).await,
@@ -197,15 +212,22 @@ fn call_aad(h: &str) -> String {
 }
 
 /// Hands `req` to owner `tag` and waits until it is picked up, or gives up
-/// on it after [`PICKUP`] (a race with the pickup that one of them wins).
+/// on it after [`PICKUP`] (a race with the pickup that one of them wins). A
+/// send whose answer did not come may still have reached the store: the
+/// give-up settles it too, so the request never runs both here and there.
+/// `backstop`: how long the answer may keep the follower waiting.
 async fn hand(
     st: &AppState,
     store: &Arc<SharedStore>,
     session: &Session,
     req: &RpcRequest,
     tag: &str,
+    backstop: Duration,
 ) -> Handed {
     let h = session.store_key();
+    if !store.is_up() {
+        return Handed::NotSent;
+    }
     let stream = next_stream_id();
     let call = json!({
         "id": &**session.id(),
@@ -217,56 +239,88 @@ async fn hand(
         call_aad(h).as_bytes(),
         call.to_string().as_bytes(),
     );
-    match store.send_call(tag, h, stream, sealed.as_bytes()).await {
-        Ok(true) => {}
+    let forwarded = || {
+        st.metrics
+            .cluster_forwarded
+            .with_label_values(&["call"])
+            .inc()
+    };
+    let settled = match store.send_call(tag, h, stream, sealed.as_bytes()).await {
+        Ok(true) => {
+            forwarded();
+            match await_pickup(store, h, stream).await {
+                Some(Take::Run) => Ok(true),
+                Some(_) => Ok(false),
+                None => give_up(store, h, stream, tag, false).await,
+            }
+        }
         Ok(false) => return Handed::Dead("owner_lost"),
-        Err(_) => return Handed::NotSent,
-    }
-    st.metrics
-        .cluster_forwarded
-        .with_label_values(&["call"])
-        .inc();
-    let end = Instant::now() + PICKUP;
-    let mut wait = Duration::from_millis(2);
-    let refused = loop {
-        tokio::time::sleep(wait).await;
-        wait = (wait * 2).min(PICKUP_POLL);
-        if let Some(refused) = pickup(store, h, stream).await {
-            break refused;
-        }
-        if Instant::now() < end {
-            continue;
-        }
-        match store.give_up_call(h, stream).await {
-            Ok(GiveUp::Won) if store.is_alive(tag).await => return Handed::Unreachable,
-            Ok(GiveUp::Won) => return Handed::Dead("unreachable"),
-            // Picked up just in time: its mark was written with the pickup.
-            Ok(GiveUp::Taken) => match pickup(store, h, stream).await {
-                Some(refused) => break refused,
-                None => return Handed::Unknown,
-            },
-            Ok(GiveUp::Lost) | Err(_) => return Handed::Unknown,
+        Err(_) => {
+            let settled = give_up(store, h, stream, tag, true).await;
+            if !matches!(settled, Err(Handed::NotSent)) {
+                forwarded();
+            }
+            settled
         }
     };
-    if refused {
-        return Handed::Refused;
+    match settled {
+        Err(handed) => return handed,
+        Ok(false) => return Handed::Refused,
+        Ok(true) => {}
     }
-    match super::resume::elsewhere(store, &st.sealer, h, stream, 0).await {
-        Ok(attached) => Handed::Picked(attached),
-        // Ended without a response (the host cancelled it).
-        Err(_) => Handed::Picked(Attached {
-            stream,
-            replay: Vec::new(),
-            live: None,
-        }),
-    }
+    let rid = req.id.to_json();
+    let attached = super::resume::handed(store, &st.sealer, h, stream, tag, &rid, backstop).await;
+    // `None`: ended without a response (the host cancelled it).
+    Handed::Picked(attached.unwrap_or(Attached {
+        stream,
+        replay: Vec::new(),
+        live: None,
+    }))
 }
 
-/// The pickup mark of handed stream `stream`, if written: whether the owner
-/// refused the request (`None`: no mark yet, or the store did not answer).
-async fn pickup(store: &SharedStore, h: &str, stream: u64) -> Option<bool> {
-    let events = store.events_of(h, stream, None).await.ok()?;
-    events.iter().find(|e| e.seq == 0).map(|mark| mark.last)
+/// Waits up to [`PICKUP`] for the owner's pickup of handed stream `stream`
+/// (one `GET` of its take key a look): [`Take::Run`] or [`Take::Refused`];
+/// `None` when not seen.
+async fn await_pickup(store: &SharedStore, h: &str, stream: u64) -> Option<Take> {
+    let end = Instant::now() + PICKUP;
+    let mut wait = Duration::from_millis(2);
+    while Instant::now() < end {
+        tokio::time::sleep(wait).await;
+        wait = (wait * 2).min(PICKUP_POLL);
+        if let Ok(t @ (Take::Run | Take::Refused)) = store.take_state(h, stream).await {
+            return Some(t);
+        }
+    }
+    None
+}
+
+/// Gives up on handed stream `stream` (a few tries while the store does not
+/// answer): `Ok(true)` the owner picked it up first and runs it, `Ok(false)`
+/// it refused it; else what the sender does: `Unreachable` / `Dead` (the
+/// give-up won, never run there), `NotSent` (no take key and `unsent_if_absent`:
+/// the send never reached the store), `Unknown`.
+async fn give_up(
+    store: &SharedStore,
+    h: &str,
+    stream: u64,
+    tag: &str,
+    unsent_if_absent: bool,
+) -> Result<bool, Handed> {
+    for attempt in 0..GIVE_UP_TRIES {
+        if attempt > 0 {
+            tokio::time::sleep(PICKUP_POLL).await;
+        }
+        match store.give_up_call(h, stream).await {
+            Ok(GiveUp::Won) if store.is_alive(tag).await => return Err(Handed::Unreachable),
+            Ok(GiveUp::Won) => return Err(Handed::Dead("unreachable")),
+            Ok(GiveUp::Taken) => return Ok(true),
+            Ok(GiveUp::Refused) => return Ok(false),
+            Ok(GiveUp::Lost) if unsent_if_absent => return Err(Handed::NotSent),
+            Ok(GiveUp::Lost) => return Err(Handed::Unknown),
+            Err(_) => {}
+        }
+    }
+    Err(Handed::Unknown)
 }
 
 /// Answers the host with what the owner sends: JSON when the response is the
@@ -353,17 +407,19 @@ async fn run_one(st: AppState, h: String, sealed: String) {
         let _ = store.release_owner(&h).await;
     }
     // The pickup (with its mark) races the sender's give-up: run only if won.
-    match store
-        .take_call(&h, call.stream, &request_id, held.is_none())
-        .await
-    {
-        Ok(true) => {}
-        Ok(false) => {
+    let refuse = held.is_none();
+    let taken = match store.take_call(&h, call.stream, &request_id, refuse).await {
+        Ok(taken) => Some(taken),
+        Err(_) => settle_take(&store, &h, call.stream, &request_id, refuse).await,
+    };
+    match taken {
+        Some(true) => {}
+        Some(false) => {
             tracing::info!(id = %call.request.id, "a request handed to this replica came too late; not run (the sender gave up on it)");
             return;
         }
-        Err(_) => {
-            tracing::warn!(id = %call.request.id, "a handed request not run: the shared store did not take its pickup");
+        None => {
+            tracing::warn!(id = %call.request.id, "a handed request not run: the shared store did not say whether its pickup landed");
             return;
         }
     }
@@ -393,4 +449,34 @@ async fn run_one(st: AppState, h: String, sealed: String) {
         Reply::Call(c) => c,
     };
     mirror_only(call_of, mirror, call.stream).await;
+}
+
+/// Learns whether a pickup whose answer did not come landed (its take key
+/// says `run`/`ref`), trying it again while the key still says `wait`, for
+/// up to [`TAKE_SETTLE`]: `Some(true)` taken (run it: the sender follows its
+/// mark), `Some(false)` given up on, `None` unknown.
+async fn settle_take(
+    store: &SharedStore,
+    h: &str,
+    stream: u64,
+    request_id: &str,
+    refuse: bool,
+) -> Option<bool> {
+    let end = Instant::now() + TAKE_SETTLE;
+    let mut pause = Duration::from_millis(50);
+    while Instant::now() < end {
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(PICKUP_POLL * 5);
+        match store.take_state(h, stream).await {
+            Ok(Take::Run | Take::Refused) => return Some(true),
+            Ok(Take::Gone) => return Some(false),
+            Ok(Take::Wait) => {
+                if let Ok(taken) = store.take_call(h, stream, request_id, refuse).await {
+                    return Some(taken);
+                }
+            }
+            Err(_) => {}
+        }
+    }
+    None
 }

@@ -29,6 +29,13 @@ const FIRST_POLL: Duration = Duration::from_millis(2);
 /// How often, at most, a follower asks whether the producer still heartbeats.
 const ALIVE_EVERY: Duration = Duration::from_secs(1);
 
+/// The terminal error of a stream whose producer stopped heartbeating.
+const STOPPED: &str =
+    "the gateway replica serving this request stopped before it answered; it was not retried";
+
+/// The terminal error of a handed request whose answer never came.
+const NO_ANSWER: &str = "the gateway replica running this session's backend process did not write its answer in time; it may have run";
+
 /// Frames queued toward the resumed response.
 const CAPACITY: usize = 64;
 
@@ -46,6 +53,61 @@ pub async fn elsewhere(
         .events_of(h, stream, None)
         .await
         .map_err(|_| ResumeError::Gone)?;
+    attach(store, sealer, h, stream, after, &events, None)
+}
+
+/// Follows stream `stream` of session `h` that `producer` runs for this
+/// replica (a request handed to the session's owner, `owner.rs`, its
+/// JSON-RPC id `request_id` as JSON text), from its start: `None` only when
+/// the stream really ended without a response (the host cancelled it). A
+/// store that does not answer now, or a mirror not showing the stream yet,
+/// is followed all the same. The follower ends the stream with a terminal
+/// -32603 once nothing came for `backstop` (the backend's call timeout and a
+/// margin): the owner then failed to write the response.
+pub async fn handed(
+    store: &Arc<SharedStore>,
+    sealer: &Arc<Sealer>,
+    h: &str,
+    stream: u64,
+    producer: &str,
+    request_id: &str,
+    backstop: Duration,
+) -> Option<Attached> {
+    if let Ok(events) = store.events_of(h, stream, None).await {
+        match attach(store, sealer, h, stream, 0, &events, Some(backstop)) {
+            Ok(attached) => return Some(attached),
+            Err(_) if events.iter().any(|e| e.last) => return None,
+            Err(_) => {}
+        }
+    }
+    let (tx, rx) = mpsc::channel(CAPACITY);
+    let follow = Follow {
+        store: store.clone(),
+        sealer: sealer.clone(),
+        h: h.to_owned(),
+        stream,
+        producer: producer.to_owned(),
+        request_id: request_id.to_owned(),
+        backstop: Some(backstop),
+    };
+    tokio::spawn(follow.run(0, String::new(), tx));
+    Some(Attached {
+        stream,
+        replay: Vec::new(),
+        live: Some(rx),
+    })
+}
+
+/// Attaches to stream `stream` after `after` given the mirror's `events`.
+fn attach(
+    store: &Arc<SharedStore>,
+    sealer: &Arc<Sealer>,
+    h: &str,
+    stream: u64,
+    after: u64,
+    events: &[MirroredEvent],
+    backstop: Option<Duration>,
+) -> Result<Attached, ResumeError> {
     let first = events.first().ok_or(ResumeError::Gone)?;
     if first.seq > after + 1 {
         return Err(ResumeError::Gone);
@@ -75,6 +137,7 @@ pub async fn elsewhere(
             stream,
             producer: first.producer.clone(),
             request_id: first.request_id.clone(),
+            backstop,
         };
         let entry = events.last().map(|e| e.entry.clone()).unwrap_or_default();
         tokio::spawn(follow.run(known, entry, tx));
@@ -115,6 +178,9 @@ struct Follow {
     stream: u64,
     producer: String,
     request_id: String,
+    /// Ends the stream with a terminal error once no event came for this
+    /// long (a handed request; `None`: only the producer's death ends it).
+    backstop: Option<Duration>,
 }
 
 impl Follow {
@@ -124,6 +190,7 @@ impl Follow {
     async fn run(self, mut seen: u64, mut entry: String, tx: mpsc::Sender<Frame>) {
         let mut wait = FIRST_POLL;
         let mut alive_checked: Option<tokio::time::Instant> = None;
+        let mut heard = tokio::time::Instant::now();
         loop {
             tokio::select! {
                 _ = tokio::time::sleep(wait) => {}
@@ -139,17 +206,22 @@ impl Follow {
             }
             let new: Vec<&MirroredEvent> = events.iter().filter(|e| e.seq > seen).collect();
             if new.is_empty() {
+                if self.backstop.is_some_and(|b| heard.elapsed() >= b) {
+                    let _ = tx.send(self.terminal(seen + 1, NO_ANSWER).await).await;
+                    return;
+                }
                 if alive_checked.is_some_and(|at| at.elapsed() < ALIVE_EVERY) {
                     continue;
                 }
                 alive_checked = Some(tokio::time::Instant::now());
                 if !self.store.is_alive(&self.producer).await {
-                    let _ = tx.send(self.terminal(seen + 1).await).await;
+                    let _ = tx.send(self.terminal(seen + 1, STOPPED).await).await;
                     return;
                 }
                 continue;
             }
             wait = FIRST_POLL;
+            heard = tokio::time::Instant::now();
             for e in new {
                 seen = e.seq;
                 let Some(frame) = open(&self.sealer, &self.h, e) else {
@@ -169,17 +241,14 @@ impl Follow {
 
     /// The terminal error for a request whose replica stopped: mirrored too,
     /// so every resumer sees the same end.
-    async fn terminal(&self, seq: u64) -> Frame {
+    async fn terminal(&self, seq: u64, why: &str) -> Frame {
         let id = Id::from_json(&self.request_id);
-        let error = ErrorObject::new(
-            jsonrpc::INTERNAL_ERROR,
-            "the gateway replica serving this request stopped before it answered; it was not retried",
-        );
+        let error = ErrorObject::new(jsonrpc::INTERNAL_ERROR, why);
         let data = jsonrpc::error_bytes(id.as_ref(), &error);
         let aad = event_aad(&self.h, self.stream, seq);
         let sealed = self.sealer.seal(Purpose::Value, aad.as_bytes(), &data);
-        tracing::info!(replica = %self.producer, stream = self.stream,
-            "a resumed stream's replica is gone: ended with an error");
+        tracing::info!(replica = %self.producer, stream = self.stream, why,
+            "a followed stream ended with an error");
         let ev = MirroredEvent {
             stream: self.stream,
             seq,

@@ -200,9 +200,26 @@ impl Mirror {
         let (store, h) = (self.store.clone(), self.h.clone());
         tokio::spawn(async move {
             while let Some((ev, done)) = rx.recv().await {
-                let _ = store.mirror_event(&h, &ev).await;
-                if let Some(done) = done {
-                    let _ = done.send(());
+                let Some(done) = done else {
+                    let _ = store.mirror_event(&h, &ev).await;
+                    continue;
+                };
+                // The response: retried until it lands (a follower on another
+                // replica waits for it), for up to FINAL_RETRY.
+                let end = tokio::time::Instant::now() + FINAL_RETRY;
+                let mut pause = Duration::from_millis(50);
+                let mut done = Some(done);
+                while store.mirror_event(&h, &ev).await.is_err()
+                    && tokio::time::Instant::now() < end
+                {
+                    if let Some(d) = done.take() {
+                        let _ = d.send(());
+                    }
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(Duration::from_secs(1));
+                }
+                if let Some(d) = done {
+                    let _ = d.send(());
                 }
             }
         });
@@ -213,6 +230,10 @@ impl Mirror {
         }
     }
 }
+
+/// How long a stream's last event is retried while the store does not take
+/// it.
+const FINAL_RETRY: Duration = Duration::from_secs(30);
 
 /// The writer of one stream's mirrored events.
 struct Writer {

@@ -12,6 +12,7 @@ pub mod fake_sse;
 #[path = "../support/modern.rs"]
 pub mod modern;
 pub mod modern_host;
+pub mod proxy;
 pub mod served;
 pub mod store;
 #[path = "../support/tools.rs"]

@@ -116,11 +116,13 @@ pub const FX_LOGGED: &str = "[backends.fx]\ntype = \"stdio\"\ncommand = \"${FAKE
 /// `mcpgate serve` sharing `redis` (`None`: token-only) with a 200 ms
 /// heartbeat, a metrics listener, a 2 s shutdown grace and `backends`.
 pub async fn replica(redis: Option<&TestRedis>, backends: &str) -> super::served::Served {
-    let cluster = redis.map_or(String::new(), |r| {
-        format!(
-            "[cluster]\nredis = \"{}\"\nheartbeat = \"200ms\"\n",
-            r.url()
-        )
+    replica_at(redis.map(TestRedis::url).as_deref(), backends).await
+}
+
+/// [`replica`] with the store at `url` (a proxy in front of a [`TestRedis`]).
+pub async fn replica_at(url: Option<&str>, backends: &str) -> super::served::Served {
+    let cluster = url.map_or(String::new(), |u| {
+        format!("[cluster]\nredis = \"{u}\"\nheartbeat = \"200ms\"\n")
     });
     let config = format!(
         "[server]\nlisten = \"127.0.0.1:0\"\nmetrics_listen = \"127.0.0.1:0\"\n\

@@ -1,0 +1,108 @@
+//! Owner-bound requests when a store reply is late (issue 11 item 4, review
+//! findings 1 and 2): a proxy in front of the real `redis-server` holds back
+//! one replica's replies after a chosen command, which Redis runs at once. A
+//! handed request then still runs exactly once, and the host gets an answer.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use common::proxy::RedisProxy;
+use common::served::Served;
+use common::store::{TestRedis, at, replica_at};
+use common::{McpClient, TestDir, logged_calls, text_of};
+use serde_json::{Value, json};
+
+/// The fake stdio backend `fx`, one child per session, logging to `log`.
+fn fx(log: &Path) -> String {
+    format!(
+        "[backends.fx]\ntype = \"stdio\"\ncommand = \"${{FAKE_STDIO}}\"\n\
+         args = [\"--log\", \"{}\"]\nmode = \"per_session\"\n",
+        log.display()
+    )
+}
+
+/// How often `tools/call` of `fx__echo` ran with `text`.
+fn runs(log: &Path, text: &str) -> usize {
+    logged_calls(log, "echo")
+        .iter()
+        .filter(|e| e["msg"]["params"]["arguments"]["text"] == text)
+        .count()
+}
+
+/// Redis, a proxy in front of it, owner A and replica B (the one named
+/// `behind` speaks to Redis through the proxy), a session owned by A.
+async fn setup(
+    behind: &str,
+) -> (
+    TestRedis,
+    RedisProxy,
+    TestDir,
+    PathBuf,
+    Served,
+    Served,
+    McpClient,
+) {
+    let redis = TestRedis::start().await;
+    let proxy = RedisProxy::start(redis.port).await;
+    let dir = TestDir::new();
+    let log = dir.path("fx.log");
+    let url = |name: &str| {
+        if name == behind {
+            proxy.url.clone()
+        } else {
+            redis.url()
+        }
+    };
+    let a = replica_at(Some(&url("a")), &fx(&log)).await;
+    let b = replica_at(Some(&url("b")), &fx(&log)).await;
+    let mut s = McpClient::new(&a.url);
+    s.initialize(json!({})).await;
+    let r = s.call_tool("fx__echo", json!({"text": "claim"})).await;
+    assert_eq!(text_of(&r.response), "claim", "{}", r.response);
+    (redis, proxy, dir, log, a, b, s)
+}
+
+/// `fx__echo` of `text` through `c`, within 20 s.
+async fn echo_within(c: &McpClient, text: &str) -> Value {
+    let call = c.call_tool("fx__echo", json!({ "text": text }));
+    tokio::time::timeout(Duration::from_secs(20), call)
+        .await
+        .unwrap_or_else(|_| panic!("no answer to {text} within 20 s"))
+        .response
+}
+
+#[tokio::test]
+async fn a_send_whose_reply_is_late_runs_once() {
+    let (_redis, proxy, _dir, log, a, b, s) = setup("b").await;
+    // B's send reaches Redis (A picks the call up) but its reply misses the
+    // deadline: B must not run the call itself as if it was never sent.
+    proxy.hold_replies_after("'k', 'call'", Duration::from_millis(900));
+    let r = echo_within(&at(&s, &b), "late send").await;
+    assert!(proxy.fired(), "the send went through the proxy");
+    let ran = runs(&log, "late send");
+    if r.get("result").is_some() {
+        assert_eq!(text_of(&r), "late send", "{r}");
+        assert_eq!(ran, 1, "ran once:\nA:\n{}\nB:\n{}", a.log(), b.log());
+    } else {
+        assert_eq!(r["error"]["code"], -32603, "{r}");
+        assert_eq!(ran, 0, "an error says not run, or may have run: {r}");
+    }
+    assert!(ran <= 1, "never twice: {ran}");
+}
+
+#[tokio::test]
+async fn a_pickup_whose_reply_is_late_still_answers_the_host() {
+    let (_redis, proxy, _dir, log, a, b, s) = setup("a").await;
+    // A's pickup runs in Redis (B sees the mark and follows) but its reply
+    // misses the deadline: A must learn it landed and run the call.
+    proxy.hold_replies_after("'sq', '0'", Duration::from_millis(900));
+    let r = echo_within(&at(&s, &b), "late pickup").await;
+    assert!(proxy.fired(), "the pickup went through the proxy");
+    assert_eq!(text_of(&r), "late pickup", "{r}\nA:\n{}", a.log());
+    assert_eq!(runs(&log, "late pickup"), 1, "ran once");
+    // The session goes on normally afterwards.
+    let r = echo_within(&at(&s, &b), "after").await;
+    assert_eq!(text_of(&r), "after", "{r}");
+}
