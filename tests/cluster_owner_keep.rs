@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use common::served::Served;
 use common::store::{KEYS, TestRedis, at};
-use common::{McpClient, TestDir, logged_calls};
+use common::{McpClient, TestDir, logged, logged_calls, wait_for};
 use nix::sys::signal::Signal;
 use serde_json::{Value, json};
 
@@ -56,8 +56,13 @@ fn call_pids(log: &Path, tool: &str) -> Vec<u64> {
 
 /// A session claimed by A (one `echo` there), spoken to through B.
 async fn owned_by_a(a: &Served, b: &Served) -> (McpClient, McpClient) {
+    owned_by_a_with(a, b, json!({})).await
+}
+
+/// [`owned_by_a`] for a host declaring `caps`.
+async fn owned_by_a_with(a: &Served, b: &Served, caps: Value) -> (McpClient, McpClient) {
     let mut s = McpClient::new(&a.url);
-    s.initialize(json!({})).await;
+    s.initialize(caps).await;
     let r = call(&s, "fx__echo", json!({"text": "claim"})).await;
     assert_eq!(text_of(&r), "claim", "{r}");
     let on_b = at(&s, b);
@@ -157,4 +162,27 @@ async fn a_draining_owner_hands_its_session_over_under_steady_calls() {
     let pids: BTreeSet<u64> = call_pids(&log, "sleep").into_iter().collect();
     assert!(pids.contains(&first), "A ran calls before: {pids:?}");
     assert_eq!(pids.len(), 2, "then B's own child: {pids:?}");
+}
+
+#[tokio::test]
+async fn a_roots_change_sent_to_b_reaches_the_owners_child() {
+    let redis = TestRedis::start().await;
+    let dir = TestDir::new();
+    let log = dir.path("fx.log");
+    let a = replica(&redis, "10m", &log, "").await;
+    let b = replica(&redis, "10m", &log, "").await;
+    let (_s, on_b) = owned_by_a_with(&a, &b, json!({"roots": {}})).await;
+    let child = call_pids(&log, "echo")[0];
+    let r = on_b.notify("notifications/roots/list_changed", None).await;
+    assert_eq!(r.status.as_u16(), 202);
+    let heard = || {
+        logged(&log, "notifications/roots/list_changed")
+            .iter()
+            .any(|e| e["pid"].as_u64() == Some(child))
+    };
+    assert!(
+        wait_for(Duration::from_secs(3), heard).await,
+        "A's child heard the roots change:\n{}",
+        a.log()
+    );
 }

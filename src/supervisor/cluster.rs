@@ -1,6 +1,6 @@
 //! Sessions shared with other replicas through the shared store (`[cluster]
 //! redis`): what they broadcast (a session ended, a log level changed, a host
-//! cancelled a request) or send this replica (a host's answer to a request
+//! cancelled a request or changed its roots) or send this replica (a host's answer to a request
 //! relayed here, a message for a standalone stream produced here, a request
 //! for a per-session child owned here: `owner.rs`), the
 //! revalidation of cached sessions after a store outage (broadcasts are lost
@@ -55,6 +55,11 @@ pub async fn follow_cluster(sup: Arc<Supervisor>, mut events: mpsc::UnboundedRec
             Ctl::Cancel { h, params } => {
                 if let Some(s) = cached(&sup, &h) {
                     sup.relay.cancel_forwarded(&s, &params);
+                }
+            }
+            Ctl::Roots(h) => {
+                if let Some(s) = cached(&sup, &h).filter(|s| s.is_owned()) {
+                    sup.relay.roots_changed(&s);
                 }
             }
             Ctl::Call { h, message } => sup.owner_call(h, message),
