@@ -68,6 +68,9 @@ pub enum Ctl {
         /// `{"requestId": …, "reason"?: …}`.
         params: String,
     },
+    /// The host of session `h` changed its roots, on another replica: the
+    /// session's owner tells its per-session children.
+    Roots(String),
     /// Another replica's backend sent, for session `h`, a message for its
     /// standalone stream, which this replica produces: `message` is the
     /// JSON-RPC message, to put on that stream as if it came from here.
@@ -259,6 +262,16 @@ impl SharedStore {
         }
         let msg = format!("cancel {h} {} {params}", self.tag);
         self.op("publish", self.redis.publish(&msg)).await
+    }
+
+    /// Announces a host's `notifications/roots/list_changed` for session `h`
+    /// (the owner of its per-session children is elsewhere).
+    pub async fn broadcast_roots(&self, h: &str) -> Result<(), Unavailable> {
+        let msg = format!("roots {h} {}", self.tag);
+        match self.is_up() {
+            true => self.op("publish", self.redis.publish(&msg)).await,
+            false => Err(Unavailable),
+        }
     }
 
     /// Whether the store answered its last operation.
@@ -506,9 +519,9 @@ fn to_event(entry: String, map: &HashMap<String, ::redis::Value>) -> Option<Mirr
     })
 }
 
-/// A `ctl` message from another replica: `ended H TAG`, `lvl H LEVEL TAG` or
-/// `cancel H TAG PARAMS` (PARAMS: JSON, the rest of the line); `None` for this
-/// replica's own (`me`) and for anything else.
+/// A `ctl` message from another replica: `ended H TAG`, `roots H TAG`, `lvl H
+/// LEVEL TAG` or `cancel H TAG PARAMS` (PARAMS: JSON, the rest of the line);
+/// `None` for this replica's own (`me`) and for anything else.
 fn parse_ctl(text: &str, me: &str) -> Option<Ctl> {
     if let Some(rest) = text.strip_prefix("cancel ") {
         let mut words = rest.splitn(3, ' ');
@@ -521,6 +534,7 @@ fn parse_ctl(text: &str, me: &str) -> Option<Ctl> {
     let words: Vec<&str> = text.split(' ').collect();
     match words.as_slice() {
         ["ended", h, tag] if *tag != me => Some(Ctl::Ended((*h).to_owned())),
+        ["roots", h, tag] if *tag != me => Some(Ctl::Roots((*h).to_owned())),
         ["lvl", h, level, tag] if *tag != me => Some(Ctl::Level {
             h: (*h).to_owned(),
             level: (*level).to_owned(),
@@ -552,6 +566,7 @@ mod tests {
             Some(Ctl::Ended("abc".into()))
         );
         assert_eq!(parse_ctl("ended abc r2", "r2"), None, "our own");
+        assert!(matches!(parse_ctl("roots abc r1", "r2"), Some(Ctl::Roots(h)) if h == "abc"));
         assert_eq!(
             parse_ctl("lvl abc warning r1", "r2"),
             Some(Ctl::Level {

@@ -31,8 +31,9 @@
 //!   instead (404: the child's state is gone); otherwise children restart on
 //!   first use with the session's log level.
 //! - **Let go.** An owner that no longer holds the session (it ended, expired
-//!   or was released here) releases it and refuses the request; the sender
-//!   claims it again.
+//!   or was released here) or is draining releases it and refuses the
+//!   request; the sender claims it again. A handed request counts as a use
+//!   of the owner's copy of the session (it does not idle out there).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -402,6 +403,14 @@ async fn run_one(st: AppState, h: String, sealed: String) {
         .sessions
         .get(&call.id)
         .filter(|s| !s.is_ended() && s.store_key() == h);
+    // A draining replica takes no new request for its sessions: the sender
+    // claims the session and its next child runs there, while the calls in
+    // flight here finish (and the drain is not held up by new ones).
+    let stopping = st.supervisor.is_stopping();
+    if let Some(s) = held.as_ref().filter(|_| stopping) {
+        st.supervisor.unmark(s);
+    }
+    let held = held.filter(|_| !stopping);
     if held.is_none() {
         // Let go first: the sender, seeing the refusal, claims it again.
         let _ = store.release_owner(&h).await;
@@ -424,10 +433,20 @@ async fn run_one(st: AppState, h: String, sealed: String) {
         }
     }
     let Some(session) = held else {
-        tracing::info!(id = %call.request.id, "a request handed to this replica for a session it no longer holds: let go, refused");
+        match stopping {
+            true => {
+                tracing::info!(id = %call.request.id, "a request handed to this replica while it drains: the session is let go, refused")
+            }
+            false => {
+                tracing::info!(id = %call.request.id, "a request handed to this replica for a session it no longer holds: let go, refused")
+            }
+        }
         return;
     };
     st.supervisor.own(&session);
+    // Used through another replica: this copy must not idle out (its expiry
+    // would stop the child and lose its state).
+    session.touch();
     let mirror = Mirror {
         store: store.clone(),
         h: h.clone(),
@@ -449,6 +468,7 @@ async fn run_one(st: AppState, h: String, sealed: String) {
         Reply::Call(c) => c,
     };
     mirror_only(call_of, mirror, call.stream).await;
+    session.touch();
 }
 
 /// Learns whether a pickup whose answer did not come landed (its take key

@@ -217,7 +217,8 @@ impl Relay {
 
     /// A notification from the host: a cancel reaches the backend request the host
     /// call became (on whichever replica runs it); a roots change reaches the
-    /// session's own connections.
+    /// session's own connections (and, with a shared store, those of the
+    /// owner of its per-session children when that is another replica).
     pub fn handle_notification(&self, session: &Arc<Session>, n: &Notification) {
         match n.method {
             Method::Cancelled => {
@@ -229,12 +230,35 @@ impl Relay {
                 }
             }
             Method::RootsListChanged => {
-                for conn in session.connections() {
-                    conn.notify(&Method::RootsListChanged, None);
+                self.roots_changed(session);
+                if !session.is_owned() {
+                    self.roots_elsewhere(session);
                 }
             }
             _ => {}
         }
+    }
+
+    /// Tells `session`'s connections here that its host's roots changed.
+    pub fn roots_changed(&self, session: &Session) {
+        for conn in session.connections() {
+            conn.notify(&Method::RootsListChanged, None);
+        }
+    }
+
+    /// A roots change for a session whose per-session children may run on
+    /// another replica: announced to the others (with a shared store); the
+    /// owner tells its children (`supervisor/cluster.rs`).
+    fn roots_elsewhere(&self, session: &Session) {
+        let Some(store) = self.shared.clone() else {
+            return;
+        };
+        let h = session.store_key().to_owned();
+        tokio::spawn(async move {
+            if store.broadcast_roots(&h).await.is_err() {
+                tracing::debug!("roots change not announced: the shared store did not answer");
+            }
+        });
     }
 
     /// Cancels the host call `params.requestId` if it runs here; whether it

@@ -244,9 +244,10 @@ impl Session {
     }
 
     /// Sets whether this process owns the session's children; whether that
-    /// changed.
+    /// changed. Ordered with [`Session::end`]: a mark set after an end's
+    /// unmark sees the session ended.
     pub fn set_owned(&self, owned: bool) -> bool {
-        self.live.owned.swap(owned, Ordering::Relaxed) != owned
+        self.live.owned.swap(owned, Ordering::AcqRel) != owned
     }
 
     /// The durable part, as plain data: what the shared store holds

@@ -1,6 +1,6 @@
 //! Sessions shared with other replicas through the shared store (`[cluster]
 //! redis`): what they broadcast (a session ended, a log level changed, a host
-//! cancelled a request) or send this replica (a host's answer to a request
+//! cancelled a request or changed its roots) or send this replica (a host's answer to a request
 //! relayed here, a message for a standalone stream produced here, a request
 //! for a per-session child owned here: `owner.rs`), the
 //! revalidation of cached sessions after a store outage (broadcasts are lost
@@ -20,11 +20,17 @@ use crate::session::Session;
 pub async fn follow_cluster(sup: Arc<Supervisor>, mut events: mpsc::UnboundedReceiver<Ctl>) {
     while let Some(ctl) = events.recv().await {
         match ctl {
+            // Ending a session (its children stopping) and a revalidation
+            // take seconds: they run on their own, so that requests handed
+            // to this replica as an owner meanwhile are picked up in time.
             Ctl::Ended(h) => {
                 if let Some(s) = cached(&sup, &h) {
                     tracing::info!(session = %s.log_id(), "session ended on another replica");
+                    // Gone at once: nothing that follows runs in it.
+                    sup.sessions.remove(s.id());
+                    let sup = sup.clone();
                     // That replica ends the backend sessions (one DELETE each).
-                    sup.end_session_here(&s).await;
+                    tokio::spawn(async move { sup.end_session_here(&s).await });
                 }
             }
             Ctl::Level { h, level } => {
@@ -51,8 +57,16 @@ pub async fn follow_cluster(sup: Arc<Supervisor>, mut events: mpsc::UnboundedRec
                     sup.relay.cancel_forwarded(&s, &params);
                 }
             }
+            Ctl::Roots(h) => {
+                if let Some(s) = cached(&sup, &h).filter(|s| s.is_owned()) {
+                    sup.relay.roots_changed(&s);
+                }
+            }
             Ctl::Call { h, message } => sup.owner_call(h, message),
-            Ctl::Resync => revalidate(&sup).await,
+            Ctl::Resync => {
+                let sup = sup.clone();
+                tokio::spawn(async move { revalidate(&sup).await });
+            }
         }
     }
 }

@@ -14,11 +14,34 @@ use crate::config::Transport;
 use crate::session::Session;
 
 impl Supervisor {
-    /// Marks `session` as owned here (`mcpgate_sessions_owned`).
+    /// Marks `session` as owned here (`mcpgate_sessions_owned`). A session
+    /// that ended meanwhile (its end let go before this mark) is let go again
+    /// at once, in the store too (not awaited): the gauge counts live
+    /// sessions only.
     pub fn own(&self, session: &Session) {
-        if session.set_owned(true) {
-            self.metrics.sessions_owned.inc();
+        if !session.set_owned(true) {
+            return;
         }
+        self.metrics.sessions_owned.inc();
+        if session.is_ended()
+            && self.unmark(session)
+            && let Some(store) = self.shared.clone()
+        {
+            let h = session.store_key().to_owned();
+            tokio::spawn(async move {
+                let _ = store.release_owner(&h).await;
+            });
+        }
+    }
+
+    /// Unmarks `session` as owned here, without telling the store (the
+    /// caller releases it); whether it was.
+    pub fn unmark(&self, session: &Session) -> bool {
+        let was = session.set_owned(false);
+        if was {
+            self.metrics.sessions_owned.dec();
+        }
+        was
     }
 
     /// Whether backend `idx` runs a child per session for `session` here: a
@@ -43,10 +66,9 @@ impl Supervisor {
     /// here and released in the store (awaited, at most the store's
     /// deadline).
     pub(super) async fn disown(&self, session: &Session) {
-        if !session.set_owned(false) {
+        if !self.unmark(session) {
             return;
         }
-        self.metrics.sessions_owned.dec();
         if let Some(store) = &self.shared
             && store.release_owner(session.store_key()).await.is_err()
         {

@@ -297,7 +297,6 @@ impl Supervisor {
 
     async fn end_session_with(&self, session: &Arc<Session>, delete_upstream: bool) {
         self.sessions.remove(session.id());
-        self.disown(session).await;
         self.relay
             .subscriptions()
             .drop_session(&self.catalog, session);
@@ -333,6 +332,8 @@ impl Supervisor {
             }
         });
         futures_util::future::join_all(closing).await;
+        // Its children are stopped: another replica may start the next one.
+        self.disown(session).await;
         if delete_upstream {
             self.end_recorded(session, &closed_here).await;
         }
