@@ -478,3 +478,50 @@ async fn a_modern_request_has_a_request_span_without_a_session() {
         assert!(s.get("session").is_none(), "{s}");
     }
 }
+
+/// A routed `tools/call`'s `request` span names its tool once (it was recorded at
+/// the lookup and again with the route, and the text log showed `tool=` twice:
+/// `request{… tool="fx__echo" backend="fx" tool="fx__echo"}`); an unknown tool is
+/// still named.
+#[tokio::test]
+async fn the_request_span_names_the_tool_once() {
+    let served = Served::start_with_env(
+        &format!("[server]\nlisten = \"127.0.0.1:0\"\nmetrics_listen = \"off\"\n{FX}"),
+        &[
+            ("RUST_LOG", "info,mcpgate=debug"),
+            ("MCPGATE_LOG_FORMAT", "text"),
+        ],
+    )
+    .await;
+    let mut c = McpClient::new(&served.url);
+    c.initialize(json!({})).await;
+    let r = c
+        .request(
+            "tools/call",
+            json!({"name": "fx__echo", "arguments": {"text": "t"}}),
+        )
+        .await;
+    assert!(r.response.get("result").is_some(), "{}", r.response);
+    let r = c
+        .request("tools/call", json!({"name": "fx__nope", "arguments": {}}))
+        .await;
+    assert!(r.response.get("error").is_some(), "{}", r.response);
+    let log = served.log();
+    let spans: Vec<&str> = log
+        .lines()
+        .filter_map(|l| l.split("request{").nth(1))
+        .filter_map(|s| s.split('}').next())
+        .filter(|s| s.contains("method=tools/call"))
+        .collect();
+    assert!(
+        spans.iter().any(|s| s.contains("tool=\"fx__echo\"")),
+        "{log}"
+    );
+    assert!(
+        spans.iter().any(|s| s.contains("tool=\"fx__nope\"")),
+        "{log}"
+    );
+    for s in spans {
+        assert_eq!(s.matches("tool=").count(), 1, "{s}");
+    }
+}

@@ -310,8 +310,6 @@ impl Dispatch {
         mut params: Value,
     ) -> Result<Routed, RpcError> {
         let name = str_param(&params, "name")?;
-        // Before the lookup: an unknown name is named in the span too.
-        crate::request::record_target(method, name);
         let view = self.view_for(host);
         let (table, what, kind) = if *method == Method::ToolsCall {
             (&view.tools, "tool", ResultKind::ToolCall)
@@ -319,6 +317,9 @@ impl Dispatch {
             (&view.prompts, "prompt", ResultKind::Prompt)
         };
         let Some(route) = table.get(name) else {
+            // An unknown name is named in the span too (a known one by `set_route`,
+            // once: a field recorded twice is written twice).
+            crate::request::record_target(method, name);
             return Err(RpcError::UnknownName {
                 what,
                 name: name.to_owned(),

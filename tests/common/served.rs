@@ -99,11 +99,19 @@ impl Served {
 
     /// Field `field` of the first log line whose message is `message`.
     pub fn logged(&self, message: &str, field: &str) -> Option<String> {
-        self.log().lines().find_map(|l| {
-            let v: Value = serde_json::from_str(l).ok()?;
-            (v["fields"]["message"] == message)
-                .then(|| v["fields"][field].as_str().map(str::to_owned))?
-        })
+        self.log()
+            .lines()
+            .find_map(|l| match serde_json::from_str::<Value>(l) {
+                Ok(v) => (v["fields"]["message"] == message)
+                    .then(|| v["fields"][field].as_str().map(str::to_owned))?,
+                // `MCPGATE_LOG_FORMAT=text`: `… message field=value …`.
+                Err(_) => {
+                    let rest = l.split_once(&format!(" {message} "))?.1;
+                    let value = rest.split_once(&format!("{field}="))?.1;
+                    let value = value.split_whitespace().next()?;
+                    Some(value.trim_matches('"').to_owned())
+                }
+            })
     }
 
     /// Whether some log line's message contains `text`.
