@@ -525,3 +525,32 @@ async fn the_request_span_names_the_tool_once() {
         assert_eq!(s.matches("tool=").count(), 1, "{s}");
     }
 }
+
+/// A huge request id is not copied whole into the log: each line stays small
+/// (it was written twice per access line, `request{id=…}` and `rpc_id=`: a
+/// 1 MB id gave a 2 MB line), and the answer still echoes it exactly.
+#[tokio::test]
+async fn a_huge_request_id_is_bounded_in_the_log() {
+    let served = Served::start_with_env(
+        &format!("[server]\nlisten = \"127.0.0.1:0\"\nmetrics_listen = \"off\"\n{FX}"),
+        &[("RUST_LOG", "info,mcpgate=debug")],
+    )
+    .await;
+    let mut c = McpClient::new(&served.url);
+    c.initialize(json!({})).await;
+    let id = "x".repeat(200_000);
+    let r = c
+        .post(
+            &[],
+            json!({"jsonrpc": "2.0", "id": id, "method": "ping"}).to_string(),
+        )
+        .await;
+    assert_eq!(r.json()["id"], json!(id), "the answer echoes the id");
+    let long: Vec<usize> = served
+        .log()
+        .lines()
+        .map(str::len)
+        .filter(|n| *n > 4096)
+        .collect();
+    assert!(long.is_empty(), "log lines over 4 KiB: {long:?}");
+}
