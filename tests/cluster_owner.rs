@@ -54,7 +54,6 @@ fn call_pids(log: &std::path::Path, tool: &str) -> Vec<u64> {
 
 /// Redis commands executed so far, heartbeats and inbox reads aside.
 fn commands(redis: &TestRedis) -> u64 {
-    let stats = redis.cli(&["INFO", "commandstats"]);
     let background = [
         "set",
         "xread",
@@ -64,18 +63,11 @@ fn commands(redis: &TestRedis) -> u64 {
         "hello",
         "client",
     ];
-    stats
-        .lines()
-        .filter_map(|l| l.strip_prefix("cmdstat_"))
-        .filter_map(|l| l.split_once(':'))
-        .filter(|(name, _)| !background.contains(name))
-        .filter_map(|(_, v)| {
-            v.strip_prefix("calls=")?
-                .split(',')
-                .next()?
-                .parse::<u64>()
-                .ok()
-        })
+    redis
+        .command_calls()
+        .into_iter()
+        .filter(|(name, _)| !background.contains(&name.as_str()))
+        .map(|(_, n)| n)
         .sum()
 }
 

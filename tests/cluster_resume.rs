@@ -21,13 +21,7 @@ use tokio::time::Instant;
 
 /// How many times Redis executed `command` so far (`INFO commandstats`).
 fn calls(redis: &TestRedis, command: &str) -> u64 {
-    let stats = redis.cli(&["INFO", "commandstats"]);
-    let prefix = format!("cmdstat_{command}:calls=");
-    stats
-        .lines()
-        .find_map(|l| l.strip_prefix(&prefix))
-        .and_then(|v| v.split(',').next()?.parse().ok())
-        .unwrap_or(0)
+    redis.calls(command)
 }
 
 /// A `tools/call` of `fx__slow_progress` (`n` progress notifications,

@@ -71,21 +71,8 @@ async fn logs_at(c: &McpClient, level: &str) -> usize {
 /// Commands about session records Redis has executed so far (heartbeats and
 /// pub/sub left out): HGETALL, HSET, EXPIRE, DEL, EXISTS, EVAL, EXEC.
 fn session_commands(redis: &TestRedis) -> u64 {
-    let stats = redis.cli(&["INFO", "commandstats"]);
     let wanted = ["hgetall", "hset", "expire", "del", "exists", "eval", "exec"];
-    stats
-        .lines()
-        .filter_map(|l| l.strip_prefix("cmdstat_"))
-        .filter_map(|l| l.split_once(':'))
-        .filter(|(name, _)| wanted.contains(name))
-        .filter_map(|(_, v)| {
-            v.strip_prefix("calls=")?
-                .split(',')
-                .next()?
-                .parse::<u64>()
-                .ok()
-        })
-        .sum()
+    wanted.iter().map(|c| redis.calls(c)).sum()
 }
 
 /// Waits (at most 2 s) until `check` holds.

@@ -94,6 +94,25 @@ impl TestRedis {
             .unwrap_or_default()
     }
 
+    /// How many times Redis executed each command so far, by lower-case name
+    /// (`INFO commandstats`).
+    pub fn command_calls(&self) -> std::collections::HashMap<String, u64> {
+        self.cli(&["INFO", "commandstats"])
+            .lines()
+            .filter_map(|l| l.strip_prefix("cmdstat_"))
+            .filter_map(|l| l.split_once(':'))
+            .filter_map(|(name, v)| {
+                let calls = v.strip_prefix("calls=")?.split(',').next()?.parse().ok()?;
+                Some((name.to_owned(), calls))
+            })
+            .collect()
+    }
+
+    /// How many times Redis executed `command` so far.
+    pub fn calls(&self, command: &str) -> u64 {
+        self.command_calls().get(command).copied().unwrap_or(0)
+    }
+
     /// The keys matching `pattern`.
     pub fn keys(&self, pattern: &str) -> Vec<String> {
         let out = self.cli(&["--scan", "--pattern", pattern]);
