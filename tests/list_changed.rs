@@ -45,11 +45,7 @@ async fn list_changed_reaches_the_host_once_and_the_list_is_refreshed() {
         r.related
     );
     let first = listen.next(Duration::from_secs(5)).await;
-    assert_eq!(
-        first.as_ref().map(|m| m["method"].clone()),
-        Some(json!("notifications/tools/list_changed")),
-        "{first:?}"
-    );
+    assert_tools_list_changed(&first);
     let again = listen.next(Duration::from_millis(500)).await;
     assert!(
         again
@@ -87,11 +83,7 @@ async fn list_changed_on_an_http_backends_get_stream_is_relayed() {
     assert!(common::wait_for(Duration::from_secs(3), opened).await);
     assert!(fx.add_tool_and_announce("late") >= 1);
     let first = listen.next(Duration::from_secs(5)).await;
-    assert_eq!(
-        first.as_ref().map(|m| m["method"].clone()),
-        Some(json!("notifications/tools/list_changed")),
-        "{first:?}"
-    );
+    assert_tools_list_changed(&first);
     let tools = names(&s.list_all("tools/list", "tools").await);
     assert!(tools.contains(&"web__late".to_owned()), "{tools:?}");
 }
@@ -109,11 +101,7 @@ async fn add_tool_on_a_per_session_http_backend_refreshes_the_catalogue() {
     let r = s.call_tool("web__add_tool", json!({"name": "fresh"})).await;
     assert_eq!(text_of(&r.response), "added fresh");
     let note = listen.next(Duration::from_secs(5)).await;
-    assert_eq!(
-        note.as_ref().map(|m| m["method"].clone()),
-        Some(json!("notifications/tools/list_changed")),
-        "{note:?}"
-    );
+    assert_tools_list_changed(&note);
     let tools = names(&s.list_all("tools/list", "tools").await);
     assert!(tools.contains(&"web__fresh".to_owned()), "{tools:?}");
 }
@@ -165,11 +153,7 @@ async fn a_backend_announcing_after_every_list_is_not_relisted_in_a_loop() {
         .await;
     assert_eq!(text_of(&r.response), "added fresh");
     let note = listen.next(Duration::from_secs(20)).await;
-    assert_eq!(
-        note.as_ref().map(|m| m["method"].clone()),
-        Some(json!("notifications/tools/list_changed")),
-        "{note:?}"
-    );
+    assert_tools_list_changed(&note);
     let tools = names(&s.list_all("tools/list", "tools").await);
     assert!(tools.contains(&"storm__fresh".to_owned()), "{tools:?}");
 }
@@ -200,11 +184,7 @@ async fn a_backend_restarted_with_another_catalogue_is_reread() {
     let r = s.call_tool("fx__echo", json!({"text": "x"})).await;
     assert!(r.response.get("error").is_some(), "{}", r.response);
     let note = listen.next(Duration::from_secs(10)).await;
-    assert_eq!(
-        note.as_ref().map(|m| m["method"].clone()),
-        Some(json!("notifications/tools/list_changed")),
-        "{note:?}"
-    );
+    assert_tools_list_changed(&note);
     let listed = names(&s.list_all("tools/list", "tools").await);
     assert!(listed.contains(&"fx__after".to_owned()), "{listed:?}");
     assert!(!listed.contains(&"fx__before".to_owned()), "{listed:?}");
@@ -233,11 +213,7 @@ async fn a_per_session_backends_own_list_change_reaches_only_its_session() {
     let r = a.call_tool("ps__add_tool", json!({"name": "mine"})).await;
     assert_eq!(text_of(&r.response), "added mine");
     let note = listen_a.next(Duration::from_secs(5)).await;
-    assert_eq!(
-        note.as_ref().map(|m| m["method"].clone()),
-        Some(json!("notifications/tools/list_changed")),
-        "{note:?}"
-    );
+    assert_tools_list_changed(&note);
     let tools = names(&a.list_all("tools/list", "tools").await);
     assert!(tools.contains(&"ps__mine".to_owned()), "{tools:?}");
     let r = a.call_tool("ps__mine", json!({})).await;
@@ -268,11 +244,7 @@ async fn the_demo_backends_tool_change_reaches_its_session() {
         .await;
     assert_eq!(text_of(&r.response), "test_dynamic_tool present: true");
     let note = listen_a.next(Duration::from_secs(5)).await;
-    assert_eq!(
-        note.as_ref().map(|m| m["method"].clone()),
-        Some(json!("notifications/tools/list_changed")),
-        "{note:?}"
-    );
+    assert_tools_list_changed(&note);
     let tools = names(&a.list_all("tools/list", "tools").await);
     assert!(
         tools.contains(&"demo__test_dynamic_tool".to_owned()),
@@ -293,11 +265,7 @@ async fn the_demo_backends_tool_change_reaches_its_session() {
         .await;
     assert_eq!(text_of(&r.response), "test_dynamic_tool present: false");
     let note = listen_a.next(Duration::from_secs(5)).await;
-    assert_eq!(
-        note.as_ref().map(|m| m["method"].clone()),
-        Some(json!("notifications/tools/list_changed")),
-        "{note:?}"
-    );
+    assert_tools_list_changed(&note);
     let tools = names(&a.list_all("tools/list", "tools").await);
     assert!(
         !tools.contains(&"demo__test_dynamic_tool".to_owned()),
@@ -305,4 +273,13 @@ async fn the_demo_backends_tool_change_reaches_its_session() {
     );
     let r = a.call_tool("demo__test_dynamic_tool", json!({})).await;
     assert_eq!(r.error_code(), Some(-32602), "{}", r.response);
+}
+
+/// `note` is a `notifications/tools/list_changed`.
+fn assert_tools_list_changed(note: &Option<Value>) {
+    assert_eq!(
+        note.as_ref().map(|m| m["method"].clone()),
+        Some(json!("notifications/tools/list_changed")),
+        "{note:?}"
+    );
 }
