@@ -257,3 +257,46 @@ async fn resuming_after_the_end_of_a_finished_stream_is_410_not_an_empty_200() {
         "after {last}, the last event of a finished stream"
     );
 }
+
+#[tokio::test]
+async fn a_second_get_is_primed_with_an_event_id_of_its_own() {
+    // Event ids are unique within a session (2025-11-25 basic/transports): a
+    // GET taking the standalone stream over must not repeat the earlier
+    // GET's priming id (it did: both were `N-0`).
+    let gw = TestGateway::start(FX).await;
+    let s = gw.session().await;
+    let mut first = s.get_stream().await;
+    assert_eq!(first.status, 200);
+    assert!(first.next(Duration::from_millis(300)).await.is_none());
+    let mut second = s.get_stream().await;
+    assert_eq!(second.status, 200);
+    assert!(second.next(Duration::from_millis(300)).await.is_none());
+    let (a, b) = (first.raw_events[0].clone(), second.raw_events[0].clone());
+    assert!(a.data.is_empty() && b.data.is_empty(), "{a:?} {b:?}");
+    assert!(!a.id.is_empty() && !b.id.is_empty(), "{a:?} {b:?}");
+    assert_ne!(a.id, b.id, "the second GET's priming event id is new");
+    assert_eq!(
+        stream_of(&a.id),
+        stream_of(&b.id),
+        "the same stream goes on"
+    );
+
+    // What comes next carries a later id, and the new priming id resumes.
+    let r = s.call_tool("fx__add_tool", json!({"name": "late"})).await;
+    assert_eq!(r.result()["content"][0]["text"], "added late");
+    let m = second
+        .next(Duration::from_secs(2))
+        .await
+        .expect("list_changed on the GET that took over");
+    assert_eq!(m["method"], "notifications/tools/list_changed");
+    let seq = |id: &str| id.split_once('-').unwrap().1.parse::<u64>().unwrap();
+    let after = second.event_ids.last().unwrap().clone();
+    assert!(seq(&after) > seq(&b.id), "{after} after {}", b.id);
+    let mut again = s.resume(&b.id).await;
+    assert_eq!(again.status, 200);
+    let m = again
+        .next(Duration::from_secs(2))
+        .await
+        .expect("replayed after the priming id");
+    assert_eq!(m["method"], "notifications/tools/list_changed");
+}

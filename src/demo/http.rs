@@ -390,11 +390,12 @@ async fn get_mcp(
             sse_response(attached, false, &entry.id)
         }
         None => {
+            let prime = entry.streams.primes();
             let attached = entry
                 .streams
-                .open_standalone()
+                .open_standalone(prime)
                 .ok_or(HttpError::SessionNotFound)?;
-            sse_response(attached, entry.streams.primes(), &entry.id)
+            sse_response(attached, prime, &entry.id)
         }
     };
     Ok(response)

@@ -57,6 +57,7 @@ impl Streams {
             stream,
             replay: Vec::new(),
             live: Some(live),
+            prime_due: true,
         })
     }
 
@@ -74,9 +75,10 @@ impl Streams {
     }
 
     /// Attaches a GET without `Last-Event-ID` to the standalone stream (a GET
-    /// attached before is detached). `None` once the session ended.
-    pub(crate) fn open_standalone(&self) -> Option<Attached> {
-        (!self.closed.load(Ordering::Acquire)).then(|| self.log.attach_standalone())
+    /// attached before is detached); `prime`: its answer will be primed (see
+    /// `EventLog::attach_standalone`). `None` once the session ended.
+    pub(crate) fn open_standalone(&self, prime: bool) -> Option<Attached> {
+        (!self.closed.load(Ordering::Acquire)).then(|| self.log.attach_standalone(prime))
     }
 
     /// Resumes the stream named by `last_event_id`: what came after it, then live
@@ -186,7 +188,7 @@ mod tests {
         s.send(&Route::Unrelated, b"{\"early\":true}".to_vec());
         // Related to a request answered with JSON: no stream of its own.
         s.send(&Route::Related(Id::Num(1)), b"{}".to_vec());
-        let get = s.open_standalone().unwrap();
+        let get = s.open_standalone(false).unwrap();
         assert!(s.has_live());
         let events = drain(get, false).await;
         assert_eq!(events.len(), 2, "{events:?}");
@@ -196,6 +198,6 @@ mod tests {
         );
         s.close_all();
         assert!(!s.has_live());
-        assert!(s.open_standalone().is_none() && s.open_request(&Id::Num(2)).is_none());
+        assert!(s.open_standalone(false).is_none() && s.open_request(&Id::Num(2)).is_none());
     }
 }

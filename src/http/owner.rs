@@ -276,6 +276,7 @@ async fn hand(
         stream,
         replay: Vec::new(),
         live: None,
+        prime_due: true,
     }))
 }
 

@@ -95,6 +95,7 @@ pub async fn handed(
         stream,
         replay: Vec::new(),
         live: Some(rx),
+        prime_due: true,
     })
 }
 
@@ -147,6 +148,7 @@ fn attach(
         stream,
         replay,
         live,
+        prime_due: true,
     })
 }
 

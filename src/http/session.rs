@@ -279,7 +279,7 @@ async fn open_stream(
         .map(|v| v.to_str().unwrap_or("invalid"));
     let Some(id) = last_event else {
         let prime = session.version().primes_streams();
-        let attached = super::standalone::attach(st, &session).await;
+        let attached = super::standalone::attach(st, &session, prime).await;
         return Ok(sse_response(slot, prime, attached, keep_alive, &st.metrics));
     };
     let parsed = parse_id(id);

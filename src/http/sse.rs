@@ -138,6 +138,7 @@ pub async fn stream_reply(
         stream,
         replay: Vec::new(),
         live: Some(live),
+        prime_due: true,
     };
     sse_response(
         slot,

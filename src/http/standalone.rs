@@ -196,11 +196,12 @@ fn taken_over(session: &Weak<Session>, stream: u64) {
     }
 }
 
-/// Attaches a `GET` without `Last-Event-ID` to the standalone stream and,
+/// Attaches a `GET` without `Last-Event-ID` to the standalone stream (`prime`:
+/// its answer will be primed, see `EventLog::attach_standalone`) and,
 /// with a shared store, claims it for this replica (one round trip; a store
 /// that does not answer leaves it unclaimed, so unmirrored).
-pub(super) async fn attach(st: &AppState, session: &Session) -> Attached {
-    let attached = session.events().attach_standalone();
+pub(super) async fn attach(st: &AppState, session: &Session, prime: bool) -> Attached {
+    let attached = session.events().attach_standalone(prime);
     if let Some(store) = st.supervisor.shared()
         && let Ok(Some(_)) = store
             .claim_standalone(session.store_key(), attached.stream, true)

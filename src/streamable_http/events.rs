@@ -118,6 +118,12 @@ pub struct Attached {
     pub replay: Vec<Frame>,
     /// Live events, unless the stream already ended.
     pub live: Option<mpsc::Receiver<Frame>>,
+    /// Whether the stream's priming event (seq 0) is still due to this
+    /// response: `false` for a `GET` that takes over a standalone stream whose
+    /// seq 0 an earlier `GET` was sent (event ids are unique within the
+    /// session, MCP 2025-11-25 basic/transports): its first replayed event,
+    /// or an empty one recorded for it, carries its id instead.
+    pub prime_due: bool,
 }
 
 struct Stream {
@@ -133,6 +139,9 @@ struct Stream {
     /// `Last-Event-ID` on the standalone stream starts after it, so it neither
     /// repeats what an earlier `GET` was sent nor depends on what was evicted.
     delivered: u64,
+    /// Whether a `GET` attached to it was primed (sent seq 0): a later one
+    /// needs an id of its own.
+    primed: bool,
     /// Whether its events go to the standalone mirror (see
     /// [`EventLog::set_standalone_mirror`]).
     mirrored: bool,
@@ -274,7 +283,10 @@ impl EventLog {
     /// evicted while nobody listened are gone (a host that must not miss any resumes
     /// with `Last-Event-ID` instead), and what an earlier `GET` was sent is not sent
     /// again (2025-11-25 basic/transports: a message goes on one stream, once).
-    pub fn attach_standalone(&self) -> Attached {
+    /// `prime`: the answer will be primed (revision 2025-11-25 or later); seq 0
+    /// is sent once per stream, so a later primed `GET` with nothing queued gets
+    /// an empty event recorded as its priming event (see [`Attached::prime_due`]).
+    pub fn attach_standalone(&self, prime: bool) -> Attached {
         let Ok(mut g) = self.inner.lock() else {
             return Attached::empty();
         };
@@ -291,9 +303,25 @@ impl EventLog {
         let Some(s) = g.streams.get_mut(&stream) else {
             return Attached::empty();
         };
+        let again = prime && s.primed;
+        s.primed |= prime;
         let after = s.delivered;
-        let replay = replay_after(&g.events, stream, after);
-        attach_live(s, stream, replay)
+        let mut replay = replay_after(&g.events, stream, after);
+        if again && replay.is_empty() {
+            // Seq 0 went to an earlier GET: this one's priming event is an
+            // empty event of its own, recorded (and mirrored) like any other,
+            // so that resuming from its id works. The earlier GET is detached
+            // first: it must not get it.
+            s.live = None;
+            self.push_locked(g, stream, Bytes::new(), false);
+            replay = replay_after(&g.events, stream, after);
+        }
+        let Some(s) = g.streams.get_mut(&stream) else {
+            return Attached::empty();
+        };
+        let mut attached = attach_live(s, stream, replay);
+        attached.prime_due = !again;
+        attached
     }
 
     /// Resumes after `last_event_id`: the recorded events after it on its stream,
@@ -479,6 +507,7 @@ impl Stream {
             evicted_upto: 0,
             lost_upto: 0,
             delivered: 0,
+            primed: false,
             mirrored: false,
             live,
         }
@@ -511,6 +540,7 @@ fn attach_live(s: &mut Stream, stream: u64, replay: Vec<Frame>) -> Attached {
         stream,
         replay,
         live,
+        prime_due: true,
     }
 }
 
@@ -520,6 +550,7 @@ impl Attached {
             stream: 0,
             replay: Vec::new(),
             live: None,
+            prime_due: false,
         }
     }
 
@@ -540,7 +571,7 @@ impl Attached {
             done: bool,
         }
         let mut queued: VecDeque<Frame> = self.replay.into();
-        if prime {
+        if prime && self.prime_due {
             queued.push_front(Frame {
                 stream: self.stream,
                 seq: 0,

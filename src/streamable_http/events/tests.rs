@@ -122,7 +122,7 @@ fn refuses_what_it_cannot_honour() {
 async fn standalone_queues_until_attached() {
     let log = EventLog::default();
     log.push_standalone(data("early"));
-    let mut att = log.attach_standalone();
+    let mut att = log.attach_standalone(false);
     assert_eq!(att.replay.len(), 1);
     log.push_standalone(data("late"));
     assert_eq!(
@@ -134,7 +134,7 @@ async fn standalone_queues_until_attached() {
 #[tokio::test]
 async fn a_new_standalone_get_does_not_repeat_what_an_earlier_one_was_sent() {
     let log = EventLog::default();
-    let mut first = log.attach_standalone();
+    let mut first = log.attach_standalone(false);
     log.push_standalone(data("one"));
     assert_eq!(
         first.live.as_mut().unwrap().recv().await.unwrap().data,
@@ -142,7 +142,7 @@ async fn a_new_standalone_get_does_not_repeat_what_an_earlier_one_was_sent() {
     );
     drop(first);
     log.push_standalone(data("queued"));
-    let mut second = log.attach_standalone();
+    let mut second = log.attach_standalone(false);
     let got: Vec<Bytes> = second.replay.iter().map(|f| f.data.clone()).collect();
     assert_eq!(got, [data("queued")], "only what nobody was sent");
     log.push_standalone(data("live"));
@@ -162,7 +162,7 @@ async fn a_standalone_get_after_evictions_still_gets_live_events() {
     // GETs that stayed silent forever once anything had been evicted).
     let log = EventLog::default();
     for round in 0..3 {
-        let mut att = log.attach_standalone();
+        let mut att = log.attach_standalone(false);
         for i in 0..(MAX_EVENTS + 10) {
             log.push_standalone(data(&format!("{round}-{i}")));
             let f = att.live.as_mut().expect("attached").recv().await.unwrap();
@@ -170,7 +170,7 @@ async fn a_standalone_get_after_evictions_still_gets_live_events() {
         }
     }
     log.push_standalone(data("while detached"));
-    let mut att = log.attach_standalone();
+    let mut att = log.attach_standalone(false);
     assert_eq!(att.replay.len(), 1, "the one queued while nobody listened");
     log.push_standalone(data("after"));
     assert_eq!(
@@ -236,7 +236,7 @@ fn the_standalone_stream_is_here_while_attached_or_claimed() {
     assert!(!log.standalone_here(), "no stream");
     log.push_standalone(data("queued"));
     assert!(!log.standalone_here(), "queued, nobody listens here");
-    let attached = log.attach_standalone();
+    let attached = log.attach_standalone(false);
     assert!(log.standalone_here(), "a GET is attached");
     drop(attached);
     assert!(!log.standalone_here(), "the GET went away");
@@ -251,4 +251,39 @@ fn the_standalone_stream_is_here_while_attached_or_claimed() {
 
 fn attached_stream(log: &EventLog) -> u64 {
     log.standalone().unwrap()
+}
+
+#[tokio::test]
+async fn a_primed_get_taking_the_standalone_stream_over_gets_an_id_of_its_own() {
+    let log = EventLog::default();
+    let first = log.attach_standalone(true);
+    assert!(first.prime_due, "seq 0 primes the first GET");
+    let second = log.attach_standalone(true);
+    assert!(!second.prime_due, "seq 0 was sent already");
+    assert_eq!(second.stream, first.stream);
+    let ids: Vec<(u64, bool)> = second
+        .replay
+        .iter()
+        .map(|f| (f.seq, f.data.is_empty()))
+        .collect();
+    assert_eq!(
+        ids,
+        [(1, true)],
+        "an empty event recorded as its priming event"
+    );
+    // It resumes like any other event, and the next GET gets the next one.
+    assert!(log.resume(&format!("{}-1", second.stream)).is_ok());
+    let third = log.attach_standalone(true);
+    assert_eq!(third.replay.iter().map(|f| f.seq).collect::<Vec<_>>(), [2]);
+    // With something queued, that event's id is enough: nothing is added.
+    drop(third);
+    log.push_standalone(data("queued"));
+    let fourth = log.attach_standalone(true);
+    assert!(!fourth.prime_due);
+    assert_eq!(fourth.replay.len(), 1);
+    assert_eq!(fourth.replay[0].data, data("queued"));
+    // An unprimed GET (an older revision) never gets an empty event.
+    let unprimed = EventLog::default();
+    let _ = unprimed.attach_standalone(false);
+    assert!(unprimed.attach_standalone(false).replay.is_empty());
 }
