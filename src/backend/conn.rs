@@ -437,7 +437,7 @@ impl Connection {
         match msg {
             Message::Response(r) => {
                 let Some(Id::Num(n)) = r.id else {
-                    tracing::warn!(backend = %self.backend, id = ?r.id, "response with an id we never sent; dropped");
+                    tracing::warn!(backend = %self.backend, id = ?r.id.as_ref().map(|i| i.logged().to_string()), "response with an id we never sent; dropped");
                     return;
                 };
                 let entry = self

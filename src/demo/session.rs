@@ -188,7 +188,7 @@ impl Session {
             Ok(Ok(result)) => jsonrpc::result_value_bytes(&id, &result),
             Ok(Err(error)) => jsonrpc::error_bytes(Some(&id), &error),
             Err(_) => {
-                tracing::error!(request = %id, "request handler panicked");
+                tracing::error!(request = %id.logged(), "request handler panicked");
                 let e = ErrorObject::new(INTERNAL_ERROR, "Internal error");
                 jsonrpc::error_bytes(Some(&id), &e)
             }
@@ -207,7 +207,7 @@ impl Session {
                 let token = lock(&self.inner.in_flight).get(&id).cloned();
                 if let Some(token) = token {
                     let reason = params.get("reason").and_then(Value::as_str).unwrap_or("");
-                    tracing::debug!(request = %id, reason, "request cancelled by client");
+                    tracing::debug!(request = %id.logged(), reason, "request cancelled by client");
                     token.cancel();
                 }
             }
@@ -224,7 +224,7 @@ impl Session {
         };
         let waiter = lock(&self.inner.pending).remove(&id);
         let Some(waiter) = waiter else {
-            tracing::debug!(request = %id, "response to an unknown request ignored");
+            tracing::debug!(request = %id.logged(), "response to an unknown request ignored");
             return;
         };
         let outcome = r.outcome.and_then(|raw| {

@@ -365,7 +365,7 @@ async fn initialize(
     let (requested, capabilities, client_info) = match initialize_params(req.params.as_ref()) {
         Ok(p) => p,
         Err(why) => {
-            tracing::info!(id = %req.id, %why, "initialize refused: invalid params");
+            tracing::info!(id = %req.id.logged(), %why, "initialize refused: invalid params");
             let e = ErrorObject::new(jsonrpc::INVALID_PARAMS, format!("initialize: {why}"));
             let body: Bytes = jsonrpc::error_bytes(Some(&req.id), &e).into();
             ctx.set_bytes_out(body.len());

@@ -39,6 +39,11 @@ impl fmt::Display for Id {
 }
 
 impl Id {
+    /// This id as the log shows it (bounded: [`LoggedId`]).
+    pub fn logged(&self) -> LoggedId<'_> {
+        LoggedId(self)
+    }
+
     /// Reads an id from a JSON value; `None` for `null`, fractions and other
     /// types. An integer beyond 64 bits has already lost its digits in a
     /// [`Value`] (it is a double there): `None`; read it from the text with
@@ -147,6 +152,38 @@ fn is_integer_number(text: &str) -> bool {
     exp - frac.len() as i128 + zeros as i128 >= 0
 }
 
+/// Longest part of a request id written to the log, in bytes.
+const LOGGED_ID_MAX: usize = 64;
+
+/// A request id as the log shows it: whole up to [`LOGGED_ID_MAX`] bytes (a
+/// string id quoted and escaped as always), else its first bytes and its length
+/// (`"xxxx…"…(200002 bytes)`). An id may be as long as the body limit allows
+/// and is written into the span and the access line; the answer always echoes
+/// it whole.
+pub struct LoggedId<'a>(&'a Id);
+
+impl fmt::Display for LoggedId<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let text = match self.0 {
+            Id::Num(_) => return fmt::Display::fmt(self.0, f),
+            Id::Big(digits) => &**digits,
+            Id::Str(s) => &**s,
+        };
+        if text.len() <= LOGGED_ID_MAX {
+            return fmt::Display::fmt(self.0, f);
+        }
+        let mut end = LOGGED_ID_MAX;
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        match self.0 {
+            Id::Str(_) => write!(f, "{:?}", &text[..end])?,
+            _ => f.write_str(&text[..end])?,
+        }
+        write!(f, "…({} bytes)", text.len())
+    }
+}
+
 impl Serialize for Id {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         match self {
@@ -170,6 +207,22 @@ impl<'de> Deserialize<'de> for Id {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn long_ids_are_cut_in_the_log_and_short_ones_kept() {
+        let short: Id = serde_json::from_str("\"a\\\"b\"").unwrap();
+        assert_eq!(short.logged().to_string(), short.to_string());
+        assert_eq!(Id::Num(-7).logged().to_string(), "-7");
+        let long: Id = serde_json::from_str(&format!("\"{}\"", "é".repeat(100))).unwrap();
+        let shown = long.logged().to_string();
+        assert!(shown.ends_with("…(200 bytes)"), "{shown}");
+        assert!(shown.len() < 100, "{shown}");
+        let big = Id::from_json(&"9".repeat(300)).unwrap();
+        assert_eq!(
+            big.logged().to_string(),
+            format!("{}…(300 bytes)", "9".repeat(64))
+        );
+    }
 
     /// Integer ids of any size are read exactly and written back byte for byte;
     /// fractions and exponents are not ids.

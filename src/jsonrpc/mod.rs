@@ -16,7 +16,7 @@ use serde_json::value::RawValue;
 
 mod id;
 mod parse;
-pub use id::Id;
+pub use id::{Id, LoggedId};
 pub use parse::{classify_raw, parse_message};
 
 /// Parse error: the body is not JSON (JSON-RPC 2.0 §5.1).

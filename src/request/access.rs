@@ -91,7 +91,7 @@ impl RequestContext {
             target: "mcpgate::access",
             http = a.http_method,
             method,
-            rpc_id = a.rpc_id.as_ref().map(|id| tracing::field::display(super::span::LoggedId(id))),
+            rpc_id = a.rpc_id.as_ref().map(|id| tracing::field::display(id.logged())),
             session = self.session.as_deref(),
             era = a.modern.map(|m| if m { "modern" } else { "legacy" }),
             revision = a.revision.map(ProtocolVersion::as_str),

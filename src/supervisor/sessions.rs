@@ -360,7 +360,7 @@ impl Supervisor {
             Some(async move {
                 let upstream = call.upstream();
                 let backend = upstream.as_ref().map_or("mcpgate", |(c, _)| &*c.backend);
-                tracing::info!(session = %session.log_id(), id = %call.id, backend,
+                tracing::info!(session = %session.log_id(), id = %call.id.logged(), backend,
                     "{cancel_reason}: an in-flight call answered with an error");
                 let e = BackendError::closed(backend, message);
                 let bytes = jsonrpc::error_bytes(Some(&call.id), &e.to_error_object());
