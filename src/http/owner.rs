@@ -472,7 +472,11 @@ async fn run_one(st: AppState, h: String, sealed: String) {
     ctx.set_session(session.log_id());
     ctx.set_revision(session.version());
     let host = Host::Legacy(session.clone());
+    let id = call.request.id.clone();
     let reply = st.dispatch.handle(ctx, &host, call.request).await;
+    // Registered now: a cancel that came first (the broadcast overtook the
+    // inbox) applies to it.
+    st.relay.apply_early_cancel(&session, &id);
     let call_of = match reply {
         Reply::Now(bytes) => {
             let (tx, rx) = mpsc::channel(1);
