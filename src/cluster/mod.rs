@@ -15,7 +15,7 @@ mod standalone;
 mod store;
 mod upstream;
 
-pub use owner::{Claim, GiveUp, Take};
+pub use owner::{Claim, GiveUp, OwnedSubscription, Take};
 pub use seal::{Purpose, Sealer, random_bytes};
 pub use standalone::{StandaloneClaim, StandaloneWrite};
 pub use store::{Ctl, Lookup, MirroredEvent, SharedStore, Started, StoreMetrics, record_key};

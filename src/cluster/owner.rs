@@ -11,7 +11,10 @@
 //! `wait` → `gone`); whoever writes first wins, so a request runs at most once
 //! whatever the replicas' clocks say. The owner notes each backend it started
 //! a child for (`kid:NAME` fields), so a replica adopting the session from a
-//! dead owner knows which children's state was lost. A replica lets go of its
+//! dead owner knows which children's state was lost; the session's
+//! subscriptions on those backends are noted too (`sub:BACKEND:URI`, by the
+//! replica that ran the `resources/subscribe`), so the next owner subscribes
+//! its new children again. A replica lets go of its
 //! sessions ([`SharedStore::release_owner`]) when it drains or drops them.
 //!
 //! The claim and the send read another key's hash slot (a heartbeat key)
@@ -22,23 +25,31 @@ use super::inbox::{INBOX_MAXLEN, INBOX_TTL, inbox_key, replica_key};
 use super::redis::{events_key, record_key};
 use super::store::{EVENT_TTL, EVENTS_KEPT, SharedStore, Unavailable};
 
-/// Claims the session for ARGV[1]; returns nil without a record, `{mine}`,
-/// `{other, TAG}` (a live owner) or `{adopted, TAG, BACKEND…}` (swapped from
-/// dead owner TAG, which had started children for BACKEND…; those notes are
-/// cleared). ARGV[2]/ARGV[3] frame a tag into its heartbeat key.
+/// Claims the session for ARGV[1]; returns nil without a record, `{mine}`
+/// (ours already), `{other, TAG}` (a live owner), `{new, FIELD…}` (no owner
+/// before) or `{adopted, TAG, FIELD…}` (swapped from dead owner TAG); FIELD…
+/// are the record's `kid:BACKEND` notes (cleared) and `sub:BACKEND:URI`
+/// subscriptions (kept). With ARGV[4] = `1` (a draining replica) nothing is
+/// taken: `{vacant}` instead of `new` or `adopted`. ARGV[2]/ARGV[3] frame a
+/// tag into its heartbeat key.
 const CLAIM: &str = "if redis.call('EXISTS', KEYS[1]) == 0 then return false end \
      local cur = redis.call('HGET', KEYS[1], 'own') \
      if cur == ARGV[1] then return {'mine'} end \
-     if not cur then redis.call('HSET', KEYS[1], 'own', ARGV[1]) return {'mine'} end \
-     if redis.call('EXISTS', ARGV[2] .. cur .. ARGV[3]) == 1 then return {'other', cur} end \
+     local out = {'new'} \
+     if cur then \
+       if redis.call('EXISTS', ARGV[2] .. cur .. ARGV[3]) == 1 then return {'other', cur} end \
+       out = {'adopted', cur} \
+     end \
+     if ARGV[4] == '1' then return {'vacant'} end \
      redis.call('HSET', KEYS[1], 'own', ARGV[1]) \
-     local out = {'adopted', cur} \
      for _, f in ipairs(redis.call('HKEYS', KEYS[1])) do \
-       if string.sub(f, 1, 4) == 'kid:' then \
-         table.insert(out, string.sub(f, 5)) redis.call('HDEL', KEYS[1], f) end \
+       local p = string.sub(f, 1, 4) \
+       if p == 'kid:' then table.insert(out, f) redis.call('HDEL', KEYS[1], f) end \
+       if p == 'sub:' then table.insert(out, f) end \
      end return out";
 
-/// Deletes `own` and the children notes if `own` is ARGV[1]; whether it did.
+/// Deletes `own` and the children notes (not the subscriptions: the next
+/// owner's children get them) if `own` is ARGV[1]; whether it did.
 const RELEASE: &str = "if redis.call('HGET', KEYS[1], 'own') ~= ARGV[1] then return 0 end \
      redis.call('HDEL', KEYS[1], 'own') \
      for _, f in ipairs(redis.call('HKEYS', KEYS[1])) do \
@@ -49,11 +60,20 @@ const RELEASE: &str = "if redis.call('HGET', KEYS[1], 'own') ~= ARGV[1] then ret
 const NOTE_CHILD: &str = "if redis.call('HGET', KEYS[1], 'own') ~= ARGV[1] then return 0 end \
      redis.call('HSET', KEYS[1], 'kid:' .. ARGV[2], '1') return 1";
 
+/// A resource subscription of a session on a per-session stdio backend, as
+/// the record keeps it (`sub:BACKEND:URI`): (backend name, the backend's URI).
+pub type OwnedSubscription = (String, String);
+
 /// What [`SharedStore::claim_owner`] found.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Claim {
-    /// This replica owns the session (it already did, or claimed it now).
-    Mine,
+    /// This replica owns the session: it already did (no subscriptions
+    /// listed), or claimed it now from no owner (the session's recorded
+    /// subscriptions, for its new children).
+    Mine {
+        /// The recorded subscriptions (empty when it was ours already).
+        subscriptions: Vec<OwnedSubscription>,
+    },
     /// Replica `TAG`, alive, owns it.
     Other(String),
     /// This replica took the session over from dead replica `from`, which had
@@ -63,40 +83,97 @@ pub enum Claim {
         from: String,
         /// The backends it had started a child of.
         children: Vec<String>,
+        /// The recorded subscriptions, for the new children.
+        subscriptions: Vec<OwnedSubscription>,
     },
+    /// No live replica owns it and this one, draining, took nothing.
+    Vacant,
     /// The session has no record (ended, or expired).
     NoRecord,
 }
 
+/// The `kid:` notes (backend names) and `sub:` subscriptions among record
+/// field names `fields`.
+fn owned_fields(fields: &[String]) -> (Vec<String>, Vec<OwnedSubscription>) {
+    let mut children = Vec::new();
+    let mut subscriptions = Vec::new();
+    for f in fields {
+        if let Some(name) = f.strip_prefix("kid:") {
+            children.push(name.to_owned());
+        } else if let Some((name, uri)) = f.strip_prefix("sub:").and_then(|s| s.split_once(':')) {
+            subscriptions.push((name.to_owned(), uri.to_owned()));
+        }
+    }
+    (children, subscriptions)
+}
+
+/// The record field of subscription (`backend`, `uri`).
+fn subscription_field(backend: &str, uri: &str) -> String {
+    format!("sub:{backend}:{uri}")
+}
+
 impl SharedStore {
     /// Claims session `h`'s per-session children for this replica (one
-    /// `EVAL`); see [`Claim`].
-    pub async fn claim_owner(&self, h: &str) -> Result<Claim, Unavailable> {
+    /// `EVAL`); see [`Claim`]. A `draining` replica takes no session that a
+    /// live replica does not own ([`Claim::Vacant`]): its children would stop
+    /// with it.
+    pub async fn claim_owner(&self, h: &str, draining: bool) -> Result<Claim, Unavailable> {
         if !self.is_up() {
             return Err(Unavailable);
         }
         let (rec, frame) = (record_key(h), replica_key(""));
         let (open, close) = frame.split_at(frame.len() - 1);
-        let (keys, args) = ([rec.as_str()], [self.tag(), open, close]);
+        let stop = if draining { "1" } else { "0" };
+        let (keys, args) = ([rec.as_str()], [self.tag(), open, close, stop]);
         let claim = self.redis.eval::<Option<Vec<String>>>(CLAIM, &keys, &args);
-        let Some(mut out) = self.op("claim", claim).await? else {
+        let Some(out) = self.op("claim", claim).await? else {
             return Ok(Claim::NoRecord);
         };
-        if out.first().map(String::as_str) == Some("mine") {
-            return Ok(Claim::Mine);
-        }
-        if out.len() < 2 {
-            return Ok(Claim::NoRecord);
-        }
-        let mut rest = out.split_off(1);
-        let tag = rest.remove(0);
-        Ok(match out[0].as_str() {
-            "other" => Claim::Other(tag),
-            _ => Claim::Adopted {
-                from: tag,
-                children: rest,
+        Ok(match out.first().map(String::as_str) {
+            Some("mine") => Claim::Mine {
+                subscriptions: Vec::new(),
             },
+            Some("new") => Claim::Mine {
+                subscriptions: owned_fields(&out[1..]).1,
+            },
+            Some("vacant") => Claim::Vacant,
+            Some("other") if out.len() > 1 => Claim::Other(out[1].clone()),
+            Some("adopted") if out.len() > 1 => {
+                let (children, subscriptions) = owned_fields(&out[2..]);
+                Claim::Adopted {
+                    from: out[1].clone(),
+                    children,
+                    subscriptions,
+                }
+            }
+            _ => Claim::NoRecord,
         })
+    }
+
+    /// Records (`on`) or forgets that session `h` subscribed to `uri` of its
+    /// per-session stdio backend `backend`, for the replica that owns its
+    /// children next (one command: `EVAL` that writes only while the record
+    /// exists, or `HDEL`).
+    pub async fn record_subscription(
+        &self,
+        h: &str,
+        backend: &str,
+        uri: &str,
+        on: bool,
+    ) -> Result<(), Unavailable> {
+        if !self.is_up() {
+            return Err(Unavailable);
+        }
+        let field = subscription_field(backend, uri);
+        if on {
+            let set = self.redis.set_field(h, &field, "1");
+            return self.op("set", set).await.map(|_| ());
+        }
+        let mut cmd = ::redis::cmd("HDEL");
+        cmd.arg(record_key(h)).arg(field);
+        self.op("set", self.redis.query::<i64>(cmd))
+            .await
+            .map(|_| ())
     }
 
     /// Lets go of session `h` if this replica owns it (one `EVAL`): the next
@@ -272,3 +349,30 @@ const TAKE_CALL: &str = "if redis.call('GET', KEYS[1]) ~= 'wait' then return 0 e
 const GIVE_UP: &str = "local cur = redis.call('GET', KEYS[1]) \
      if cur == 'wait' then redis.call('SET', KEYS[1], 'gone', 'EX', ARGV[1]) return 'gone' end \
      return cur or ''";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn claimed_fields_split_into_children_and_subscriptions() {
+        let fields = [
+            "kid:fx",
+            "sub:fx:fx://item/5",
+            "sub:fx:a:b",
+            "sub:bad",
+            "own",
+        ]
+        .map(str::to_owned);
+        let (children, subs) = owned_fields(&fields);
+        assert_eq!(children, ["fx"]);
+        assert_eq!(
+            subs,
+            [
+                ("fx".to_owned(), "fx://item/5".to_owned()),
+                ("fx".to_owned(), "a:b".to_owned())
+            ]
+        );
+        assert_eq!(subscription_field("fx", "a:b"), "sub:fx:a:b");
+    }
+}

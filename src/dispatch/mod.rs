@@ -502,6 +502,12 @@ impl Dispatch {
             }
             Err(e) => Err(e),
         };
+        // For the next owner of a per-session child (forgotten here either way).
+        if outcome.is_ok() || !subscribe {
+            self.supervisor
+                .record_subscription(session, &b, &original, subscribe)
+                .await;
+        }
         match outcome {
             Ok(raw) => Ok(jsonrpc::result_bytes(id, &raw).into()),
             Err(e) => {

@@ -33,7 +33,9 @@
 //! - **Let go.** An owner that no longer holds the session (it ended, expired
 //!   or was released here) or is draining releases it and refuses the
 //!   request; the sender claims it again. A handed request counts as a use
-//!   of the owner's copy of the session (it does not idle out there).
+//!   of the owner's copy of the session (it does not idle out there). A
+//!   draining replica claims nothing: a request it cannot hand to a live
+//!   owner gets 503 + `Retry-After` (the host retries on another replica).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -81,6 +83,9 @@ enum Gate {
     Owner(String),
     /// Nowhere: the session ended (404).
     Ended,
+    /// Not here: no live replica owns the session and this one, draining,
+    /// takes none (503 + `Retry-After`: the host retries on another).
+    Draining,
 }
 
 /// What became of a request handed to the owner.
@@ -128,6 +133,7 @@ pub(super) async fn serve(
         let tag = match gate {
             Gate::Here => return Err((ctx, req, slot)),
             Gate::Ended => return Ok(reject(ctx, HttpError::unknown_session())),
+            Gate::Draining => return Ok(reject(ctx, HttpError::draining())),
             Gate::Owner(tag) => tag,
         };
         gate = match hand(st, &store, session, &req, &tag, backstop).await {
@@ -164,21 +170,30 @@ fn error_response(ctx: RequestContext, req: &RpcRequest, e: &ErrorObject) -> Res
 /// Claims `session` for this replica: [`Gate::Here`] when it is ours now
 /// (also when the store does not answer: served here, as without a store),
 /// [`Gate::Owner`] when a live replica owns it, [`Gate::Ended`] when its
-/// record is gone or the adoption ended it (`reason`: the adoption's label).
+/// record is gone or the adoption ended it (`reason`: the adoption's label),
+/// [`Gate::Draining`] when no live replica owns it and this one is draining
+/// (a child started here would stop with it: it claims nothing, not even a
+/// session it let go a moment ago). Taking a session over subscribes its new
+/// children again to its recorded subscriptions.
 async fn claim(st: &AppState, store: &SharedStore, session: &Arc<Session>, reason: &str) -> Gate {
     let h = session.store_key();
-    match store.claim_owner(h).await {
-        Ok(Claim::Mine) => {
-            st.supervisor.own(session);
+    match store.claim_owner(h, st.supervisor.is_stopping()).await {
+        Ok(Claim::Mine { subscriptions }) => {
+            st.supervisor.take_over(session, subscriptions).await;
             Gate::Here
         }
         Ok(Claim::Other(tag)) => Gate::Owner(tag),
         Ok(Claim::NoRecord) => Gate::Ended,
+        Ok(Claim::Vacant) => Gate::Draining,
         Err(_) => {
             tracing::debug!(session = %session.log_id(), "owner unknown: the shared store is unavailable; served here");
             Gate::Here
         }
-        Ok(Claim::Adopted { from, children }) => {
+        Ok(Claim::Adopted {
+            from,
+            children,
+            subscriptions,
+        }) => {
             st.metrics
                 .cluster_adoptions
                 .with_label_values(&[reason])
@@ -201,7 +216,7 @@ async fn claim(st: &AppState, store: &SharedStore, session: &Arc<Session>, reaso
             }
             tracing::info!(session = %session.log_id(), replica = %from, lost = ?children,
                 "the replica running this session's backend processes is gone: adopted, they restart here on first use");
-            st.supervisor.own(session);
+            st.supervisor.take_over(session, subscriptions).await;
             Gate::Here
         }
     }
@@ -458,7 +473,11 @@ async fn run_one(st: AppState, h: String, sealed: String) {
     ctx.set_session(session.log_id());
     ctx.set_revision(session.version());
     let host = Host::Legacy(session.clone());
+    let id = call.request.id.clone();
     let reply = st.dispatch.handle(ctx, &host, call.request).await;
+    // Registered now: a cancel that came first (the broadcast overtook the
+    // inbox) applies to it.
+    st.relay.apply_early_cancel(&session, &id);
     let call_of = match reply {
         Reply::Now(bytes) => {
             let (tx, rx) = mpsc::channel(1);

@@ -117,9 +117,15 @@ fn attach(
     // than the store holds yet. Follow from what it saw.
     let known = events.iter().map(|e| e.seq).max().unwrap_or(0).max(after);
     let finished = events.iter().any(|e| e.last);
+    // A write retried after a late reply may be there twice: the first only.
+    let mut seen = after;
     let replay: Vec<Frame> = events
         .iter()
-        .filter(|e| e.seq > after && e.seq > 0)
+        .filter(|e| {
+            let new = e.seq > seen;
+            seen = seen.max(e.seq);
+            new && e.seq > 0
+        })
         .map(|e| open(sealer, h, e))
         .collect::<Option<Vec<_>>>()
         .ok_or(ResumeError::Gone)?

@@ -200,28 +200,22 @@ impl Mirror {
             mpsc::unbounded_channel::<(MirroredEvent, Option<oneshot::Sender<()>>)>();
         let (store, h) = (self.store.clone(), self.h.clone());
         tokio::spawn(async move {
+            // Whether the last related message was given up on: the next are
+            // tried once until one lands (an outage holds the stream back
+            // by NEXT_RETRY once, not per message).
+            let mut lost = false;
             while let Some((ev, done)) = rx.recv().await {
-                let Some(done) = done else {
-                    let _ = store.mirror_event(&h, &ev).await;
-                    continue;
+                // The response is retried until it lands (a follower on
+                // another replica waits for it), for up to FINAL_RETRY; a
+                // related message (progress, a server→client request)
+                // briefly, in order, like the response after it.
+                let limit = match (&done, lost) {
+                    (Some(_), _) => FINAL_RETRY,
+                    (None, false) => NEXT_RETRY,
+                    (None, true) => Duration::ZERO,
                 };
-                // The response: retried until it lands (a follower on another
-                // replica waits for it), for up to FINAL_RETRY.
-                let end = tokio::time::Instant::now() + FINAL_RETRY;
-                let mut pause = Duration::from_millis(50);
-                let mut done = Some(done);
-                while store.mirror_event(&h, &ev).await.is_err()
-                    && tokio::time::Instant::now() < end
-                {
-                    if let Some(d) = done.take() {
-                        let _ = d.send(());
-                    }
-                    tokio::time::sleep(pause).await;
-                    pause = (pause * 2).min(Duration::from_secs(1));
-                }
-                if let Some(d) = done {
-                    let _ = d.send(());
-                }
+                let landed = write_retried(&store, &h, &ev, limit, done).await;
+                lost = !landed;
             }
         });
         Writer {
@@ -235,6 +229,41 @@ impl Mirror {
 /// How long a stream's last event is retried while the store does not take
 /// it.
 const FINAL_RETRY: Duration = Duration::from_secs(30);
+
+/// How long a stream's other events are retried while the store does not
+/// take them (a store marked down is up again at its next heartbeat).
+const NEXT_RETRY: Duration = Duration::from_secs(5);
+
+/// Writes `ev` to the store, again while it refuses it (from 50 ms, doubling
+/// to 1 s), until `limit` passed; whether it landed. `done` is told at the
+/// first failure or when it landed, whichever comes first.
+async fn write_retried(
+    store: &SharedStore,
+    h: &str,
+    ev: &MirroredEvent,
+    limit: Duration,
+    mut done: Option<oneshot::Sender<()>>,
+) -> bool {
+    let end = tokio::time::Instant::now() + limit;
+    let mut pause = Duration::from_millis(50);
+    let landed = loop {
+        if store.mirror_event(h, ev).await.is_ok() {
+            break true;
+        }
+        if let Some(d) = done.take() {
+            let _ = d.send(());
+        }
+        if tokio::time::Instant::now() >= end {
+            break false;
+        }
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(Duration::from_secs(1));
+    };
+    if let Some(d) = done {
+        let _ = d.send(());
+    }
+    landed
+}
 
 /// The writer of one stream's mirrored events.
 struct Writer {

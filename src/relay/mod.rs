@@ -8,6 +8,7 @@
 //! face reports what a backend sends through it, with the [`HostCall`] the
 //! message relates to when the connection could tell.
 
+mod cancels;
 mod listen;
 mod own;
 mod requests;
@@ -39,6 +40,8 @@ pub struct Relay {
     subs: Subscriptions,
     listens: Listens,
     early: EarlyStatuses,
+    /// Host cancels that came before the handed request they name.
+    cancels: cancels::EarlyCancels,
     /// Backends whose lists changed, for the supervisor to re-read.
     refresh: mpsc::UnboundedSender<usize>,
     /// Counts what shared connections send that no single host call can take.
@@ -108,6 +111,7 @@ impl Relay {
             subs: Subscriptions::default(),
             listens: Listens::default(),
             early: EarlyStatuses::default(),
+            cancels: cancels::EarlyCancels::default(),
             refresh,
             metrics,
             shared,

@@ -263,7 +263,7 @@ impl Relay {
 
     /// Cancels the host call `params.requestId` if it runs here; whether it
     /// did (an unreadable cancel counts as done: nobody can act on it).
-    fn cancel_here(&self, session: &Session, params: &Value) -> bool {
+    pub(super) fn cancel_here(&self, session: &Session, params: &Value) -> bool {
         let Some(v) = params.get("requestId") else {
             return true;
         };
@@ -304,15 +304,6 @@ impl Relay {
                 counter.inc();
             }
         });
-    }
-
-    /// A cancel another replica received for a call of `session` (`params`:
-    /// the notification's params as JSON text); ignored unless the call runs
-    /// here.
-    pub fn cancel_forwarded(&self, session: &Session, params: &str) {
-        if let Ok(p) = serde_json::from_str::<Value>(params) {
-            self.cancel_here(session, &p);
-        }
     }
 
     /// The host answers a server→client request: route the answer to the backend

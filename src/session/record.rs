@@ -57,8 +57,10 @@ impl SessionRecord {
     /// `clientInfo` (JSON), `p` the principal (JSON, absent on an open
     /// endpoint), `lvl` the log level (absent until set). Backend sessions
     /// are sealed fields of their own (`up:NAME`, written when opened:
-    /// `supervisor/upstream.rs`); subscriptions and tasks stay with the
-    /// replica that made them for now.
+    /// `supervisor/upstream.rs`), so are the subscriptions on per-session
+    /// stdio backends (`sub:NAME:URI`, `cluster/owner.rs`, read back by the
+    /// replica that takes the session's children over, not here); other
+    /// subscriptions and tasks stay with the replica that made them for now.
     pub fn to_fields(&self) -> Vec<(&'static str, String)> {
         let mut f = vec![
             ("v", self.version.as_str().to_owned()),

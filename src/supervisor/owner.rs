@@ -6,12 +6,18 @@
 //! is released in the store, and each child it starts for an owned session is
 //! noted there, so an adopter knows whose state died with this replica.
 
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use serde_json::json;
 use tokio::sync::mpsc;
 
 use super::Supervisor;
 use crate::catalog::BackendState;
+use crate::cluster::OwnedSubscription;
 use crate::config::Transport;
-use crate::session::Session;
+use crate::mcp::Method;
+use crate::session::{Host, Session};
 
 impl Supervisor {
     /// Marks `session` as owned here (`mcpgate_sessions_owned`). A session
@@ -31,6 +37,74 @@ impl Supervisor {
             tokio::spawn(async move {
                 let _ = store.release_owner(&h).await;
             });
+        }
+    }
+
+    /// Marks `session` as owned here after a claim that took it from no owner
+    /// or from a dead one, and subscribes its new children again to
+    /// `subscriptions` (the record's): each backend's child is started now
+    /// (awaited) and subscribed, so updates flow again without waiting for a
+    /// request to that backend. A failure is logged; the request goes on.
+    pub async fn take_over(&self, session: &Arc<Session>, subscriptions: Vec<OwnedSubscription>) {
+        self.own(session);
+        let mut by_backend: BTreeMap<usize, Vec<String>> = BTreeMap::new();
+        for (name, uri) in subscriptions {
+            let Some(b) = self.catalog.backends().by_name(&name) else {
+                continue;
+            };
+            if b.is_removed() || !self.is_owner_bound(b.index, session) {
+                continue;
+            }
+            self.relay.subscriptions().subscribe(&b, &uri, session);
+            by_backend.entry(b.index).or_default().push(uri);
+        }
+        let host = Host::Legacy(session.clone());
+        for (idx, uris) in by_backend {
+            let conn = match self.connection_for(idx, &host).await {
+                Ok(conn) => conn,
+                Err(e) => {
+                    tracing::warn!(session = %session.log_id(), cause = %e, "subscriptions not set again: the backend did not start");
+                    continue;
+                }
+            };
+            let timeout = conn.timeout();
+            for uri in uris {
+                let params = json!({ "uri": uri });
+                if let Err(e) = conn
+                    .request(&Method::ResourcesSubscribe, Some(params), None, timeout)
+                    .await
+                {
+                    tracing::warn!(backend = %conn.backend, session = %session.log_id(), cause = %e, "resubscribing a taken-over session failed");
+                }
+            }
+            tracing::info!(backend = %conn.backend, session = %session.log_id(), "a taken-over session's subscriptions set again on its new child");
+        }
+    }
+
+    /// Records in the store that `session` subscribed to (`on`) or
+    /// unsubscribed from `uri` of backend `b`, when `b` runs a child per
+    /// session for it (one store command, awaited; a failure is logged: the
+    /// subscription holds here, a later owner misses it).
+    pub async fn record_subscription(
+        &self,
+        session: &Session,
+        b: &BackendState,
+        uri: &str,
+        on: bool,
+    ) {
+        let Some(store) = &self.shared else {
+            return;
+        };
+        if !self.is_owner_bound(b.index, session) {
+            return;
+        }
+        let h = session.store_key();
+        if store
+            .record_subscription(h, &b.spec.name, uri, on)
+            .await
+            .is_err()
+        {
+            tracing::debug!(session = %session.log_id(), backend = %b.spec.name, "subscription not recorded: the shared store did not answer");
         }
     }
 
