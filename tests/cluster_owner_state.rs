@@ -1,8 +1,9 @@
 //! What a session's owner replica keeps that must outlive it (`[cluster]
 //! redis`, issue 11): the session's subscriptions on a per-session stdio
 //! backend are recorded, so the replica that adopts the session subscribes
-//! its new child again; and a draining replica claims no session (its child
-//! would stop with it). A real `redis-server`, two `mcpgate serve` replicas A
+//! its new child again; and a draining replica hands a session's requests
+//! to a live owner rather than take it (its child would stop with it), taking
+//! only what nobody owns. A real `redis-server`, two `mcpgate serve` replicas A
 //! and B with the same keys, the fake stdio backend in per-session mode with
 //! subscriptions, logging every message it receives (with its pid) to one
 //! file.
@@ -122,35 +123,30 @@ async fn echo_status(c: &McpClient, text: &str) -> (u16, Option<String>, Value) 
 }
 
 #[tokio::test]
-async fn a_draining_replica_claims_no_session() {
+async fn a_draining_replica_hands_to_a_live_owner_and_serves_what_nobody_owns() {
     let redis = TestRedis::start().await;
     let dir = TestDir::new();
     let log = dir.path("fx.log");
     let a = replica(&redis, &log, "5s").await;
     let b = replica(&redis, &log, "0s").await;
-    // A session A holds with no owner yet (no child started anywhere).
-    let mut s = McpClient::new(&a.url);
-    s.initialize(json!({})).await;
+    // Two sessions held by A: B owns the first one's child, nobody the second's.
+    let mut owned = McpClient::new(&a.url);
+    owned.initialize(json!({})).await;
+    let r = at(&owned, &b)
+        .call_tool("fx__echo", json!({"text": "on b"}))
+        .await;
+    assert_eq!(text_of(&r.response), "on b", "{}", r.response);
+    let mut free = McpClient::new(&a.url);
+    free.initialize(json!({})).await;
     a.signal(Signal::SIGTERM);
     assert!(
         common::wait_for(Duration::from_secs(3), || a.logged_message("draining")).await,
         "{}",
         a.log()
     );
-    // Draining, A still serves the session's requests, but starts no child:
-    // it would stop with A a moment later.
-    let (status, retry, body) = echo_status(&s, "on a").await;
-    assert_eq!(status, 503, "{body}");
-    assert_eq!(retry.as_deref(), Some("1"));
-    assert!(!record(&redis).contains("own"), "{}", record(&redis));
-    assert!(logged_calls(&log, "echo").is_empty());
-
-    // B claims it; A, still draining, hands the session's requests to B.
-    let r = at(&s, &b)
-        .call_tool("fx__echo", json!({"text": "on b"}))
-        .await;
-    assert_eq!(text_of(&r.response), "on b", "{}", r.response);
-    let (status, _, body) = echo_status(&s, "via a").await;
+    // Draining, A hands the owned session's request to B's child (it starts
+    // no child of its own that would stop with it a moment later)...
+    let (status, _, body) = echo_status(&owned, "via a").await;
     assert_eq!(status, 200, "{body}\n{}", a.log());
     assert_eq!(text_of(&body), "via a", "{body}");
     let pids: Vec<u64> = logged_calls(&log, "echo")
@@ -159,4 +155,21 @@ async fn a_draining_replica_claims_no_session() {
         .collect();
     assert_eq!(pids.len(), 2, "{pids:?}");
     assert_eq!(pids[0], pids[1], "one child, B's: {pids:?}");
+    // ...and serves the session nobody owns rather than fail the host's call
+    // (it did answer 503: a failed call at a rolling restart).
+    let (status, retry, body) = echo_status(&free, "nobody's").await;
+    assert_eq!(status, 200, "{body}\n{}", a.log());
+    assert_eq!(retry, None);
+    assert_eq!(text_of(&body), "nobody's", "{body}");
+    let pids: Vec<u64> = logged_calls(&log, "echo")
+        .iter()
+        .filter_map(|e| e["pid"].as_u64())
+        .collect();
+    assert_eq!(pids.len(), 3, "{pids:?}");
+    assert_ne!(pids[2], pids[0], "a child of A's: {pids:?}");
+    assert!(
+        a.logged_message("this one drains: served here"),
+        "{}",
+        a.log()
+    );
 }

@@ -114,9 +114,9 @@ fn subscription_field(backend: &str, uri: &str) -> String {
 
 impl SharedStore {
     /// Claims session `h`'s per-session children for this replica (one
-    /// `EVAL`); see [`Claim`]. A `draining` replica takes no session that a
-    /// live replica does not own ([`Claim::Vacant`]): its children would stop
-    /// with it.
+    /// `EVAL`); see [`Claim`]. With `draining`, a session that no live replica
+    /// owns is not taken ([`Claim::Vacant`]): the caller decides (its children
+    /// would stop with it).
     pub async fn claim_owner(&self, h: &str, draining: bool) -> Result<Claim, Unavailable> {
         if !self.is_up() {
             return Err(Unavailable);

@@ -101,10 +101,9 @@ impl HttpError {
         )
     }
 
-    /// 503 + `Retry-After: 1` for `initialize` (or a request that would start a
-    /// per-session child here) while the gateway drains for shutdown (RFC 9110
-    /// §10.2.3): the host should retry on another replica, which the load
-    /// balancer picks once `/readyz` took this one out.
+    /// 503 + `Retry-After: 1` for `initialize` while the gateway drains for
+    /// shutdown (RFC 9110 §10.2.3): the host should open its session on another
+    /// replica, which the load balancer picks once `/readyz` took this one out.
     pub fn draining() -> Self {
         HttpError::new(
             Rejection::Draining,

@@ -34,8 +34,8 @@
 //!   or was released here) or is draining releases it and refuses the
 //!   request; the sender claims it again. A handed request counts as a use
 //!   of the owner's copy of the session (it does not idle out there). A
-//!   draining replica claims nothing: a request it cannot hand to a live
-//!   owner gets 503 + `Retry-After` (the host retries on another replica).
+//!   draining replica hands a request to a live owner where there is one and
+//!   takes the session only when there is none (no call fails for the drain).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -83,9 +83,6 @@ enum Gate {
     Owner(String),
     /// Nowhere: the session ended (404).
     Ended,
-    /// Not here: no live replica owns the session and this one, draining,
-    /// takes none (503 + `Retry-After`: the host retries on another).
-    Draining,
 }
 
 /// What became of a request handed to the owner.
@@ -133,7 +130,6 @@ pub(super) async fn serve(
         let tag = match gate {
             Gate::Here => return Err((ctx, req, slot)),
             Gate::Ended => return Ok(reject(ctx, HttpError::unknown_session())),
-            Gate::Draining => return Ok(reject(ctx, HttpError::draining())),
             Gate::Owner(tag) => tag,
         };
         gate = match hand(st, &store, session, &req, &tag, backstop).await {
@@ -171,20 +167,28 @@ fn error_response(ctx: RequestContext, req: &RpcRequest, e: &ErrorObject) -> Res
 /// (also when the store does not answer: served here, as without a store),
 /// [`Gate::Owner`] when a live replica owns it, [`Gate::Ended`] when its
 /// record is gone or the adoption ended it (`reason`: the adoption's label),
-/// [`Gate::Draining`] when no live replica owns it and this one is draining
-/// (a child started here would stop with it: it claims nothing, not even a
-/// session it let go a moment ago). Taking a session over subscribes its new
-/// children again to its recorded subscriptions.
+/// A draining replica first asks without taking the session (a child started
+/// here stops with it: a live owner elsewhere is preferred, even for a session
+/// this replica let go a moment ago); with none, it takes the session after all
+/// rather than fail the host's request (a rolling restart fails no call; the
+/// replica that takes it over next starts the child again). Taking a session
+/// over subscribes its new children again to its recorded subscriptions.
 async fn claim(st: &AppState, store: &SharedStore, session: &Arc<Session>, reason: &str) -> Gate {
     let h = session.store_key();
-    match store.claim_owner(h, st.supervisor.is_stopping()).await {
+    let mut claimed = store.claim_owner(h, st.supervisor.is_stopping()).await;
+    if matches!(claimed, Ok(Claim::Vacant)) {
+        tracing::info!(session = %session.log_id(),
+            "no live replica holds this session's backend processes and this one drains: served here, its next owner starts them again");
+        claimed = store.claim_owner(h, false).await;
+    }
+    match claimed {
         Ok(Claim::Mine { subscriptions }) => {
             st.supervisor.take_over(session, subscriptions).await;
             Gate::Here
         }
         Ok(Claim::Other(tag)) => Gate::Owner(tag),
         Ok(Claim::NoRecord) => Gate::Ended,
-        Ok(Claim::Vacant) => Gate::Draining,
+        Ok(Claim::Vacant) => Gate::Here,
         Err(_) => {
             tracing::debug!(session = %session.log_id(), "owner unknown: the shared store is unavailable; served here");
             Gate::Here
