@@ -188,6 +188,20 @@ impl SharedStore {
         self.op("release", release).await.map(|_| ())
     }
 
+    /// Which replica owns session `h`'s per-session children (one `HGET` of
+    /// the record's `own`, claiming nothing): `None` when none does (or the
+    /// record is gone). For requests this replica cannot route itself (a
+    /// name or task id it does not know), which only the owner may know.
+    pub async fn owner_of(&self, h: &str) -> Result<Option<String>, Unavailable> {
+        if !self.is_up() {
+            return Err(Unavailable);
+        }
+        let mut cmd = ::redis::cmd("HGET");
+        cmd.arg(record_key(h)).arg("own");
+        let got = self.redis.query::<Option<String>>(cmd);
+        self.op("get", got).await
+    }
+
     /// Notes that this replica, owning session `h`, started a child of
     /// `backend` (one `EVAL`; nothing when another replica owns it).
     pub async fn note_child(&self, h: &str, backend: &str) -> Result<(), Unavailable> {

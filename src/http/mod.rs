@@ -6,6 +6,7 @@ pub mod admin;
 mod auth;
 pub(crate) mod client;
 mod error;
+mod handed;
 pub(crate) mod headers;
 pub mod limit;
 pub(crate) mod mcp;

@@ -46,8 +46,9 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
+use super::handed;
 use super::session::reject;
-use super::sse::{Mirror, json_response, mirror_only, sse_response};
+use super::sse::{Mirror, json_response, mirror_only};
 use super::{AppState, HttpError};
 use crate::cluster::{Claim, GiveUp, Purpose, SharedStore, Take};
 use crate::config::OwnerLoss;
@@ -107,7 +108,7 @@ enum Handed {
 /// dispatched here (not owner-bound, owned here, or claimed now).
 pub(super) async fn serve(
     st: &AppState,
-    ctx: RequestContext,
+    mut ctx: RequestContext,
     session: &Arc<Session>,
     req: RpcRequest,
     slot: StreamSlot,
@@ -116,15 +117,28 @@ pub(super) async fn serve(
         return Err((ctx, req, slot));
     };
     let host = Host::Legacy(session.clone());
-    let owner_bound = st
-        .dispatch
-        .target(&host, &req.method, req.params.as_ref())
-        .filter(|&idx| st.supervisor.is_owner_bound(idx, session));
-    let Some(idx) = owner_bound else {
-        return Err((ctx, req, slot));
+    let params = req.params.as_ref();
+    // Owner-bound: routed to a per-session child (claimed if unowned). Else
+    // unknown here but maybe known to the owner's children: asked who owns
+    // the session (claiming nothing), handed over only to another replica.
+    let (mut gate, backend, backstop) = match st.dispatch.target(&host, &req.method, params) {
+        Some(idx) if st.supervisor.is_owner_bound(idx, session) => {
+            let b = st.catalog.backends().at(idx);
+            let backstop = b.spec.call_timeout() + BACKSTOP_MARGIN;
+            let gate = claim(st, &store, session, "owner_lost").await;
+            (gate, Some(b), backstop)
+        }
+        Some(_) => return Err((ctx, req, slot)),
+        None => match handed::longest_call_timeout(st, session) {
+            Some(timeout) if st.dispatch.unknown_here(session, &req.method, params) => (
+                find_owner(&store, session).await,
+                None,
+                timeout + BACKSTOP_MARGIN,
+            ),
+            _ => return Err((ctx, req, slot)),
+        },
     };
-    let backstop = st.catalog.backends().at(idx).spec.call_timeout() + BACKSTOP_MARGIN;
-    let mut gate = claim(st, &store, session, "owner_lost").await;
+    let lookup = backend.is_none();
     // At most a few hand-overs: an owner letting go, or dying, meanwhile.
     for _ in 0..3 {
         let tag = match gate {
@@ -132,8 +146,14 @@ pub(super) async fn serve(
             Gate::Ended => return Ok(reject(ctx, HttpError::unknown_session())),
             Gate::Owner(tag) => tag,
         };
-        gate = match hand(st, &store, session, &req, &tag, backstop).await {
-            Handed::Picked(attached) => return Ok(respond(st, ctx, session, slot, attached).await),
+        gate = match hand(st, &store, session, &req, &ctx, &tag, backstop).await {
+            Handed::Picked(attached) => {
+                handed::name_route(&mut ctx, backend.as_deref(), &req);
+                return Ok(handed::respond(st, ctx, session, slot, attached, !lookup).await);
+            }
+            Handed::Refused if lookup => find_owner(&store, session).await,
+            // What a dead owner's children knew died with them: unknown here.
+            Handed::Dead(_) if lookup => Gate::Here,
             Handed::Refused => claim(st, &store, session, "owner_lost").await,
             Handed::Dead(reason) => claim(st, &store, session, reason).await,
             Handed::NotSent => return Err((ctx, req, slot)),
@@ -154,6 +174,16 @@ pub(super) async fn serve(
         "owner unreachable: the gateway replica running this session's backend process did not take the request; it was not run",
     );
     Ok(error_response(ctx, &req, &e))
+}
+
+/// Which replica owns `session`'s children, claiming nothing:
+/// [`Gate::Owner`] when another one does, else [`Gate::Here`] (none does, or
+/// the store does not answer: refused here as unknown).
+async fn find_owner(store: &SharedStore, session: &Session) -> Gate {
+    match store.owner_of(session.store_key()).await {
+        Ok(Some(tag)) if tag != store.tag() => Gate::Owner(tag),
+        _ => Gate::Here,
+    }
 }
 
 /// `e` as the JSON answer to `req`.
@@ -241,6 +271,7 @@ async fn hand(
     store: &Arc<SharedStore>,
     session: &Session,
     req: &RpcRequest,
+    ctx: &RequestContext,
     tag: &str,
     backstop: Duration,
 ) -> Handed {
@@ -253,6 +284,8 @@ async fn hand(
         "id": &**session.id(),
         "s": stream,
         "r": {"jsonrpc": "2.0", "id": req.id.to_value(), "method": req.method.as_str(), "params": req.params},
+        // For the owner's access line: who sent it, from where, to which endpoint.
+        "a": {"p": ctx.principal_id(), "c": ctx.client(), "e": &**ctx.endpoint()},
     });
     let sealed = st.sealer.seal(
         Purpose::Value,
@@ -344,39 +377,6 @@ async fn give_up(
     Err(Handed::Unknown)
 }
 
-/// Answers the host with what the owner sends: JSON when the response is the
-/// first thing within the window, else an SSE stream of the owner's stream.
-async fn respond(
-    st: &AppState,
-    ctx: RequestContext,
-    session: &Session,
-    slot: StreamSlot,
-    mut attached: Attached,
-) -> Response {
-    let first = if attached.replay.is_empty() {
-        match attached.live.as_mut() {
-            Some(live) => tokio::time::timeout(st.server.json_response_window, live.recv())
-                .await
-                .ok()
-                .flatten(),
-            None => None,
-        }
-    } else {
-        Some(attached.replay.remove(0))
-    };
-    ctx.finish(Outcome::Ok);
-    match first {
-        Some(f) if f.last => {
-            st.metrics.bytes_out.inc_by(f.data.len() as u64);
-            return json_response(f.data);
-        }
-        Some(f) => attached.replay.insert(0, f),
-        None => {}
-    }
-    let prime = session.version().primes_streams();
-    sse_response(slot, prime, attached, st.server.sse_keep_alive, &st.metrics)
-}
-
 /// Runs the requests other replicas hand this one as the owner of their
 /// sessions' children (`(h, sealed call)`), each in a task of its own.
 pub(crate) async fn run_handed(st: AppState, mut calls: mpsc::UnboundedReceiver<(String, String)>) {
@@ -391,6 +391,8 @@ struct Opened {
     id: String,
     stream: u64,
     request: RpcRequest,
+    /// Who sent it, for the access line (`handed::handed_context`).
+    audit: Option<Value>,
 }
 
 fn open_call(st: &AppState, h: &str, sealed: &str) -> Option<Opened> {
@@ -406,6 +408,7 @@ fn open_call(st: &AppState, h: &str, sealed: &str) -> Option<Opened> {
         id: v.get("id")?.as_str()?.to_owned(),
         stream: v.get("s")?.as_u64()?,
         request,
+        audit: v.get("a").cloned(),
     })
 }
 
@@ -473,9 +476,7 @@ async fn run_one(st: AppState, h: String, sealed: String) {
         request_id: call.request.id.to_json(),
         sealer: st.sealer.clone(),
     };
-    let mut ctx = RequestContext::new(&st.metrics);
-    ctx.set_session(session.log_id());
-    ctx.set_revision(session.version());
+    let ctx = handed::handed_context(&st, &call.request, call.audit.as_ref(), &session);
     let host = Host::Legacy(session.clone());
     let id = call.request.id.clone();
     let reply = st.dispatch.handle(ctx, &host, call.request).await;

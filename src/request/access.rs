@@ -2,12 +2,11 @@
 //! and what it may show of a call's arguments.
 
 use std::net::IpAddr;
-use std::sync::Arc;
 
 use serde_json::Value;
 
 use super::{Outcome, RequestContext};
-use crate::auth::Principal;
+use crate::auth::PrincipalId;
 use crate::config::{ArgumentAudit, ArgumentLogging};
 use crate::jsonrpc::Id;
 use crate::mcp::ProtocolVersion;
@@ -18,7 +17,7 @@ pub(super) struct Audit {
     pub(super) rpc_id: Option<Id>,
     pub(super) revision: Option<ProtocolVersion>,
     pub(super) modern: Option<bool>,
-    pub(super) principal: Option<Arc<Principal>>,
+    pub(super) principal: Option<PrincipalId>,
     pub(super) client: Option<IpAddr>,
     pub(super) code: Option<i64>,
     pub(super) status: Option<u16>,
@@ -111,6 +110,7 @@ impl RequestContext {
             bytes_in = a.bytes_in,
             bytes_out = a.bytes_out,
             arguments = a.arguments.as_deref(),
+            handed = self.handed.then_some(true),
             trace_id = self.trace.as_ref().map(crate::telemetry::ServerSpan::trace_id),
             "request"
         );

@@ -16,8 +16,9 @@
 //! `outcome` (the `mcpgate_requests_total` label), `code` (the JSON-RPC error code),
 //! `status` (HTTP), `reason` (why refused), `ms` (duration), `bytes_in`,
 //! `bytes_out` (the request body and the JSON-RPC answer, in bytes), `trace_id`
-//! (the OpenTelemetry trace, only while `[telemetry]` is on). Absent fields
-//! are left out. Results are never logged; arguments only where the backend opts
+//! (the OpenTelemetry trace, only while `[telemetry]` is on), `handed`
+//! (`true`: run here for a host of another replica, `http/owner.rs`; that
+//! replica writes the host's line too). Absent fields are left out. Results are never logged; arguments only where the backend opts
 //! in (`[backends.NAME.audit]`, field `arguments`).
 //! The line is formatted by `logging::AccessFormat` (the same bytes as the stock
 //! text or JSON formatter, cheaper); a field added here needs nothing there.
@@ -29,191 +30,20 @@ use std::sync::Arc;
 
 use tokio::time::Instant;
 
-use crate::auth::Principal;
-use crate::backend::BackendError;
-use crate::error::RpcError;
+use crate::auth::{Principal, PrincipalId};
 use crate::jsonrpc::Id;
 use crate::mcp::{Method, ProtocolVersion, Request};
 use crate::metrics::{BackendSeries, Metrics};
 use crate::telemetry::ServerSpan;
 
 mod access;
+mod outcome;
 mod span;
+pub use outcome::{Outcome, Rejection};
 pub use span::{record_target, request_span};
 
 use access::Audit;
 pub use access::audited_arguments;
-
-/// Why a request was refused on the HTTP plane, before routing (metric label
-/// `mcpgate_rejections_total{reason,era}`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Rejection {
-    /// 403: Origin not allowed (DNS-rebinding guard).
-    Origin,
-    /// 403: Host not allowed.
-    Host,
-    /// 406: Accept lacks the required media types.
-    Accept,
-    /// 415: Content-Type is not `application/json`.
-    ContentType,
-    /// 413: body larger than `server.max_body_bytes`.
-    BodyTooLarge,
-    /// 408: body did not arrive within `server.body_read_timeout`.
-    BodyTimeout,
-    /// 400: not a JSON-RPC message (-32700 / -32600).
-    InvalidMessage,
-    /// 400: a 2026-07-28 request while the modern face is off.
-    ModernProbe,
-    /// 400: a 2026-07-28 request without its required `_meta` fields (-32602).
-    ModernEnvelope,
-    /// 400: a header that disagrees with the body (-32020).
-    HeaderMismatch,
-    /// 404: a method the 2026-07-28 face does not serve (-32601).
-    MethodNotFound,
-    /// 405: GET or DELETE from a 2026-07-28 client (no sessions, no GET stream).
-    MethodNotAllowed,
-    /// 400: `MCP-Protocol-Version` missing a supported value.
-    Version,
-    /// 400: no `Mcp-Session-Id` where one is required.
-    SessionMissing,
-    /// 404: unknown, expired or foreign session.
-    SessionUnknown,
-    /// 400 / 410: `Last-Event-ID` malformed or no longer replayable.
-    Resume,
-    /// 503: `server.max_sessions` reached.
-    TooManySessions,
-    /// 503: a new session while the gateway drains for shutdown.
-    Draining,
-    /// 503: a new session while the shared session store does not answer.
-    StoreUnavailable,
-    /// 429: `server.max_streams_per_session` reached.
-    TooManyStreams,
-    /// 429: the client's rate limit.
-    RateLimited,
-    /// 401: no or invalid bearer token.
-    Unauthorized,
-    /// 403: token lacks a required scope.
-    InsufficientScope,
-    /// 400: token in the query string.
-    QueryToken,
-    /// Anything else on the HTTP plane.
-    Other,
-}
-
-impl Rejection {
-    /// The metric label.
-    pub fn label(self) -> &'static str {
-        match self {
-            Rejection::Origin | Rejection::Host => "origin",
-            Rejection::Accept => "accept",
-            Rejection::ContentType => "content_type",
-            Rejection::BodyTooLarge => "body_too_large",
-            Rejection::BodyTimeout => "body_timeout",
-            Rejection::InvalidMessage => "invalid_message",
-            Rejection::ModernProbe => "modern_probe",
-            Rejection::ModernEnvelope => "modern_envelope",
-            Rejection::HeaderMismatch => "header_mismatch",
-            Rejection::MethodNotFound => "method_not_found",
-            Rejection::MethodNotAllowed => "method_not_allowed",
-            Rejection::Version => "version",
-            Rejection::SessionMissing => "session_missing",
-            Rejection::SessionUnknown => "session_unknown",
-            Rejection::Resume => "resume",
-            Rejection::TooManySessions => "too_many_sessions",
-            Rejection::Draining => "draining",
-            Rejection::StoreUnavailable => "store_unavailable",
-            Rejection::TooManyStreams => "too_many_streams",
-            Rejection::RateLimited => "rate_limited",
-            Rejection::Unauthorized => "unauthorized",
-            Rejection::InsufficientScope => "insufficient_scope",
-            Rejection::QueryToken => "query_token",
-            Rejection::Other => "other",
-        }
-    }
-
-    /// Whether this is an authentication or authorization refusal (also counted
-    /// in `mcpgate_auth_failures_total`).
-    pub fn is_auth(self) -> bool {
-        matches!(
-            self,
-            Rejection::Unauthorized | Rejection::InsufficientScope | Rejection::QueryToken
-        )
-    }
-}
-
-/// How a host request ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
-    /// A result.
-    Ok,
-    /// A 2026-07-28 `input_required` result: the call waits for the host's retry.
-    InputRequired,
-    /// A JSON-RPC error decided by the gateway (unknown tool, bad params …).
-    Error,
-    /// A JSON-RPC error from the backend, passed on.
-    RpcError,
-    /// The backend did not answer in time.
-    Timeout,
-    /// The backend could not be reached; the class names how
-    /// (`mcpgate_upstream_errors_total{class}`).
-    Unavailable(&'static str),
-    /// The gateway's own limit for the backend refused the call (counted as
-    /// unavailable, and as a `backend_busy` rejection).
-    Busy,
-    /// The host cancelled, or went away before the answer.
-    Cancelled,
-    /// Refused on the HTTP plane, before routing.
-    Rejected(Rejection),
-}
-
-impl Outcome {
-    /// The `outcome` label of `mcpgate_requests_total`.
-    pub fn label(self) -> &'static str {
-        match self {
-            Outcome::Ok => "ok",
-            Outcome::InputRequired => "input_required",
-            Outcome::Error => "error",
-            Outcome::RpcError => "rpc_error",
-            Outcome::Timeout => "timeout",
-            Outcome::Unavailable(_) | Outcome::Busy => "unavailable",
-            Outcome::Cancelled => "cancelled",
-            Outcome::Rejected(_) => "rejected",
-        }
-    }
-
-    /// The outcome of answering `e`.
-    pub fn of(e: &RpcError) -> Outcome {
-        match e {
-            RpcError::Backend(b) => Outcome::of_backend(b),
-            _ => Outcome::Error,
-        }
-    }
-
-    /// The outcome of a failed backend call.
-    pub fn of_backend(e: &BackendError) -> Outcome {
-        match e {
-            BackendError::Rpc(_) => Outcome::RpcError,
-            BackendError::Cancelled => Outcome::Cancelled,
-            BackendError::Timeout { .. } => Outcome::Timeout,
-            BackendError::Busy { .. } => Outcome::Busy,
-            BackendError::Unavailable { .. } => Outcome::Unavailable("closed"),
-            BackendError::Protocol { .. } => Outcome::Unavailable("protocol"),
-            BackendError::HttpStatus { status, .. } if *status >= 500 => {
-                Outcome::Unavailable("http_5xx")
-            }
-            BackendError::HttpStatus { .. } => Outcome::Unavailable("http_4xx"),
-        }
-    }
-
-    /// The `class` label of `mcpgate_upstream_errors_total`, for backend failures.
-    fn upstream_class(self) -> Option<&'static str> {
-        match self {
-            Outcome::Timeout => Some("timeout"),
-            Outcome::Unavailable(class) => Some(class),
-            _ => None,
-        }
-    }
-}
 
 /// One host request in flight through the gateway; see the module docs.
 pub struct RequestContext {
@@ -238,6 +68,12 @@ pub struct RequestContext {
     tool_error: bool,
     /// The `[endpoints.NAME]` the request came in at (`""`: `server.path`).
     endpoint: Arc<str>,
+    /// Run here for another replica, which the host sent it to
+    /// ([`RequestContext::set_handed`]): counted there, not here.
+    handed: bool,
+    /// Handed to another replica, which calls the backend
+    /// ([`RequestContext::set_forwarded`]): its backend failures are counted there.
+    forwarded: bool,
 }
 
 impl RequestContext {
@@ -258,6 +94,8 @@ impl RequestContext {
             trace: None,
             tool_error: false,
             endpoint: Arc::from(""),
+            handed: false,
+            forwarded: false,
         }
     }
 
@@ -309,7 +147,51 @@ impl RequestContext {
 
     /// The accept phase authenticated `principal`.
     pub fn set_principal(&mut self, principal: Option<&Arc<Principal>>) {
-        self.audit.principal = principal.cloned();
+        self.audit.principal = principal.map(|p| p.id());
+    }
+
+    /// The principal the request came from, as the access line names it.
+    pub fn principal_id(&self) -> Option<&PrincipalId> {
+        self.audit.principal.as_ref()
+    }
+
+    /// The client's address ([`RequestContext::set_client`]).
+    pub fn client(&self) -> Option<IpAddr> {
+        self.audit.client
+    }
+
+    /// A request another replica's host sent, handed to this replica as the
+    /// owner of its session's per-session children (`http/owner.rs`): request
+    /// `method` with JSON-RPC id `id` from `principal` at `client`, received at
+    /// `endpoint`. Its access line says `handed=true`; it is counted in
+    /// `mcpgate_requests_total` (and the per-tool metrics) where the host sent
+    /// it, so not here; its backend failures, met here, are.
+    pub fn set_handed(
+        &mut self,
+        (method, id): (&Method, &Id),
+        principal: Option<PrincipalId>,
+        client: Option<IpAddr>,
+        endpoint: Arc<str>,
+    ) {
+        self.set_request(method);
+        self.set_rpc_id(id);
+        self.audit.principal = principal;
+        self.audit.client = client;
+        self.endpoint = endpoint;
+        self.handed = true;
+    }
+
+    /// The request is handed to the replica owning its session's per-session
+    /// children, which calls the backend: backend failures are counted there
+    /// (`mcpgate_upstream_errors_total`), the request here.
+    pub fn set_forwarded(&mut self) {
+        self.forwarded = true;
+    }
+
+    /// The exposed name, URI or task id the request is about, where the
+    /// backend is not known here (named by the replica that routes it).
+    pub fn set_target(&mut self, target: &str) {
+        self.target = Some(target.to_owned());
     }
 
     /// The frame phase read a body of `n` bytes.
@@ -451,6 +333,12 @@ impl RequestContext {
                 }
             }
             _ if !self.is_request => {}
+            // Counted where the host sent it; only its backend's failures here.
+            _ if self.handed => {
+                if let (Some(class), Some(b)) = (outcome.upstream_class(), &self.backend) {
+                    m.upstream_errors.with_label_values(&[b, class]).inc();
+                }
+            }
             _ => {
                 self.series().count(m, (method, outcome.label(), era), secs);
                 if let (true, Some(Method::ToolsCall), Some(b), Some(tool)) =
@@ -463,7 +351,9 @@ impl RequestContext {
                         .with_label_values(&[b, tool.as_str()])
                         .observe(secs);
                 }
-                if let (Some(class), Some(b)) = (outcome.upstream_class(), &self.backend) {
+                if let (Some(class), Some(b), false) =
+                    (outcome.upstream_class(), &self.backend, self.forwarded)
+                {
                     m.upstream_errors.with_label_values(&[b, class]).inc();
                 }
                 if outcome == Outcome::Busy {
