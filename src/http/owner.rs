@@ -159,7 +159,7 @@ pub(super) async fn serve(
             Handed::NotSent => return Err((ctx, req, slot)),
             Handed::Unreachable => break,
             Handed::Unknown => {
-                tracing::warn!(session = %session.log_id(), id = %req.id, "owner replica did not pick the request up in time and the shared store did not say whether it did");
+                tracing::warn!(session = %session.log_id(), id = %req.id.logged(), "owner replica did not pick the request up in time and the shared store did not say whether it did");
                 let e = ErrorObject::new(
                     jsonrpc::INTERNAL_ERROR,
                     "owner unreachable: the gateway replica running this session's backend process did not take the request in time and the shared store did not answer; it may have run",
@@ -168,7 +168,7 @@ pub(super) async fn serve(
             }
         };
     }
-    tracing::warn!(session = %session.log_id(), id = %req.id, "owner replica did not pick the request up");
+    tracing::warn!(session = %session.log_id(), id = %req.id.logged(), "owner replica did not pick the request up");
     let e = ErrorObject::new(
         jsonrpc::INTERNAL_ERROR,
         "owner unreachable: the gateway replica running this session's backend process did not take the request; it was not run",
@@ -447,21 +447,21 @@ async fn run_one(st: AppState, h: String, sealed: String) {
     match taken {
         Some(true) => {}
         Some(false) => {
-            tracing::info!(id = %call.request.id, "a request handed to this replica came too late; not run (the sender gave up on it)");
+            tracing::info!(id = %call.request.id.logged(), "a request handed to this replica came too late; not run (the sender gave up on it)");
             return;
         }
         None => {
-            tracing::warn!(id = %call.request.id, "a handed request not run: the shared store did not say whether its pickup landed");
+            tracing::warn!(id = %call.request.id.logged(), "a handed request not run: the shared store did not say whether its pickup landed");
             return;
         }
     }
     let Some(session) = held else {
         match stopping {
             true => {
-                tracing::info!(id = %call.request.id, "a request handed to this replica while it drains: the session is let go, refused")
+                tracing::info!(id = %call.request.id.logged(), "a request handed to this replica while it drains: the session is let go, refused")
             }
             false => {
-                tracing::info!(id = %call.request.id, "a request handed to this replica for a session it no longer holds: let go, refused")
+                tracing::info!(id = %call.request.id.logged(), "a request handed to this replica for a session it no longer holds: let go, refused")
             }
         }
         return;
