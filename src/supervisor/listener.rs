@@ -18,7 +18,7 @@
 //! of a holding connection, one pipeline per heartbeat while standbys wait.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
 use futures_util::future::BoxFuture;
@@ -149,6 +149,14 @@ pub(super) struct StoreGate {
     pub(super) takeovers: IntCounterVec,
     /// Whether this connection holds the claim (released when it closes).
     pub(super) held: AtomicBool,
+    /// This connection's number in the claim ([`next_conn`]).
+    pub(super) conn: u64,
+}
+
+/// A number for a new connection's claim, unique in this process.
+pub(super) fn next_conn() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    NEXT.fetch_add(1, Ordering::Relaxed)
 }
 
 impl StoreGate {
@@ -159,7 +167,11 @@ impl StoreGate {
     /// Claims the GET stream for `conn`; whether it may listen now. Lost to
     /// a live holder: stands by. `reason`: a takeover to count if it wins.
     async fn try_claim(self: &Arc<Self>, conn: &Arc<Connection>, reason: Option<&str>) -> bool {
-        let won = match self.store.claim_listener(&self.h, &self.backend).await {
+        let won = match self
+            .store
+            .claim_listener(&self.h, &self.backend, self.conn)
+            .await
+        {
             Ok(ListenClaim::Mine) => reason,
             Ok(ListenClaim::Adopted(from)) => {
                 tracing::info!(backend = %self.backend, replica = %from, "the replica listening on the backend session is gone");
@@ -192,7 +204,10 @@ impl ListenGate for StoreGate {
         Box::pin(async move {
             self.standbys.remove(&self);
             if self.held.swap(false, Ordering::AcqRel) {
-                let _ = self.store.release_listener(&self.h, &self.backend).await;
+                let _ = self
+                    .store
+                    .release_listener(&self.h, &self.backend, self.conn)
+                    .await;
             }
         })
     }

@@ -160,6 +160,7 @@ impl Supervisor {
             standbys: self.standbys.clone(),
             takeovers: self.metrics.cluster_listener_takeovers.clone(),
             held: Default::default(),
+            conn: super::listener::next_conn(),
         });
         let known = session.record().upstream_sessions.remove(&*b.spec.name);
         let recorded = match known {
