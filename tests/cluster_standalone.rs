@@ -1,12 +1,15 @@
 //! The standalone GET stream re-attaches on another replica (issue 11,
 //! acceptance 2 and 3), with real processes: a real `redis-server`, two
-//! `mcpgate serve` replicas with the same keys and store, and a per-session
-//! backend whose `log_later` tool sends a log unrelated to any request, which
-//! goes on the standalone stream: the fake stdio backend (one child, on the
-//! replica owning the session) or, where each replica must make messages for
-//! the session on its own, the fake HTTP backend (one backend session, each
-//! replica with its own GET stream on it; the log goes to the GET stream of
-//! the replica that called). A `GET` + `Last-Event-ID`
+//! `mcpgate serve` replicas with the same keys and store, and per-session
+//! backends whose `log_later` tool sends a log unrelated to any request, which
+//! goes on the standalone stream: the fake stdio backend `mine` (one child, on
+//! the replica owning the session) or, where each replica must make messages
+//! for the session on its own, the fake HTTP backend as two per-session
+//! backends `ha` and `hb` (one backend session each, shared by both replicas;
+//! it refuses a second GET on a session with 409, and one replica opens the
+//! GET stream of each: A listens on `ha`, B on `hb`, so what `ha` sends comes
+//! out of A and what `hb` sends comes out of B, whichever replica called).
+//! A `GET` + `Last-Event-ID`
 //! of a stream that A produced is answered on B with what the store holds
 //! after that id and then B's own notifications on the same stream, with ids
 //! that keep increasing (no gap, no repeat); after A is killed within 2 s; A,
@@ -23,7 +26,7 @@ use std::time::Duration;
 
 use common::fake_http::CLIENT;
 use common::store::{TestRedis, at, replica, scrape};
-use common::{FakeHttp, McpClient, SseStream, TestDir};
+use common::{FakeHttp, FakeHttpOptions, McpClient, SseStream, TestDir};
 use nix::sys::signal::Signal;
 use serde_json::{Value, json};
 use tokio::time::Instant;
@@ -44,12 +47,14 @@ fn stdio(dir: &TestDir) -> String {
     )
 }
 
-/// Has the session's backend send the log `text` on the standalone stream.
-async fn log_later(s: &McpClient, text: &str) {
+/// Has the session's backend `backend` send the log `text` on the
+/// standalone stream (called through `s`'s replica).
+async fn log_later(s: &McpClient, backend: &str, text: &str) {
+    let tool = format!("{backend}__log_later");
     let r = s
-        .call_tool("mine__log_later", json!({"delay_ms": 20, "text": text}))
+        .call_tool(&tool, json!({"delay_ms": 20, "text": text}))
         .await;
-    assert_eq!(r.result()["content"][0]["text"], "later");
+    assert_eq!(r.result()["content"][0]["text"], "later", "{}", r.response);
 }
 
 /// The next log's text on `stream`, and its event id.
@@ -70,27 +75,78 @@ async fn next_log_within(stream: &mut SseStream, within: Duration) -> Option<(St
     }
 }
 
-/// The fake HTTP backend as per-session backend `mine` offering `log_later`,
-/// reached by replica `name` (its requests say so in [`CLIENT`]).
+/// The fake HTTP backend as per-session backends `ha` and `hb` offering
+/// `log_later`, reached by replica `name` (its requests say so in [`CLIENT`]).
 fn http(fx: &FakeHttp, name: &str) -> String {
-    format!(
-        "[backends.mine]\ntype = \"http\"\nurl = \"{}\"\nmode = \"per_session\"\n\
-         headers = {{ \"{CLIENT}\" = \"{name}\" }}\n",
-        fx.url
-    )
+    ["ha", "hb"]
+        .map(|b| {
+            format!(
+                "[backends.{b}]\ntype = \"http\"\nurl = \"{}\"\nmode = \"per_session\"\n\
+                 headers = {{ \"{CLIENT}\" = \"{name}\" }}\n",
+                fx.url
+            )
+        })
+        .concat()
 }
 
 /// Where the session's backend runs.
 enum Backend {
-    /// One stdio child, on the replica owning the session.
+    /// One stdio child `mine`, on the replica owning the session.
     Stdio,
-    /// One HTTP backend session; each replica calls it and has its own GET
-    /// stream on it, so a log made on B comes out of B.
+    /// Backends `ha` and `hb`: one HTTP backend session each, called by both
+    /// replicas; A opens the GET stream of `ha` and B that of `hb`, so a log
+    /// made by `ha` comes out of A and one made by `hb` out of B.
     Http,
 }
 
+/// Calls `backend`'s `echo` through `c`'s replica (opening its connection).
+async fn echo(c: &McpClient, backend: &str) {
+    let r = c
+        .call_tool(&format!("{backend}__echo"), json!({"text": "hi"}))
+        .await;
+    assert_eq!(r.result()["content"][0]["text"], "hi", "{}", r.response);
+}
+
+/// Makes A the GET listener of `ha` and B that of `hb` (each the first to
+/// open a connection to it; the other then stands by), and checks it: one
+/// GET per backend session, from that replica, no 409.
+async fn listeners(fx: &FakeHttp, s: &McpClient, on_b: &McpClient) {
+    echo(s, "ha").await;
+    echo(on_b, "hb").await;
+    echo(on_b, "ha").await;
+    echo(s, "hb").await;
+    // A standby's retry would come within its first heartbeat tick.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let calls = fx.calls("tools/call");
+    let sid = |i: usize| calls[i].header("mcp-session-id").unwrap().to_owned();
+    let (ha, hb) = (sid(0), sid(1));
+    assert_ne!(ha, hb, "one backend session each");
+    let gets = fx.log();
+    let gets: Vec<(&str, &str, u16)> = (gets.iter())
+        .filter(|r| r.http_method == "GET")
+        // The session's backend sessions (each replica's catalogue
+        // connections have their own).
+        .filter(|r| {
+            [&ha, &hb]
+                .map(|x| x.as_str())
+                .contains(&r.header("mcp-session-id").unwrap_or_default())
+        })
+        .map(|r| {
+            let h = |n| r.header(n).unwrap_or_default();
+            (h("mcp-session-id"), h(CLIENT), r.status)
+        })
+        .collect();
+    let want = [(ha.as_str(), "a", 200), (hb.as_str(), "b", 200)];
+    let mut got = gets.clone();
+    got.sort_unstable();
+    let mut want = want.to_vec();
+    want.sort_unstable();
+    assert_eq!(got, want, "A listens on ha, B on hb, no 409: {gets:?}");
+}
+
 /// Redis, replicas A and B of the same store with `backend`, and a host
-/// session initialized on A (declaring `caps`), also reachable through B.
+/// session initialized on A (declaring `caps`), also reachable through B
+/// (with [`Backend::Http`], A listening on `ha` and B on `hb`).
 struct Pair {
     redis: TestRedis,
     dir: TestDir,
@@ -107,7 +163,11 @@ async fn pair(caps: Value, backend: Backend) -> Pair {
     let (fx, config_a, config_b) = match backend {
         Backend::Stdio => (None, stdio(&dir), stdio(&dir)),
         Backend::Http => {
-            let fx = FakeHttp::default_started().await;
+            let opts = FakeHttpOptions {
+                single_get: true,
+                ..FakeHttpOptions::default()
+            };
+            let fx = FakeHttp::start(opts).await;
             fx.add_tool(json!({"name": "log_later", "inputSchema": {"type": "object"}}));
             let configs = (http(&fx, "a"), http(&fx, "b"));
             (Some(fx), configs.0, configs.1)
@@ -118,6 +178,9 @@ async fn pair(caps: Value, backend: Backend) -> Pair {
     let mut s = McpClient::new(&a.url);
     s.initialize(caps).await;
     let on_b = at(&s, &b);
+    if let Some(fx) = &fx {
+        listeners(fx, &s, &on_b).await;
+    }
     Pair {
         redis,
         dir,
@@ -149,7 +212,7 @@ async fn a_get_stream_re_attaches_on_b_within_2_s_after_a_is_killed() {
 
     let mut get = s.get_stream().await;
     assert_eq!(get.status, 200);
-    log_later(&s, "one").await;
+    log_later(&s, "mine", "one").await;
     let (text, last) = next_log(&mut get).await.expect("a log on A's GET stream");
     assert_eq!(text, "one");
     a.signal(Signal::SIGKILL);
@@ -163,7 +226,7 @@ async fn a_get_stream_re_attaches_on_b_within_2_s_after_a_is_killed() {
         "{:?}",
         killed.elapsed()
     );
-    log_later(&on_b, "two").await;
+    log_later(&on_b, "mine", "two").await;
     let (text, next) = next_log(&mut resumed)
         .await
         .unwrap_or_else(|| panic!("{}", b.log()));
@@ -189,11 +252,11 @@ async fn missed_events_are_replayed_and_a_takes_nothing_back() {
     } = pair(json!({}), Backend::Http).await;
 
     let mut get = s.get_stream().await;
-    log_later(&s, "one").await;
+    log_later(&s, "ha", "one").await;
     let (_, seen) = next_log(&mut get).await.expect("one");
     drop(get);
     // Sent while the host is away: queued on A, mirrored.
-    log_later(&s, "two").await;
+    log_later(&s, "ha", "two").await;
     tokio::time::sleep(Duration::from_millis(300)).await;
 
     let mut ids = vec![seen.clone()];
@@ -204,21 +267,21 @@ async fn missed_events_are_replayed_and_a_takes_nothing_back() {
         .unwrap_or_else(|| panic!("{}", b.log()));
     assert_eq!(text, "two", "replayed from the store");
     ids.push(i);
-    log_later(&on_b, "three").await;
+    log_later(&on_b, "hb", "three").await;
     let (text, i) = next_log(&mut on_b_get).await.expect("B's own log");
     assert_eq!(text, "three");
     ids.push(i);
     drop(on_b_get);
 
-    // A, still alive, still has the session's backend: what it sends now is
-    // unrelated and unheard (the host listens on B); A must not number it on
-    // the stream B continues.
-    log_later(&s, "four").await;
+    // A, still alive, still listens on `ha`: what it sends now is unrelated
+    // and unheard (the host listened on B); A must not number it on the
+    // stream B continues.
+    log_later(&s, "ha", "four").await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     let last = ids.last().unwrap().clone();
     let mut back_on_a = s.resume(&last).await;
     assert_eq!(back_on_a.status, 200, "{}", a.log());
-    log_later(&s, "five").await;
+    log_later(&s, "ha", "five").await;
     let (text, i) = next_log(&mut back_on_a)
         .await
         .unwrap_or_else(|| panic!("{}", a.log()));
@@ -249,7 +312,7 @@ async fn lost_events_give_a_new_stream_and_another_sessions_id_is_410() {
     } = pair(json!({}), Backend::Http).await;
 
     let mut get = s.get_stream().await;
-    log_later(&s, "one").await;
+    log_later(&s, "ha", "one").await;
     let (_, seen) = next_log(&mut get).await.expect("one");
     drop(get);
 
@@ -260,14 +323,14 @@ async fn lost_events_give_a_new_stream_and_another_sessions_id_is_410() {
     assert_eq!(foreign.status, 410);
 
     // The store loses the events after the host's id: a new stream from now.
-    log_later(&s, "two").await;
+    log_later(&s, "ha", "two").await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     for key in redis.keys("mcpg:*:ev") {
         redis.cli(&["DEL", &key]);
     }
     let mut fresh = on_b.resume(&seen).await;
     assert_eq!(fresh.status, 200, "{}", b.log());
-    log_later(&on_b, "three").await;
+    log_later(&on_b, "hb", "three").await;
     let (text, i) = next_log(&mut fresh)
         .await
         .unwrap_or_else(|| panic!("{}", b.log()));
@@ -291,10 +354,10 @@ async fn a_log_made_on_b_reaches_the_get_stream_on_a_once() {
 
     let mut get = s.get_stream().await;
     assert_eq!(get.status, 200);
-    log_later(&s, "one").await;
+    log_later(&s, "ha", "one").await;
     let mut seen = vec![next_log(&mut get).await.expect("A's own log")];
-    // B's per-session backend logs for the session: the host listens on A.
-    log_later(&on_b, "two").await;
+    // B's listener (`hb`) gets a log for the session: the host listens on A.
+    log_later(&on_b, "hb", "two").await;
     let sent = Instant::now();
     let two = next_log_within(&mut get, Duration::from_secs(2))
         .await
@@ -302,7 +365,7 @@ async fn a_log_made_on_b_reaches_the_get_stream_on_a_once() {
     let took = sent.elapsed();
     assert!(took < Duration::from_secs(2), "{took:?}");
     seen.push(two);
-    log_later(&s, "three").await;
+    log_later(&s, "ha", "three").await;
     seen.push(next_log(&mut get).await.expect("A's own log after it"));
     while let Some(more) = next_log_within(&mut get, Duration::from_millis(500)).await {
         seen.push(more);
@@ -322,7 +385,7 @@ async fn a_log_made_on_b_reaches_the_get_stream_on_a_once() {
     // kept no copy of what it forwarded); A's stream gets nothing of it.
     let mut get_b = on_b.get_stream().await;
     assert_eq!(get_b.status, 200, "{}", b.log());
-    log_later(&on_b, "four").await;
+    log_later(&on_b, "hb", "four").await;
     let (text, _) = next_log(&mut get_b)
         .await
         .unwrap_or_else(|| panic!("{}", b.log()));

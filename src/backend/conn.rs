@@ -98,6 +98,8 @@ pub struct Connection {
     pub(super) watch: super::listen::Watch,
     /// Where a per-session HTTP connection's backend session is recorded.
     pub(super) recorder: OnceLock<Arc<dyn super::SessionRecorder>>,
+    /// Who may open the GET stream on a backend session shared by processes.
+    pub(super) listen_gate: OnceLock<Arc<dyn super::ListenGate>>,
 }
 
 impl Connection {
@@ -129,6 +131,7 @@ impl Connection {
             close_reason: OnceLock::new(),
             watch: super::listen::Watch::default(),
             recorder: OnceLock::new(),
+            listen_gate: OnceLock::new(),
         }
     }
 

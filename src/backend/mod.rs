@@ -24,7 +24,7 @@ pub use caller::{Caller, UpstreamHandler};
 pub use conn::{Connection, InitInfo, Owner};
 pub use listen::watch_lists;
 pub use slot::{Slot, backoff};
-pub use upstream::{RecordedSession, Resume, SessionRecorder};
+pub use upstream::{ListenGate, RecordedSession, Resume, SessionRecorder};
 
 use self::modern::{Era, EraCache, Verdict};
 
@@ -189,7 +189,10 @@ impl Link {
     async fn close(&self, conn: &Arc<Connection>) {
         match self {
             Link::Stdio(l) => l.close(&conn.backend).await,
-            Link::Http(l) => l.close(conn).await,
+            Link::Http(l) => {
+                l.close(conn).await;
+                conn.release_get().await;
+            }
             Link::Sse(l) => l.close(),
         }
     }
@@ -198,7 +201,10 @@ impl Link {
     /// ended (no `DELETE`).
     async fn release(&self, conn: &Arc<Connection>) {
         match self {
-            Link::Http(l) => l.stop_listening(),
+            Link::Http(l) => {
+                l.stop_listening();
+                conn.release_get().await;
+            }
             Link::Stdio(_) | Link::Sse(_) => self.close(conn).await,
         }
     }
@@ -329,19 +335,23 @@ impl BackendSpec {
     /// Errors: spawn or connect failures and handshake failures, as
     /// [`BackendError::Unavailable`] / [`BackendError::Protocol`]; an HTTP probe
     /// answered 401/403, 5xx or not at all fails as such (no era evidence).
+    ///
+    /// A legacy Streamable HTTP connection opens its GET stream only if
+    /// `gate` lets it ([`ListenGate`]; `None`: always).
     pub async fn connect(
         &self,
         owner: Owner,
         handler: Arc<dyn UpstreamHandler>,
         capabilities: Value,
+        gate: Option<Arc<dyn ListenGate>>,
     ) -> Result<Arc<Connection>, BackendError> {
         let outcome = match self.known_era() {
-            None => return self.probe(owner, handler, capabilities).await,
-            Some(Era::Legacy) => self.connect_legacy(owner, handler, capabilities).await,
+            None => return self.probe(owner, handler, capabilities, gate).await,
+            Some(Era::Legacy) => (self.connect_legacy(owner, handler, capabilities, gate)).await,
             Some(Era::Modern(v)) => {
                 let t = self.config.transport.clone();
                 let start = Start::Modern(v);
-                self.connect_as(t, owner, handler, capabilities, start)
+                self.connect_as(t, owner, handler, capabilities, start, gate)
                     .await
             }
         };
@@ -363,6 +373,7 @@ impl BackendSpec {
         owner: Owner,
         handler: Arc<dyn UpstreamHandler>,
         capabilities: Value,
+        gate: Option<Arc<dyn ListenGate>>,
     ) -> Result<Arc<Connection>, BackendError> {
         let transport = self.config.transport.clone();
         let stdio = matches!(transport, Transport::Stdio { .. });
@@ -375,7 +386,8 @@ impl BackendSpec {
                 Start::Modern(version)
             };
             let (o, h, c) = (owner.clone(), handler.clone(), capabilities.clone());
-            let e = match self.connect_as(transport.clone(), o, h, c, start).await {
+            let g = gate.clone();
+            let e = match self.connect_as(transport.clone(), o, h, c, start, g).await {
                 Ok(conn) => {
                     let era = conn.modern().map_or(Era::Legacy, Era::Modern);
                     self.era.set(era);
@@ -392,7 +404,9 @@ impl BackendSpec {
             }
         };
         tracing::info!(backend = %self.name, cause = %failure, "backend is not 2026-07-28; initializing");
-        let legacy = self.connect_legacy(owner, handler, capabilities).await;
+        let legacy = self
+            .connect_legacy(owner, handler, capabilities, gate)
+            .await;
         if legacy.is_ok() {
             self.era.set(Era::Legacy);
         }
@@ -406,6 +420,7 @@ impl BackendSpec {
         owner: Owner,
         handler: Arc<dyn UpstreamHandler>,
         capabilities: Value,
+        gate: Option<Arc<dyn ListenGate>>,
     ) -> Result<Arc<Connection>, BackendError> {
         use std::sync::atomic::Ordering;
         let transport = match &self.config.transport {
@@ -424,6 +439,7 @@ impl BackendSpec {
                 handler.clone(),
                 capabilities.clone(),
                 Start::Legacy,
+                gate.clone(),
             )
             .await;
         match (&transport, first) {
@@ -442,7 +458,7 @@ impl BackendSpec {
                     headers: headers.clone(),
                 };
                 let outcome = self
-                    .connect_as(legacy, owner, handler, capabilities, Start::Legacy)
+                    .connect_as(legacy, owner, handler, capabilities, Start::Legacy, gate)
                     .await;
                 if outcome.is_ok() {
                     self.legacy_detected.store(true, Ordering::Relaxed);
@@ -460,6 +476,7 @@ impl BackendSpec {
         handler: Arc<dyn UpstreamHandler>,
         capabilities: Value,
         start: Start,
+        gate: Option<Arc<dyn ListenGate>>,
     ) -> Result<Arc<Connection>, BackendError> {
         let modern = match start {
             Start::Legacy => None,
@@ -516,17 +533,17 @@ impl BackendSpec {
             }
         };
         let _ = conn.link.set(link);
+        if let Some(g) = gate {
+            let _ = conn.listen_gate.set(g);
+        }
         let fallback = matches!(start, Start::Probe(_));
         match conn.handshake(modern::PROBE_TIMEOUT, fallback).await {
             Ok(()) => {
-                if let Some(Link::Http(l)) = conn.link.get()
-                    && conn.modern().is_none()
-                {
+                if conn.modern().is_none() {
                     // Servers may send requests and notifications on the GET stream
                     // right after `initialize` (and drop them while none is open):
                     // open it before the connection is used (bounded wait).
-                    let answered = l.start_listening(&conn);
-                    let _ = tokio::time::timeout(GET_STREAM_WAIT, answered).await;
+                    conn.open_get().await;
                 }
                 Ok(conn)
             }

@@ -104,13 +104,17 @@ impl Slot {
             return Err(e.clone());
         }
         let recorded = resume.as_ref().and_then(|r| r.recorded.as_ref());
+        let gate = resume.as_ref().and_then(|r| r.gate.clone());
         let resumed = match recorded {
-            Some(r) => (spec.resume(owner.clone(), handler.clone(), capabilities.clone(), r)).await,
+            Some(r) => {
+                let (o, h, c) = (owner.clone(), handler.clone(), capabilities.clone());
+                spec.resume(o, h, c, r, gate.clone()).await
+            }
             None => Ok(None),
         };
         let made = match resumed {
             Ok(Some(c)) => Ok(c),
-            Ok(None) => spec.connect(owner, handler, capabilities).await,
+            Ok(None) => spec.connect(owner, handler, capabilities, gate).await,
             Err(e) => Err(e),
         };
         match made {

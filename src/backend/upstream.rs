@@ -46,6 +46,19 @@ pub trait SessionRecorder: Send + Sync + 'static {
     ) -> BoxFuture<'_, Option<RecordedSession>>;
 }
 
+/// Who opens the standalone GET stream on a backend session that several
+/// processes share (the official SDK servers refuse a second one with 409):
+/// asked each time a connection would open it.
+pub trait ListenGate: Send + Sync + 'static {
+    /// Whether `conn` opens its GET stream now (`true`; also when nobody can
+    /// tell), or stands by while another process listens (`false`: the gate
+    /// calls [`Connection::listen_now`] when it is this one's turn).
+    fn claim(self: Arc<Self>, conn: &Arc<Connection>) -> BoxFuture<'static, bool>;
+    /// `conn` stopped listening for good (closed or released here): another
+    /// process may take over. Awaited by the close.
+    fn release(self: Arc<Self>) -> BoxFuture<'static, ()>;
+}
+
 /// What a per-session connection starts with when its backend session may be
 /// recorded elsewhere ([`crate::backend::Slot::get_recorded`]).
 pub struct Resume {
@@ -53,9 +66,42 @@ pub struct Resume {
     pub recorded: Option<RecordedSession>,
     /// Where a replacement is recorded.
     pub recorder: Arc<dyn SessionRecorder>,
+    /// Who may listen on it (`None`: this connection always does).
+    pub gate: Option<Arc<dyn ListenGate>>,
 }
 
 impl Connection {
+    /// Opens the standalone GET stream of a new legacy Streamable HTTP
+    /// connection unless its gate says another process listens, and waits
+    /// (at most [`super::GET_STREAM_WAIT`]) for the backend's answer.
+    pub(super) async fn open_get(self: &Arc<Self>) {
+        let Some(Link::Http(l)) = self.link.get() else {
+            return;
+        };
+        if let Some(gate) = self.listen_gate.get()
+            && !gate.clone().claim(self).await
+        {
+            return;
+        }
+        let answered = l.start_listening(self);
+        let _ = tokio::time::timeout(super::GET_STREAM_WAIT, answered).await;
+    }
+
+    /// Opens the standalone GET stream now (a standby whose turn came);
+    /// nothing for a closed connection or another transport.
+    pub fn listen_now(self: &Arc<Self>) {
+        if let (Some(Link::Http(l)), true) = (self.link.get(), self.is_alive()) {
+            drop(l.start_listening(self));
+        }
+    }
+
+    /// Tells the gate, if any, that this connection listens no more.
+    pub(super) async fn release_get(&self) {
+        if let Some(gate) = self.listen_gate.get() {
+            gate.clone().release().await;
+        }
+    }
+
     /// The recorder of this connection's backend session, if any.
     pub(super) fn recorder(&self) -> Option<&Arc<dyn SessionRecorder>> {
         self.recorder.get()
@@ -123,7 +169,7 @@ impl Connection {
 impl BackendSpec {
     /// A per-session connection on a recorded Streamable HTTP backend session:
     /// no `initialize` (its answer is the record's); the GET stream is opened
-    /// as for a new connection. `None` when the backend is not spoken to that
+    /// as for a new connection (if `gate` lets it). `None` when the backend is not spoken to that
     /// way (stdio, HTTP+SSE, 2026-07-28): the caller connects as usual.
     ///
     /// Errors: an unusable URL, header or `headers_file`.
@@ -133,13 +179,14 @@ impl BackendSpec {
         handler: Arc<dyn UpstreamHandler>,
         capabilities: Value,
         recorded: &RecordedSession,
+        gate: Option<Arc<dyn ListenGate>>,
     ) -> Result<Option<Arc<Connection>>, BackendError> {
         let conn = self.on_recorded(owner, handler, capabilities, recorded)?;
-        if let Some(c) = &conn
-            && let Some(Link::Http(l)) = c.link.get()
-        {
-            let answered = l.start_listening(c);
-            let _ = tokio::time::timeout(super::GET_STREAM_WAIT, answered).await;
+        if let Some(c) = &conn {
+            if let Some(g) = gate {
+                let _ = c.listen_gate.set(g);
+            }
+            c.open_get().await;
         }
         Ok(conn)
     }

@@ -8,6 +8,7 @@
 //! replica does not hold the session.
 
 mod inbox;
+mod listener;
 mod owner;
 mod redis;
 mod seal;
@@ -15,6 +16,7 @@ mod standalone;
 mod store;
 mod upstream;
 
+pub use listener::ListenClaim;
 pub use owner::{Claim, GiveUp, OwnedSubscription, Take};
 pub use seal::{Purpose, Sealer, random_bytes};
 pub use standalone::{StandaloneClaim, StandaloneWrite};

@@ -386,6 +386,14 @@ impl Redis {
         cmd.query_async(&mut self.conn.clone()).await
     }
 
+    /// Runs pipeline `p` as it is.
+    pub(super) async fn pipe<T: redis::FromRedisValue>(
+        &self,
+        p: redis::Pipeline,
+    ) -> RedisResult<T> {
+        p.query_async(&mut self.conn.clone()).await
+    }
+
     /// Whether replica `tag` is alive (its heartbeat key exists).
     pub(super) async fn alive(&self, tag: &str) -> RedisResult<bool> {
         redis::cmd("EXISTS")
@@ -393,4 +401,26 @@ impl Redis {
             .query_async(&mut self.conn.clone())
             .await
     }
+}
+
+/// A mirrored entry's fields as a [`super::store::MirroredEvent`].
+pub(super) fn to_event(
+    entry: String,
+    map: &HashMap<String, Value>,
+) -> Option<super::store::MirroredEvent> {
+    let bytes = |name: &str| match map.get(name)? {
+        Value::BulkString(b) => Some(b.clone()),
+        Value::SimpleString(s) => Some(s.clone().into_bytes()),
+        _ => None,
+    };
+    let text = |name: &str| String::from_utf8(bytes(name)?).ok();
+    Some(super::store::MirroredEvent {
+        stream: text("st")?.parse().ok()?,
+        seq: text("sq")?.parse().ok()?,
+        last: text("last")? == "1",
+        producer: text("pr")?,
+        request_id: text("rid")?,
+        data: bytes("d")?,
+        entry,
+    })
 }

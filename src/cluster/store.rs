@@ -90,6 +90,14 @@ pub enum Ctl {
         /// The sealed call.
         message: String,
     },
+    /// Replica TAG let go of the GET stream of session `h`'s backend
+    /// session on `backend` (`listener.rs`): a standby here claims it.
+    Listener {
+        /// The session's store key.
+        h: String,
+        /// The backend's name.
+        backend: String,
+    },
     /// The store is reachable again after an outage: broadcasts may have been
     /// missed, revalidate the cached sessions.
     Resync,
@@ -164,7 +172,7 @@ pub struct SharedStore {
     health: Arc<Health>,
     /// Seconds; `server.session_idle_timeout` (a reload may change it).
     record_ttl: AtomicU64,
-    heartbeat: Duration,
+    pub(super) heartbeat: Duration,
     events: mpsc::UnboundedSender<Ctl>,
     metrics: StoreMetrics,
     /// Session ends the store missed, sent again when it is back.
@@ -486,7 +494,7 @@ impl SharedStore {
         let entries = self.op("events", self.redis.events(h, after)).await?;
         Ok(entries
             .into_iter()
-            .filter_map(|(id, map)| to_event(id, &map))
+            .filter_map(|(id, map)| super::redis::to_event(id, &map))
             .filter(|e| e.stream == stream)
             .collect())
     }
@@ -498,25 +506,6 @@ impl SharedStore {
             .await
             .unwrap_or(true)
     }
-}
-
-/// A mirrored entry's fields as a [`MirroredEvent`].
-fn to_event(entry: String, map: &HashMap<String, ::redis::Value>) -> Option<MirroredEvent> {
-    let bytes = |name: &str| match map.get(name)? {
-        ::redis::Value::BulkString(b) => Some(b.clone()),
-        ::redis::Value::SimpleString(s) => Some(s.clone().into_bytes()),
-        _ => None,
-    };
-    let text = |name: &str| String::from_utf8(bytes(name)?).ok();
-    Some(MirroredEvent {
-        stream: text("st")?.parse().ok()?,
-        seq: text("sq")?.parse().ok()?,
-        last: text("last")? == "1",
-        producer: text("pr")?,
-        request_id: text("rid")?,
-        data: bytes("d")?,
-        entry,
-    })
 }
 
 /// A `ctl` message from another replica: `ended H TAG`, `roots H TAG`, `lvl H
@@ -532,6 +521,10 @@ fn parse_ctl(text: &str, me: &str) -> Option<Ctl> {
         });
     }
     let words: Vec<&str> = text.split(' ').collect();
+    if let Some((h, backend)) = super::listener::parse_released(&words, me) {
+        let (h, backend) = (h.to_owned(), backend.to_owned());
+        return Some(Ctl::Listener { h, backend });
+    }
     match words.as_slice() {
         ["ended", h, tag] if *tag != me => Some(Ctl::Ended((*h).to_owned())),
         ["roots", h, tag] if *tag != me => Some(Ctl::Roots((*h).to_owned())),

@@ -102,6 +102,10 @@ pub struct Metrics {
     /// when a request needed a child; `unreachable`: it stopped heartbeating
     /// while a request handed to it waited to be picked up).
     pub cluster_adoptions: IntCounterVec,
+    /// GET streams on per-session HTTP backends' shared backend sessions
+    /// this replica took over, by `reason` (`holder_lost`: the listening
+    /// replica's heartbeat was gone; `released`: it let go).
+    pub cluster_listener_takeovers: IntCounterVec,
     /// Sessions whose per-session stdio children this replica owns.
     pub sessions_owned: IntGauge,
     /// 2026-07-28 retries carrying a `requestState` the gateway issued, by
@@ -355,6 +359,12 @@ impl Metrics {
                 &r,
                 "mcpgate_cluster_adoptions_total",
                 "Sessions whose per-session children this replica took over from a dead replica, by reason (owner_lost, unreachable).",
+                &["reason"],
+            ),
+            cluster_listener_takeovers: counter_vec(
+                &r,
+                "mcpgate_cluster_listener_takeovers_total",
+                "GET streams on per-session HTTP backends' shared backend sessions this replica took over, by reason (holder_lost, released).",
                 &["reason"],
             ),
             sessions_owned: gauge(

@@ -1,6 +1,7 @@
 //! Sessions shared with other replicas through the shared store (`[cluster]
 //! redis`): what they broadcast (a session ended, a log level changed, a host
-//! cancelled a request or changed its roots) or send this replica (a host's answer to a request
+//! cancelled a request or changed its roots, let go of a backend's GET
+//! stream: `listener.rs`) or send this replica (a host's answer to a request
 //! relayed here, a message for a standalone stream produced here, a request
 //! for a per-session child owned here: `owner.rs`), the
 //! revalidation of cached sessions after a store outage (broadcasts are lost
@@ -63,6 +64,7 @@ pub async fn follow_cluster(sup: Arc<Supervisor>, mut events: mpsc::UnboundedRec
                 }
             }
             Ctl::Call { h, message } => sup.owner_call(h, message),
+            Ctl::Listener { h, backend } => sup.standbys.freed(&h, &backend),
             Ctl::Resync => {
                 let sup = sup.clone();
                 tokio::spawn(async move { revalidate(&sup).await });

@@ -8,6 +8,7 @@
 //! relay (backend → host).
 
 mod cluster;
+mod listener;
 mod owner;
 mod pace;
 mod reload;
@@ -67,6 +68,9 @@ pub struct Supervisor {
     /// sessions' per-session children, go (`(h, sealed call)`, set by the HTTP
     /// face, which runs them: `owner.rs`).
     owner_calls: std::sync::OnceLock<mpsc::UnboundedSender<(String, String)>>,
+    /// Connections standing by while another replica listens on their
+    /// backend session (`listener.rs`).
+    standbys: Arc<listener::Standbys>,
 }
 
 /// A host session's id and a backend index.
@@ -98,6 +102,7 @@ impl Supervisor {
             shared,
             sealer,
             owner_calls: std::sync::OnceLock::new(),
+            standbys: Arc::default(),
         })
     }
 

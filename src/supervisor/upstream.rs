@@ -30,7 +30,7 @@ use std::sync::{Arc, Weak};
 use futures_util::future::BoxFuture;
 
 use super::Supervisor;
-use crate::backend::{Connection, Owner, RecordedSession, Resume, SessionRecorder};
+use crate::backend::{Connection, ListenGate, Owner, RecordedSession, Resume, SessionRecorder};
 use crate::catalog::BackendState;
 use crate::cluster::{
     Recorded, Sealer, SharedStore, fingerprint, open_upstream, seal_upstream, upstream_field,
@@ -135,7 +135,8 @@ impl Supervisor {
     /// recorded backend session (the one the session knows, else one `HGET`),
     /// also when it replaces an earlier connection here (idle, lost: the
     /// backend session outlives it; if it is gone, the 404 path replaces it),
-    /// and with its replacements recorded.
+    /// with its replacements recorded, and its GET stream opened only by the
+    /// replica that claims it (`listener.rs`).
     pub(super) async fn resume_for(
         &self,
         session: &Arc<Session>,
@@ -152,6 +153,15 @@ impl Supervisor {
             h: session.store_key().to_owned(),
             session: Arc::downgrade(session),
         });
+        let gate = Arc::new(super::listener::StoreGate {
+            store: store.clone(),
+            h: session.store_key().to_owned(),
+            backend: b.spec.name.clone(),
+            standbys: self.standbys.clone(),
+            takeovers: self.metrics.cluster_listener_takeovers.clone(),
+            held: Default::default(),
+            conn: super::listener::next_conn(),
+        });
         let known = session.record().upstream_sessions.remove(&*b.spec.name);
         let recorded = match known {
             Some(u) => Some(RecordedSession {
@@ -161,7 +171,12 @@ impl Supervisor {
             }),
             None => recorder.fetch().await,
         };
-        Some(Resume { recorded, recorder })
+        let gate: Arc<dyn ListenGate> = gate;
+        Some(Resume {
+            recorded,
+            recorder,
+            gate: Some(gate),
+        })
     }
 
     /// After `session`'s own connection `conn` opened: records its backend

@@ -7,8 +7,10 @@
 //! sharing one backend session each keep a GET stream open. A tool named
 //! `log_later` (declare it with [`FakeHttp::add_tool`]) answers `later` at once
 //! and sends `notifications/message` (`data`: its `text` argument) `delay_ms`
-//! later on the GET stream of the client that called it, unrelated to any
-//! request.
+//! later on the GET stream of the client that called it (else on any open
+//! one of the session), unrelated to any request. With
+//! [`FakeHttpOptions::single_get`] a session has at most one GET stream, as
+//! the TypeScript and Python SDK servers: a second concurrent GET gets 409.
 
 use std::collections::{BTreeMap, HashMap};
 use std::convert::Infallible;
@@ -53,6 +55,9 @@ pub struct FakeHttpOptions {
     /// statelessly, with the `input_required` tools of `modern.rs`: a dual-era
     /// server. Before `discover`.
     pub modern: bool,
+    /// 409 Conflict for a GET on a session whose GET stream is open (one
+    /// standalone stream per session, as the official SDK servers).
+    pub single_get: bool,
 }
 
 /// Answers to the era probe, for the client face's `auto` cases.
@@ -82,6 +87,7 @@ impl Default for FakeHttpOptions {
             label: "fx-http".into(),
             discover: None,
             modern: false,
+            single_get: false,
         }
     }
 }
@@ -200,14 +206,33 @@ impl FakeHttp {
         if let Ok(mut t) = self.inner.catalog.extra_tools.lock() {
             t.push(json!({"name": name, "inputSchema": {"type": "object"}}));
         }
-        let note = tools::message(None, "notifications/tools/list_changed", Value::Null);
+        self.notify(None, "notifications/tools/list_changed", Value::Null)
+    }
+
+    /// Sends notification `method` with `params` on every open GET stream of
+    /// backend session `sid` (`None`: of every session), unrelated to any
+    /// request; returns how many streams it went to.
+    pub fn notify(&self, sid: Option<&str>, method: &str, params: Value) -> usize {
+        let note = tools::message(None, method, params);
         let Ok(s) = self.inner.sessions.lock() else {
             return 0;
         };
-        s.values()
-            .flat_map(|sess| sess.gets.values())
+        s.iter()
+            .filter(|(id, _)| sid.is_none_or(|sid| sid == id.as_str()))
+            .flat_map(|(_, sess)| sess.gets.values())
             .filter(|tx| tx.send(note.clone()).is_ok())
             .count()
+    }
+
+    /// GETs on backend session `sid` answered so far: (with a stream, with
+    /// 409 Conflict).
+    pub fn gets(&self, sid: &str) -> (usize, usize) {
+        let gets: Vec<u16> = (self.log().into_iter())
+            .filter(|r| r.http_method == "GET" && r.header("mcp-session-id") == Some(sid))
+            .map(|r| r.status)
+            .collect();
+        let count = |code| gets.iter().filter(|s| **s == code).count();
+        (count(200), count(409))
     }
 
     /// Every request received so far.
@@ -258,12 +283,8 @@ fn status(code: StatusCode, msg: &str) -> Response {
 }
 
 fn json_reply(v: &Value) -> Response {
-    (
-        StatusCode::OK,
-        [(header::CONTENT_TYPE, JSON)],
-        v.to_string(),
-    )
-        .into_response()
+    let ok = StatusCode::OK;
+    (ok, [(header::CONTENT_TYPE, JSON)], v.to_string()).into_response()
 }
 
 fn sse(rx: mpsc::UnboundedReceiver<Value>) -> Response {
@@ -358,13 +379,8 @@ async fn post_inner(inner: &Arc<Inner>, h: &HeaderMap, msg: Option<Value>) -> Re
             )
                 .into_response(),
             Discover::Hang => {
-                record(
-                    inner,
-                    "POST",
-                    h,
-                    Some(msg.clone()),
-                    StatusCode::GATEWAY_TIMEOUT,
-                );
+                let timeout = StatusCode::GATEWAY_TIMEOUT;
+                record(inner, "POST", h, Some(msg.clone()), timeout);
                 tokio::time::sleep(Duration::from_secs(3600)).await;
                 StatusCode::GATEWAY_TIMEOUT.into_response()
             }
@@ -472,9 +488,13 @@ fn log_later(inner: &Arc<Inner>, sid: String, client: String, params: &Value) {
         let log = json!({"level": "info", "logger": "bg", "data": args.get("text")});
         let note = tools::message(None, "notifications/message", log);
         if let Ok(s) = inner.sessions.lock()
-            && let Some(tx) = s.get(&sid).and_then(|sess| sess.gets.get(&client))
+            && let Some(sess) = s.get(&sid)
         {
-            let _ = tx.send(note);
+            let open = |tx: &&mpsc::UnboundedSender<Value>| !tx.is_closed();
+            let own = sess.gets.get(&client).filter(open);
+            if let Some(tx) = own.or_else(|| sess.gets.values().find(open)) {
+                let _ = tx.send(note);
+            }
         }
     });
 }
@@ -541,19 +561,26 @@ async fn get(State(inner): State<Arc<Inner>>, h: HeaderMap) -> Response {
     } else {
         match session_of(&inner, &h) {
             Err(code) => status(code, "no such session"),
-            Ok((sid, _)) => {
-                let (tx, rx) = mpsc::unbounded_channel();
-                if let Ok(mut s) = inner.sessions.lock()
-                    && let Some(sess) = s.get_mut(&sid)
-                {
-                    sess.gets.insert(client_of(&h), tx);
-                }
-                sse(rx)
-            }
+            Ok((sid, _)) => open_get(&inner, &sid, &h),
         }
     };
     record(&inner, "GET", &h, None, resp.status());
     resp
+}
+
+/// A GET stream on session `sid`; 409 with [`FakeHttpOptions::single_get`]
+/// while one is open.
+fn open_get(inner: &Inner, sid: &str, h: &HeaderMap) -> Response {
+    let (tx, rx) = mpsc::unbounded_channel();
+    let mut s = inner.sessions.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(sess) = s.get_mut(sid) else {
+        return sse(rx);
+    };
+    if inner.opts.single_get && sess.gets.values().any(|t| !t.is_closed()) {
+        return status(StatusCode::CONFLICT, "Conflict: one SSE stream per session");
+    }
+    sess.gets.insert(client_of(h), tx);
+    sse(rx)
 }
 
 async fn delete(State(inner): State<Arc<Inner>>, h: HeaderMap) -> Response {
