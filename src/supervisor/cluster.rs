@@ -4,8 +4,8 @@
 //! relayed here, a message for a standalone stream produced here, a request
 //! for a per-session child owned here: `owner.rs`), the
 //! revalidation of cached sessions after a store outage (broadcasts are lost
-//! while the connection is down). Releasing sessions at a drain is
-//! `sessions.rs`'s.
+//! while the connection is down), and fencing (`owner.rs`). Releasing
+//! sessions at a drain is `sessions.rs`'s.
 
 use std::sync::Arc;
 
@@ -66,6 +66,11 @@ pub async fn follow_cluster(sup: Arc<Supervisor>, mut events: mpsc::UnboundedRec
             Ctl::Resync => {
                 let sup = sup.clone();
                 tokio::spawn(async move { revalidate(&sup).await });
+            }
+            Ctl::Fenced => sup.fence(),
+            Ctl::Unfenced => {
+                let sup = sup.clone();
+                tokio::spawn(async move { sup.unfence().await });
             }
         }
     }

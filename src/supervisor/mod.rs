@@ -67,6 +67,9 @@ pub struct Supervisor {
     /// sessions' per-session children, go (`(h, sealed call)`, set by the HTTP
     /// face, which runs them: `owner.rs`).
     owner_calls: std::sync::OnceLock<mpsc::UnboundedSender<(String, String)>>,
+    /// The sessions that were owned here when this replica was fenced
+    /// (`owner.rs`): checked against the store when it answers again.
+    fenced: Mutex<Vec<Arc<Session>>>,
 }
 
 /// A host session's id and a backend index.
@@ -98,6 +101,7 @@ impl Supervisor {
             shared,
             sealer,
             owner_calls: std::sync::OnceLock::new(),
+            fenced: Mutex::default(),
         })
     }
 
