@@ -58,7 +58,7 @@ pub async fn follow_cluster(sup: Arc<Supervisor>, mut events: mpsc::UnboundedRec
                 }
             }
             Ctl::Roots(h) => {
-                if let Some(s) = cached(&sup, &h).filter(|s| s.is_owned()) {
+                if let Some(s) = cached(&sup, &h).filter(|s| s.may_own()) {
                     sup.relay.roots_changed(&s);
                 }
             }

@@ -173,15 +173,22 @@ impl Supervisor {
         });
     }
 
-    /// Drops every owned mark (this replica is fenced: another may adopt its
-    /// sessions) and remembers those sessions for [`Supervisor::unfence`].
-    /// Their children keep running; in-flight calls finish.
+    /// Turns every owned mark into a fenced one (this replica is fenced:
+    /// another may adopt its sessions; `Session::may_own`: a cancel or roots
+    /// change still reaches the children, which keep running) and remembers
+    /// those sessions for [`Supervisor::unfence`].
     pub(super) fn fence(&self) {
         let dropped: Vec<Arc<Session>> = self
             .sessions
             .all()
             .into_iter()
-            .filter(|s| self.unmark(s))
+            .filter(|s| {
+                let was = s.fence_owned();
+                if was {
+                    self.metrics.sessions_owned.dec();
+                }
+                was
+            })
             .collect();
         tracing::warn!(
             sessions = dropped.len(),
@@ -224,6 +231,7 @@ impl Supervisor {
             } else {
                 tracing::info!(session = %s.log_id(), owner = ?own,
                     "a session owned here before the fence has another owner now: its backend processes here stop");
+                s.set_owned(false);
                 self.stop_children(s).await;
                 lost += 1;
             }
