@@ -52,7 +52,8 @@ fn call_pids(log: &std::path::Path, tool: &str) -> Vec<u64> {
         .collect()
 }
 
-/// Redis commands executed so far, heartbeats and inbox reads aside.
+/// Redis commands executed so far, heartbeats (`SET`, `PUBSUB NUMSUB`) and
+/// inbox reads aside.
 fn commands(redis: &TestRedis) -> u64 {
     let background = [
         "set",
@@ -60,6 +61,7 @@ fn commands(redis: &TestRedis) -> u64 {
         "info",
         "ping",
         "subscribe",
+        "pubsub|numsub",
         "hello",
         "client",
     ];

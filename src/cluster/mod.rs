@@ -7,6 +7,7 @@
 //! shared store (`store.rs` over `redis.rs`, `[cluster] redis`), read only when a
 //! replica does not hold the session.
 
+mod events;
 mod inbox;
 mod listener;
 mod owner;
@@ -17,10 +18,11 @@ mod store;
 mod upstream;
 
 pub use listener::ListenClaim;
+pub use events::MirroredEvent;
 pub use owner::{Claim, GiveUp, OwnedSubscription, Take};
 pub use seal::{Purpose, Sealer, random_bytes};
 pub use standalone::{StandaloneClaim, StandaloneWrite};
-pub use store::{Ctl, Lookup, MirroredEvent, SharedStore, Started, StoreMetrics, record_key};
+pub use store::{Ctl, Lookup, SharedStore, Started, StoreMetrics, record_key};
 pub use upstream::{Recorded, fingerprint, open_upstream, seal_upstream, upstream_field};
 
 #[cfg(test)]

@@ -21,9 +21,10 @@
 //! inside the script, so they need a single Redis (not Redis Cluster), as the
 //! store does today.
 
+use super::events::{EVENT_TTL, EVENTS_KEPT};
 use super::inbox::{INBOX_MAXLEN, INBOX_TTL, inbox_key, replica_key};
 use super::redis::{events_key, record_key};
-use super::store::{EVENT_TTL, EVENTS_KEPT, SharedStore, Unavailable};
+use super::store::{SharedStore, Unavailable};
 
 /// Claims the session for ARGV[1]; returns nil without a record, `{mine}`
 /// (ours already), `{other, TAG}` (a live owner), `{new, FIELD…}` (no owner

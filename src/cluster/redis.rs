@@ -141,15 +141,33 @@ impl Redis {
         self.conn.clone().subscribe(CTL).await
     }
 
-    /// `SET mcpg:replica:{TAG} value PX ttl_ms`.
-    pub(super) async fn heartbeat(&self, tag: &str, value: &str, ttl_ms: u64) -> RedisResult<()> {
-        redis::cmd("SET")
+    /// `SET mcpg:replica:{TAG} value PX ttl_ms` pipelined with `PUBSUB
+    /// NUMSUB ctl`: how many connections (one per subscribed replica) listen
+    /// on `ctl`.
+    pub(super) async fn heartbeat(&self, tag: &str, value: &str, ttl_ms: u64) -> RedisResult<u64> {
+        let mut p = redis::pipe();
+        p.cmd("SET")
             .arg(super::inbox::replica_key(tag))
             .arg(value)
             .arg("PX")
             .arg(ttl_ms.max(1))
-            .exec_async(&mut self.conn.clone())
-            .await
+            .ignore();
+        p.cmd("PUBSUB").arg("NUMSUB").arg(CTL);
+        let (subs,): (HashMap<String, u64>,) = p.query_async(&mut self.conn.clone()).await?;
+        Ok(subs.get(CTL).copied().unwrap_or(0))
+    }
+
+    /// One pipelined `HGET rec own` per session: who owns each one's
+    /// per-session children (`None`: nobody, or no record).
+    pub(super) async fn owners(&self, hs: &[String]) -> RedisResult<Vec<Option<String>>> {
+        if hs.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut p = redis::pipe();
+        for h in hs {
+            p.hget(record_key(h), "own");
+        }
+        p.query_async(&mut self.conn.clone()).await
     }
 
     /// `HSET rec fields… ; EXPIRE rec ttl` in one transaction.
@@ -401,26 +419,4 @@ impl Redis {
             .query_async(&mut self.conn.clone())
             .await
     }
-}
-
-/// A mirrored entry's fields as a [`super::store::MirroredEvent`].
-pub(super) fn to_event(
-    entry: String,
-    map: &HashMap<String, Value>,
-) -> Option<super::store::MirroredEvent> {
-    let bytes = |name: &str| match map.get(name)? {
-        Value::BulkString(b) => Some(b.clone()),
-        Value::SimpleString(s) => Some(s.clone().into_bytes()),
-        _ => None,
-    };
-    let text = |name: &str| String::from_utf8(bytes(name)?).ok();
-    Some(super::store::MirroredEvent {
-        stream: text("st")?.parse().ok()?,
-        seq: text("sq")?.parse().ok()?,
-        last: text("last")? == "1",
-        producer: text("pr")?,
-        request_id: text("rid")?,
-        data: bytes("d")?,
-        entry,
-    })
 }

@@ -11,7 +11,8 @@
 //! another replica's backends send for the session's standalone stream is
 //! forwarded to the producer's inbox ([`SharedStore::forward_standalone`]).
 
-use super::store::{EVENT_TTL, EVENTS_KEPT, SharedStore, Unavailable};
+use super::events::{EVENT_TTL, EVENTS_KEPT};
+use super::store::{SharedStore, Unavailable};
 
 /// A session's standalone stream as the store records it.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -13,6 +13,12 @@
 //! replica is told to revalidate what it holds ([`Ctl::Resync`]), since `ctl`
 //! messages are lost while the connection is down.
 //!
+//! Fencing: the store keeps when the last heartbeat that landed was sent. A
+//! replica that goes a heartbeat TTL (3 heartbeats) without one is *fenced*
+//! ([`Ctl::Fenced`]): its key has expired in Redis, so another replica may
+//! have adopted its sessions; it stops acting as their owner until the store
+//! answers again ([`Ctl::Unfenced`]).
+//!
 //! Records are keyed by `h` = the first 24 hex digits of SHA-256 over the
 //! session's random identity, so Redis never sees the bearer-secret id and a key
 //! rotation does not rename records.
@@ -25,6 +31,7 @@ use std::time::Duration;
 
 use prometheus::{IntCounterVec, IntGauge};
 use tokio::sync::mpsc;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::redis::{Push, Redis};
@@ -101,6 +108,12 @@ pub enum Ctl {
     /// The store is reachable again after an outage: broadcasts may have been
     /// missed, revalidate the cached sessions.
     Resync,
+    /// No heartbeat landed for the heartbeat TTL: this replica's key expired,
+    /// another replica may adopt its sessions. Drop every owned mark.
+    Fenced,
+    /// A heartbeat landed again after [`Ctl::Fenced`]: check which of the
+    /// sessions owned before are still ours.
+    Unfenced,
 }
 
 /// The answer to a record lookup.
@@ -112,32 +125,6 @@ pub enum Lookup {
     Absent,
     /// The store did not answer.
     Unavailable,
-}
-
-/// Events a session's mirrored stream log keeps (`MAXLEN ~`), as the local log.
-pub(super) const EVENTS_KEPT: usize = 256;
-
-/// How long a session's mirrored events live after the last one, seconds.
-pub(super) const EVENT_TTL: u64 = 600;
-
-/// One SSE event of a host-facing stream as mirrored in the store
-/// (`mcpg:{h}:ev`), so that a host can resume the stream on any replica.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct MirroredEvent {
-    /// The stream number (`{stream}-{seq}` event ids).
-    pub stream: u64,
-    /// The sequence number (0: the stream's opening marker, no data).
-    pub seq: u64,
-    /// Whether it is the stream's last event (the response).
-    pub last: bool,
-    /// The tag of the replica that produced it.
-    pub producer: String,
-    /// The JSON-RPC id of the request the stream answers, as JSON text.
-    pub request_id: String,
-    /// The JSON-RPC message (empty for seq 0).
-    pub data: Vec<u8>,
-    /// The store's id of the entry (empty until written).
-    pub entry: String,
 }
 
 /// A store operation failed or the store is down.
@@ -161,6 +148,12 @@ pub type Started = (Arc<SharedStore>, mpsc::UnboundedReceiver<Ctl>);
 struct Health {
     up: AtomicBool,
     missed: AtomicBool,
+    /// Subscribed to `ctl` (then one of the channel's listeners is us).
+    subscribed: AtomicBool,
+    /// Another replica listened on `ctl` at the last heartbeat that landed.
+    peers: AtomicBool,
+    /// No heartbeat landed for the heartbeat TTL (see the module docs).
+    fenced: AtomicBool,
 }
 
 /// One replica's handle on the shared store; see the module docs.
@@ -177,6 +170,9 @@ pub struct SharedStore {
     metrics: StoreMetrics,
     /// Session ends the store missed, sent again when it is back.
     pending_ends: Mutex<Vec<String>>,
+    /// When the last heartbeat that landed was sent (before Redis ran it, so
+    /// its key expires no earlier than this plus the TTL).
+    last_beat: Mutex<Instant>,
 }
 
 impl SharedStore {
@@ -222,6 +218,7 @@ impl SharedStore {
             events,
             metrics,
             pending_ends: Mutex::default(),
+            last_beat: Mutex::new(Instant::now()),
         };
         Ok(Some((Arc::new(store), rx)))
     }
@@ -287,6 +284,22 @@ impl SharedStore {
         self.health.up.load(Ordering::Relaxed)
     }
 
+    /// Whether this replica is fenced and another replica could have adopted
+    /// its sessions meanwhile: no heartbeat landed for the heartbeat TTL, and
+    /// at the last one that did another replica listened on `ctl`. A replica
+    /// alone (a store down for everyone, or one replica) is never refused
+    /// for this: nobody could have taken its sessions.
+    pub fn fenced_among_peers(&self) -> bool {
+        self.health.fenced.load(Ordering::Relaxed) && self.health.peers.load(Ordering::Relaxed)
+    }
+
+    /// Who owns the per-session children of each of the sessions `hs` (one
+    /// pipelined `HGET` each; `None`: nobody, or no record); `None` when the
+    /// store did not answer.
+    pub async fn owners(&self, hs: &[String]) -> Option<Vec<Option<String>>> {
+        self.op("owners", self.redis.owners(hs)).await.ok()
+    }
+
     /// Subscribes to `ctl` and runs the heartbeat until `stop`; waits (at most
     /// 2 s) for the first heartbeat so that a replica does not start by
     /// refusing `initialize` while Redis is there.
@@ -298,9 +311,11 @@ impl SharedStore {
             self.events.clone(),
             stop.clone(),
         ));
+        tokio::spawn(self.clone().fence(stop.clone()));
         let me = self.clone();
         tokio::spawn(async move {
             let mut subscribed = first && me.op("subscribe", me.redis.subscribe()).await.is_ok();
+            me.health.subscribed.store(subscribed, Ordering::Relaxed);
             let mut tick = tokio::time::interval(me.heartbeat);
             loop {
                 tokio::select! {
@@ -309,19 +324,58 @@ impl SharedStore {
                 }
                 if me.beat().await && !subscribed {
                     subscribed = me.op("subscribe", me.redis.subscribe()).await.is_ok();
+                    me.health.subscribed.store(subscribed, Ordering::Relaxed);
                 }
             }
         });
     }
 
+    /// How long the heartbeat key lives: 3 heartbeats.
+    fn beat_ttl(&self) -> Duration {
+        self.heartbeat
+            .saturating_mul(3)
+            .max(Duration::from_millis(1))
+    }
+
+    /// Fences this replica as soon as its heartbeat key may have expired (the
+    /// TTL after the last heartbeat that landed was sent), on a timer of its
+    /// own: a heartbeat stuck in its deadline does not delay it.
+    async fn fence(self: Arc<Self>, stop: CancellationToken) {
+        loop {
+            let due = *self.last_beat.lock().unwrap_or_else(|e| e.into_inner()) + self.beat_ttl();
+            let wake = match Instant::now() >= due {
+                true => {
+                    if !self.health.fenced.swap(true, Ordering::Relaxed) {
+                        tracing::warn!(replica = %self.tag, "fenced: no heartbeat reached the shared session store for its TTL; another replica may adopt this one's sessions, their backend processes are not used here until the store answers");
+                        let _ = self.events.send(Ctl::Fenced);
+                    }
+                    Instant::now() + self.heartbeat
+                }
+                false => due,
+            };
+            tokio::select! {
+                _ = tokio::time::sleep_until(wake) => {}
+                _ = stop.cancelled() => return,
+            }
+        }
+    }
+
     /// One heartbeat; marks the store up when it answers, and asks for a
     /// revalidation when broadcasts may have been missed.
     async fn beat(&self) -> bool {
-        let ttl = self.heartbeat.saturating_mul(3).as_millis().max(1) as u64;
+        let ttl = u64::try_from(self.beat_ttl().as_millis()).unwrap_or(u64::MAX);
         let value = format!("pid={}", std::process::id());
+        let sent = Instant::now();
         let beat = self.redis.heartbeat(&self.tag, &value, ttl);
-        if self.op("heartbeat", beat).await.is_err() {
+        let Ok(listeners) = self.op("heartbeat", beat).await else {
             return false;
+        };
+        *self.last_beat.lock().unwrap_or_else(|e| e.into_inner()) = sent;
+        let ours = u64::from(self.health.subscribed.load(Ordering::Relaxed));
+        self.health.peers.store(listeners > ours, Ordering::Relaxed);
+        if self.health.fenced.swap(false, Ordering::Relaxed) {
+            tracing::info!(replica = %self.tag, "no longer fenced: the shared session store answers again");
+            let _ = self.events.send(Ctl::Unfenced);
         }
         if !self.health.up.swap(true, Ordering::Relaxed) {
             tracing::info!(replica = %self.tag, "shared session store reachable");
@@ -460,45 +514,6 @@ impl SharedStore {
 }
 
 impl SharedStore {
-    /// Mirrors an event this replica produced on stream `stream` of session
-    /// `h` (awaited by the caller only for the last one).
-    pub async fn mirror_event(&self, h: &str, ev: &MirroredEvent) -> Result<(), Unavailable> {
-        if !self.is_up() {
-            return Err(Unavailable);
-        }
-        let (st, sq) = (ev.stream.to_string(), ev.seq.to_string());
-        let last: &[u8] = if ev.last { b"1" } else { b"0" };
-        let fields: [(&str, &[u8]); 6] = [
-            ("st", st.as_bytes()),
-            ("sq", sq.as_bytes()),
-            ("pr", ev.producer.as_bytes()),
-            ("last", last),
-            ("rid", ev.request_id.as_bytes()),
-            ("d", &ev.data),
-        ];
-        let add = self.redis.add_event(h, &fields, EVENTS_KEPT, EVENT_TTL);
-        self.op("mirror", add).await
-    }
-
-    /// The mirrored events of stream `stream` of session `h`, in order; only
-    /// those written after entry `after` (an earlier event's `entry`) if given.
-    pub async fn events_of(
-        &self,
-        h: &str,
-        stream: u64,
-        after: Option<&str>,
-    ) -> Result<Vec<MirroredEvent>, Unavailable> {
-        if !self.is_up() {
-            return Err(Unavailable);
-        }
-        let entries = self.op("events", self.redis.events(h, after)).await?;
-        Ok(entries
-            .into_iter()
-            .filter_map(|(id, map)| super::redis::to_event(id, &map))
-            .filter(|e| e.stream == stream)
-            .collect())
-    }
-
     /// Whether replica `tag` still heartbeats (`true` when the store cannot
     /// tell: nobody is declared dead on a store outage).
     pub async fn is_alive(&self, tag: &str) -> bool {

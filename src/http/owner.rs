@@ -84,6 +84,9 @@ enum Gate {
     Owner(String),
     /// Nowhere: the session ended (404).
     Ended,
+    /// Nowhere: the store does not answer and this replica is fenced while
+    /// another may have adopted the session (-32603, not run).
+    Fenced,
 }
 
 /// What became of a request handed to the owner.
@@ -144,6 +147,13 @@ pub(super) async fn serve(
         let tag = match gate {
             Gate::Here => return Err((ctx, req, slot)),
             Gate::Ended => return Ok(reject(ctx, HttpError::unknown_session())),
+            Gate::Fenced => {
+                let e = ErrorObject::new(
+                    jsonrpc::INTERNAL_ERROR,
+                    "owner unknown: this gateway replica lost the shared session store and another replica may run this session's backend process now; it was not run, retry",
+                );
+                return Ok(error_response(ctx, &req, &e));
+            }
             Gate::Owner(tag) => tag,
         };
         gate = match hand(st, &store, session, &req, &ctx, &tag, backstop).await {
@@ -194,7 +204,8 @@ fn error_response(ctx: RequestContext, req: &RpcRequest, e: &ErrorObject) -> Res
 }
 
 /// Claims `session` for this replica: [`Gate::Here`] when it is ours now
-/// (also when the store does not answer: served here, as without a store),
+/// (also when the store does not answer: served here, as without a store,
+/// unless this replica is fenced and other replicas ran: [`Gate::Fenced`]),
 /// [`Gate::Owner`] when a live replica owns it, [`Gate::Ended`] when its
 /// record is gone or the adoption ended it (`reason`: the adoption's label),
 /// A draining replica first asks without taking the session (a child started
@@ -219,6 +230,10 @@ async fn claim(st: &AppState, store: &SharedStore, session: &Arc<Session>, reaso
         Ok(Claim::Other(tag)) => Gate::Owner(tag),
         Ok(Claim::NoRecord) => Gate::Ended,
         Ok(Claim::Vacant) => Gate::Here,
+        Err(_) if store.fenced_among_peers() => {
+            tracing::info!(session = %session.log_id(), "owner unknown: fenced from the shared store while other replicas run; refused");
+            Gate::Fenced
+        }
         Err(_) => {
             tracing::debug!(session = %session.log_id(), "owner unknown: the shared store is unavailable; served here");
             Gate::Here

@@ -42,7 +42,7 @@ impl Relay {
         let Ok(mut held) = self.cancels.0.lock() else {
             return;
         };
-        if self.cancel_here(session, &p) || !session.is_owned() {
+        if self.cancel_here(session, &p) || !session.may_own() {
             return;
         }
         let now = Instant::now();

@@ -5,8 +5,8 @@
 //! relayed here, a message for a standalone stream produced here, a request
 //! for a per-session child owned here: `owner.rs`), the
 //! revalidation of cached sessions after a store outage (broadcasts are lost
-//! while the connection is down). Releasing sessions at a drain is
-//! `sessions.rs`'s.
+//! while the connection is down), and fencing (`owner.rs`). Releasing
+//! sessions at a drain is `sessions.rs`'s.
 
 use std::sync::Arc;
 
@@ -59,7 +59,7 @@ pub async fn follow_cluster(sup: Arc<Supervisor>, mut events: mpsc::UnboundedRec
                 }
             }
             Ctl::Roots(h) => {
-                if let Some(s) = cached(&sup, &h).filter(|s| s.is_owned()) {
+                if let Some(s) = cached(&sup, &h).filter(|s| s.may_own()) {
                     sup.relay.roots_changed(&s);
                 }
             }
@@ -68,6 +68,11 @@ pub async fn follow_cluster(sup: Arc<Supervisor>, mut events: mpsc::UnboundedRec
             Ctl::Resync => {
                 let sup = sup.clone();
                 tokio::spawn(async move { revalidate(&sup).await });
+            }
+            Ctl::Fenced => sup.fence(),
+            Ctl::Unfenced => {
+                let sup = sup.clone();
+                tokio::spawn(async move { sup.unfence().await });
             }
         }
     }

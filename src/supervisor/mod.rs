@@ -71,6 +71,9 @@ pub struct Supervisor {
     /// Connections standing by while another replica listens on their
     /// backend session (`listener.rs`).
     standbys: Arc<listener::Standbys>,
+    /// The sessions that were owned here when this replica was fenced
+    /// (`owner.rs`): checked against the store when it answers again.
+    fenced: Mutex<Vec<Arc<Session>>>,
 }
 
 /// A host session's id and a backend index.
@@ -103,6 +106,7 @@ impl Supervisor {
             sealer,
             owner_calls: std::sync::OnceLock::new(),
             standbys: Arc::default(),
+            fenced: Mutex::default(),
         })
     }
 

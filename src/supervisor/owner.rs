@@ -5,6 +5,14 @@
 //! command), a session it lets go (ended, expired here, released at a drain)
 //! is released in the store, and each child it starts for an owned session is
 //! noted there, so an adopter knows whose state died with this replica.
+//!
+//! Fencing: a replica whose heartbeat has not reached the store for its TTL
+//! (`cluster::Ctl::Fenced`) may have had its sessions adopted elsewhere, so
+//! it drops every owned mark (a request then claims again: `http/owner.rs`).
+//! When the store answers again (`Ctl::Unfenced`) it reads `own` of those
+//! sessions (one pipelined `HGET` each): still ours → owned again; another
+//! replica's, or nobody's → their per-session stdio children here stop (the
+//! new owner runs its own; their state has split).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -163,6 +171,96 @@ impl Supervisor {
         tokio::spawn(async move {
             let _ = store.note_child(&h, &name).await;
         });
+    }
+
+    /// Turns every owned mark into a fenced one (this replica is fenced:
+    /// another may adopt its sessions; `Session::may_own`: a cancel or roots
+    /// change still reaches the children, which keep running) and remembers
+    /// those sessions for [`Supervisor::unfence`].
+    pub(super) fn fence(&self) {
+        let dropped: Vec<Arc<Session>> = self
+            .sessions
+            .all()
+            .into_iter()
+            .filter(|s| {
+                let was = s.fence_owned();
+                if was {
+                    self.metrics.sessions_owned.dec();
+                }
+                was
+            })
+            .collect();
+        tracing::warn!(
+            sessions = dropped.len(),
+            "fenced: owned sessions unmarked, their requests claim again"
+        );
+        self.fenced
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .extend(dropped);
+    }
+
+    /// After a fence, the store answers again: each session owned here before
+    /// that is still live and still `own`ed by this replica is owned again;
+    /// the others' per-session stdio children here stop. If the store fails
+    /// again before it answers, the next [`Supervisor::unfence`] retries.
+    pub(super) async fn unfence(&self) {
+        let held: Vec<Arc<Session>> =
+            std::mem::take(&mut *self.fenced.lock().unwrap_or_else(|e| e.into_inner()))
+                .into_iter()
+                .filter(|s| !s.is_ended())
+                .collect();
+        let Some(store) = &self.shared else {
+            return;
+        };
+        let keys: Vec<String> = held.iter().map(|s| s.store_key().to_owned()).collect();
+        let Some(owners) = store.owners(&keys).await else {
+            tracing::info!(
+                sessions = held.len(),
+                "fenced sessions not checked: the shared store failed again"
+            );
+            let mut fenced = self.fenced.lock().unwrap_or_else(|e| e.into_inner());
+            fenced.extend(held);
+            return;
+        };
+        let (mut kept, mut lost) = (0, 0);
+        for (s, own) in held.iter().zip(owners) {
+            if own.as_deref() == Some(store.tag()) {
+                self.own(s);
+                kept += 1;
+            } else {
+                tracing::info!(session = %s.log_id(), owner = ?own,
+                    "a session owned here before the fence has another owner now: its backend processes here stop");
+                s.set_owned(false);
+                self.stop_children(s).await;
+                lost += 1;
+            }
+        }
+        tracing::info!(
+            kept,
+            lost,
+            "fenced sessions checked against the shared store"
+        );
+    }
+
+    /// Stops `session`'s per-session stdio children here (their slots are
+    /// emptied; a call in flight on one ends with an error), keeping the
+    /// session.
+    async fn stop_children(&self, session: &Session) {
+        let mut stopped = Vec::new();
+        for (idx, slot) in session.slots() {
+            if !self.is_owner_bound(idx, session) {
+                continue;
+            }
+            if let Some(conn) = slot.take() {
+                conn.close().await;
+                stopped.push(idx);
+            }
+        }
+        self.opened
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|(id, idx), _| id != session.id() || !stopped.contains(idx));
     }
 
     /// Sets where requests handed to this replica as an owner go (once, by
