@@ -22,6 +22,7 @@ mod http;
 pub mod jsonrpc;
 pub mod logging;
 pub mod mcp;
+pub mod memory;
 mod metrics;
 mod relay;
 mod reload;

@@ -14,7 +14,8 @@ mod demo;
 
 /// jemalloc instead of the system allocator: malloc/free were a fifth of the
 /// gateway's CPU per call under glibc (perf, http_echo and stdio_echo), and glibc
-/// keeps the memory of expired sessions while jemalloc purges freed pages.
+/// keeps the memory of expired sessions while jemalloc purges freed pages (at
+/// once after a mass expiry: the runtime's park hook below, `mcpgate::memory`).
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
@@ -89,6 +90,8 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
+        // A worker going idle flushes its jemalloc cache after a mass expiry.
+        .on_thread_park(mcpgate::memory::on_park)
         .build()
     {
         Ok(rt) => rt,

@@ -7,7 +7,7 @@ use std::path::Path;
 
 /// Lowest first. Modules on one layer may not import each other.
 const LAYERS: &[&[&str]] = &[
-    &["metrics", "logging", "jsonrpc"],
+    &["metrics", "logging", "jsonrpc", "memory"],
     &["mcp"],
     &["streamable_http"],
     &["config"],

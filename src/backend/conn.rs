@@ -2,6 +2,7 @@
 //! responses and dispatch of what the backend sends (its handshake is
 //! `handshake.rs`).
 
+use std::borrow::Cow;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
@@ -251,7 +252,20 @@ impl Connection {
     pub async fn request(
         self: &Arc<Self>,
         method: &Method,
-        mut params: Option<Value>,
+        params: Option<Value>,
+        call: Option<Arc<dyn Caller>>,
+        timeout: Duration,
+    ) -> Result<Box<RawValue>, BackendError> {
+        let params = params.map(Cow::Owned);
+        self.request_with(method, params, call, timeout).await
+    }
+
+    /// [`Connection::request`] with params that may be borrowed: cloned only
+    /// when the request must change them (progress token, envelope, trace).
+    pub async fn request_with(
+        self: &Arc<Self>,
+        method: &Method,
+        mut params: Option<Cow<'_, Value>>,
         call: Option<Arc<dyn Caller>>,
         timeout: Duration,
     ) -> Result<Box<RawValue>, BackendError> {
@@ -263,7 +277,7 @@ impl Connection {
             Some(modern::Stateless::Send(m)) => m,
             Some(modern::Stateless::Answer(v)) => return Ok(v),
             Some(modern::Stateless::Watch(on)) => {
-                return listen::resource(self, params.as_ref(), on);
+                return listen::resource(self, params.as_deref(), on);
             }
             None => method,
         };
@@ -280,7 +294,7 @@ impl Connection {
             modern::stamp_envelope(&mut params, version, caps, level);
         }
         let mirrored = match self.modern() {
-            Some(_) => Mirrored::new(method, params.as_ref(), call.as_deref()),
+            Some(_) => Mirrored::new(method, params.as_deref(), call.as_deref()),
             None => Mirrored::default(),
         };
         let (tx, rx) = oneshot::channel();
@@ -301,7 +315,7 @@ impl Connection {
             let transport = link.network_transport();
             ClientSpan::start(parent, &self.backend, method, id, transport, &mut params)
         });
-        let bytes = jsonrpc::request_bytes(&Id::Num(id as i64), method.as_str(), params.as_ref());
+        let bytes = jsonrpc::request_bytes(&Id::Num(id as i64), method.as_str(), params.as_deref());
         let exchange = self.exchange(link, id, method, &mirrored, bytes, rx);
         let outcome = match &span {
             Some(s) => tokio::time::timeout(timeout, exchange.instrument(s.span().clone())).await,

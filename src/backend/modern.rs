@@ -9,6 +9,7 @@
 //! client info and the caller's log level; over HTTP also `MCP-Protocol-Version`,
 //! `Mcp-Method` and `Mcp-Name`.
 
+use std::borrow::Cow;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::Duration;
 
@@ -160,7 +161,7 @@ pub(crate) fn refusal(status: u16, body: &[u8], id: u64, ours: ProtocolVersion) 
 /// -32021 rather than asking for input that would go nowhere), client info and,
 /// when the caller asked for logs, the level.
 pub(crate) fn stamp_envelope(
-    params: &mut Option<Value>,
+    params: &mut Option<Cow<'_, Value>>,
     version: ProtocolVersion,
     capabilities: Option<Value>,
     log_level: Option<LogLevel>,
@@ -182,16 +183,21 @@ pub(crate) fn stamp_envelope(
 
 /// Sets `params._meta.progressToken` to the upstream id (MCP
 /// basic/utilities/progress).
-pub(crate) fn set_progress_token(params: &mut Option<Value>, id: u64) {
+pub(crate) fn set_progress_token(params: &mut Option<Cow<'_, Value>>, id: u64) {
     if let Some(meta) = meta_mut(params) {
         meta.insert("progressToken".into(), Value::from(id));
     }
 }
 
 /// `params._meta` as an object, created when missing (`None`: params or `_meta`
-/// are not objects).
-fn meta_mut(params: &mut Option<Value>) -> Option<&mut serde_json::Map<String, Value>> {
-    let obj = params.get_or_insert_with(|| json!({})).as_object_mut()?;
+/// are not objects); borrowed params are cloned here.
+fn meta_mut<'p>(
+    params: &'p mut Option<Cow<'_, Value>>,
+) -> Option<&'p mut serde_json::Map<String, Value>> {
+    let obj = params
+        .get_or_insert_with(|| Cow::Owned(json!({})))
+        .to_mut()
+        .as_object_mut()?;
     obj.entry("_meta")
         .or_insert_with(|| json!({}))
         .as_object_mut()
@@ -340,7 +346,8 @@ mod tests {
 
     #[test]
     fn envelope_and_headers() {
-        let mut p = Some(json!({"name": "t", "_meta": {"progressToken": 3}}));
+        let given = json!({"name": "t", "_meta": {"progressToken": 3}});
+        let mut p = Some(Cow::Borrowed(&given));
         stamp_envelope(&mut p, ProtocolVersion::MODERN, None, Some(LogLevel::Info));
         let meta = &p.as_ref().unwrap()["_meta"];
         assert_eq!(meta["progressToken"], 3);
@@ -348,8 +355,11 @@ mod tests {
         assert_eq!(meta[mcp::META_CLIENT_CAPABILITIES], json!({}));
         assert_eq!(meta[mcp::META_CLIENT_INFO]["name"], "mcpgate");
         assert_eq!(meta[mcp::META_LOG_LEVEL], "info");
+        // Borrowed params are cloned for the change, never changed in place.
+        assert!(matches!(p, Some(Cow::Owned(_))));
+        assert_eq!(given["_meta"], json!({"progressToken": 3}));
         assert_eq!(
-            mcp_name(&Method::ToolsCall, p.as_ref()).as_deref(),
+            mcp_name(&Method::ToolsCall, p.as_deref()).as_deref(),
             Some("t")
         );
         assert_eq!(header_value("get_time").unwrap(), "get_time");

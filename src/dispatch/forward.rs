@@ -5,6 +5,7 @@
 //! waits for the answer, see `Call`). Related messages stream to the host as they
 //! come; the result is rewritten into the host's namespace and revision.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use serde_json::Value;
@@ -318,7 +319,7 @@ impl Dispatch {
             let params = shim::retry_params(&up.params, responses, state);
             async move {
                 let _upstream = ctx.upstream_call();
-                self.send_upstream(call, up, params).await
+                self.send_upstream(call, up, Cow::Owned(params)).await
             }
         };
         let leg = self.bridge.ttl();
@@ -340,7 +341,8 @@ impl Dispatch {
         call: &Arc<HostCall>,
         up: &Upstream,
     ) -> Result<Box<RawValue>, BackendError> {
-        self.send_upstream(call, up, up.params.clone()).await
+        self.send_upstream(call, up, Cow::Borrowed(&up.params))
+            .await
     }
 
     /// [`Dispatch::call_backend`] with `params` in place of the call's own (a
@@ -349,7 +351,7 @@ impl Dispatch {
         &self,
         call: &Arc<HostCall>,
         up: &Upstream,
-        params: Value,
+        params: Cow<'_, Value>,
     ) -> Result<Box<RawValue>, BackendError> {
         let b = self.catalog.backend(up.backend);
         let _permit = b.acquire().await?;
@@ -366,7 +368,7 @@ impl Dispatch {
         }
         let timeout = conn.timeout();
         let caller: Arc<dyn Caller> = call.clone();
-        conn.request(&up.method, Some(params), Some(caller), timeout)
+        conn.request_with(&up.method, Some(params), Some(caller), timeout)
             .await
     }
 

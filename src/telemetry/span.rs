@@ -8,6 +8,7 @@
 //! from the HTTP headers (W3C Trace Context); when both are there the `_meta` one
 //! is the parent and the HTTP one a link, as the conventions ask.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::net::IpAddr;
 
@@ -132,7 +133,7 @@ impl ClientSpan {
         method: &Method,
         id: u64,
         transport: &'static str,
-        params: &mut Option<Value>,
+        params: &mut Option<Cow<'_, Value>>,
     ) -> ClientSpan {
         let span = tracing::info_span!(
             target: TARGET,
@@ -159,7 +160,7 @@ impl ClientSpan {
             _ => "name",
         };
         let target = params
-            .as_ref()
+            .as_deref()
             .and_then(|p| p.get(key))
             .and_then(Value::as_str);
         record_target(&span, method, target);
@@ -265,13 +266,15 @@ fn host_context(
 
 /// Writes `cx` into `params._meta` (created if absent; a `_meta` that is not an
 /// object, or params that are not one, are left alone).
-fn inject_meta(cx: &Context, params: &mut Option<Value>) {
+fn inject_meta(cx: &Context, params: &mut Option<Cow<'_, Value>>) {
     let mut fields: HashMap<String, String> = HashMap::new();
     TraceContextPropagator::new().inject_context(cx, &mut fields);
     if fields.is_empty() {
         return;
     }
-    let p = params.get_or_insert_with(|| Value::Object(Map::new()));
+    let p = params
+        .get_or_insert_with(|| Cow::Owned(Value::Object(Map::new())))
+        .to_mut();
     let Some(obj) = p.as_object_mut() else { return };
     let meta = obj
         .entry("_meta")
