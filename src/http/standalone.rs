@@ -95,7 +95,7 @@ pub(super) fn wire(st: &AppState, session: &Arc<Session>) {
                 tracing::info!(session = %s.log_id(), stream = f.stream,
                     "the standalone stream continues on another replica; forgotten here");
             }
-            // What no GET here was sent goes to the stream's producer now.
+            // What the stream's host may not have read goes to its producer now.
             tracing::debug!(session = %s.log_id(), stream = f.stream, seq = f.seq, taken_over,
                 "standalone event refused by the store; handed on");
             stale.store(true, Ordering::Release);

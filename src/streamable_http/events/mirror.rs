@@ -111,13 +111,14 @@ impl EventLog {
     /// `from` on, which the standalone mirror refused: with `forget`, another
     /// process continues the stream (it is forgotten here, see
     /// [`EventLog::forget`]); otherwise the host listens to another stream
-    /// (this one is no longer mirrored). The message of each such event no
-    /// response was handed (the empty priming events and this process's own
-    /// excepted) goes to `give`, in order, under the log's lock: ahead of
-    /// anything [`EventLog::push_standalone_if_here`] refuses afterwards. It
-    /// is removed from the buffer, so never sent from here as well. Returns
-    /// the last seq the stream had numbered (`None`: it is not here): its
-    /// later mirror writes up to it are stale.
+    /// (this one is no longer mirrored). The message of each such event (the
+    /// empty priming events and this process's own excepted; also one handed
+    /// to a `GET` here: the host left this stream, and a closed connection is
+    /// only noticed at the next write) goes to `give`, in order, under the
+    /// log's lock: ahead of anything [`EventLog::push_standalone_if_here`]
+    /// refuses afterwards. It is removed from the buffer, so never sent from
+    /// here again. Returns the last seq the stream had numbered (`None`: it is
+    /// not here): its later mirror writes up to it are stale.
     pub fn take_back(
         &self,
         stream: u64,
@@ -131,15 +132,12 @@ impl EventLog {
         let g = &mut *g;
         let s = g.streams.get_mut(&stream)?;
         let upto = s.next_seq.saturating_sub(1);
-        let (delivered, own) = (s.delivered, std::mem::take(&mut s.own));
+        let own = std::mem::take(&mut s.own);
         s.mirrored = false;
         let bytes = &mut g.bytes;
         g.events.retain(|f| {
-            let back = f.stream == stream
-                && f.seq >= from
-                && f.seq > delivered
-                && !f.data.is_empty()
-                && !own.contains(&f.seq);
+            let back =
+                f.stream == stream && f.seq >= from && !f.data.is_empty() && !own.contains(&f.seq);
             if back {
                 *bytes -= f.data.len();
                 give(f.data.clone());
