@@ -273,19 +273,24 @@ async fn missed_events_are_replayed_and_a_takes_nothing_back() {
     ids.push(i);
     drop(on_b_get);
 
-    // A, still alive, still listens on `ha`: what it sends now is unrelated
-    // and unheard (the host listened on B); A must not number it on the
-    // stream B continues.
+    // A, still alive, still listens on `ha`: what it sends now goes to the
+    // stream B continues (numbered there, not on A's old copy of it), so the
+    // host gets it when it comes back, here on A, replayed from the store.
     log_later(&s, "ha", "four").await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     let last = ids.last().unwrap().clone();
     let mut back_on_a = s.resume(&last).await;
     assert_eq!(back_on_a.status, 200, "{}", a.log());
+    let (text, i) = next_log(&mut back_on_a)
+        .await
+        .unwrap_or_else(|| panic!("{}", a.log()));
+    assert_eq!(text, "four", "handed to B's stream, replayed: nothing lost");
+    ids.push(i);
     log_later(&s, "ha", "five").await;
     let (text, i) = next_log(&mut back_on_a)
         .await
         .unwrap_or_else(|| panic!("{}", a.log()));
-    assert_eq!(text, "five", "nothing A numbered while B held the stream");
+    assert_eq!(text, "five", "then live, once");
     ids.push(i);
 
     let parsed: Vec<(u64, u64)> = ids.iter().map(|i| id(i)).collect();
@@ -294,7 +299,7 @@ async fn missed_events_are_replayed_and_a_takes_nothing_back() {
     let first = seqs[0];
     assert_eq!(
         seqs,
-        (first..first + 4).collect::<Vec<_>>(),
+        (first..first + 5).collect::<Vec<_>>(),
         "no gap, no repeat: {ids:?}"
     );
 }

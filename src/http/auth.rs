@@ -85,7 +85,7 @@ pub fn bind(
         for c in Changed::ALL {
             // What this replica re-derived; another re-derives its own.
             let n = jsonrpc::notification_bytes(c.method().as_str(), None);
-            session.send_unrelated_here(n.into());
+            session.announce_here(n.into());
         }
     }
     Ok(())

@@ -25,6 +25,7 @@
 //! stream only, so it is never also kept here); with no other live producer it
 //! stays on this replica's stream, as without a store.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -67,22 +68,40 @@ pub(super) fn wire(st: &AppState, session: &Arc<Session>) {
     let (sealer, weak) = (st.sealer.clone(), Arc::downgrade(session));
     let h = session.store_key().to_owned();
     let forward_store = store.clone();
+    // Set when the store names another producer than last read.
+    let reread = Arc::new(AtomicBool::new(false));
+    let stale = reread.clone();
     tokio::spawn(async move {
+        // Events of a stream taken back (stream, up to seq): not written.
+        let mut taken: Option<(u64, u64)> = None;
         while let Some(f) = rx.recv().await {
+            if taken.is_some_and(|(stream, upto)| f.stream == stream && f.seq <= upto) {
+                continue;
+            }
             let aad = event_aad(&h, f.stream, f.seq);
             let sealed = sealer.seal(Purpose::Value, aad.as_bytes(), &f.data);
             let write = store.mirror_standalone(&h, f.stream, f.seq, sealed.as_bytes());
-            match write.await {
-                Ok(StandaloneWrite::TakenOver) => taken_over(&weak, f.stream),
-                Ok(StandaloneWrite::NotCurrent) => {
-                    // The host listens to another stream: this one is no
-                    // longer claimed here (later messages may be forwarded).
-                    if let Some(s) = weak.upgrade() {
-                        s.events().mirror_standalone(f.stream, false);
-                    }
-                }
-                _ => {}
+            let taken_over = match write.await {
+                Ok(StandaloneWrite::TakenOver) => true,
+                // The host listens to another stream: this one is no longer
+                // claimed here.
+                Ok(StandaloneWrite::NotCurrent) => false,
+                _ => continue,
+            };
+            let Some(s) = weak.upgrade() else { return };
+            if taken_over {
+                // Forgotten here, so that a `Last-Event-ID` of it reaching
+                // this replica is served from the mirror.
+                tracing::info!(session = %s.log_id(), stream = f.stream,
+                    "the standalone stream continues on another replica; forgotten here");
             }
+            // What the stream's host may not have read goes to its producer now.
+            tracing::debug!(session = %s.log_id(), stream = f.stream, seq = f.seq, taken_over,
+                "standalone event refused by the store; handed on");
+            stale.store(true, Ordering::Release);
+            taken = s
+                .hand_back_standalone(f.stream, f.seq, taken_over)
+                .map(|upto| (f.stream, upto));
         }
     });
     let (forward, queue) = forward_channel();
@@ -96,6 +115,7 @@ pub(super) fn wire(st: &AppState, session: &Arc<Session>) {
         Arc::downgrade(session),
         queue,
         counter,
+        reread,
     ));
 }
 
@@ -103,16 +123,22 @@ pub(super) fn wire(st: &AppState, session: &Arc<Session>) {
 /// takes to the replica producing the one its host listens to (one `EVAL`
 /// per batch, and an `HGET` of `sa` at most every [`ELSEWHERE_FOR`]); puts
 /// them on the local stream when there is none (or it is dead, or the store
-/// does not answer).
+/// does not answer). `reread`: set when the store refused a mirrored event,
+/// so the producer last read is stale.
 async fn hand_off(
     store: Arc<SharedStore>,
     session: Weak<Session>,
     mut queue: ForwardQueue,
     counter: IntCounter,
+    reread: Arc<AtomicBool>,
 ) {
     let mut producer = Producer::default();
     while let Some(batch) = queue.next_batch(FORWARD_BATCH).await {
         let Some(s) = session.upgrade() else { return };
+        if reread.swap(false, Ordering::AcqRel) {
+            // The store refused a mirrored event: the producer changed.
+            producer = Producer::default();
+        }
         let n = batch.len();
         let to = if s.events().standalone_here() {
             None
@@ -183,16 +209,6 @@ impl Producer {
         };
         self.until = Some(Instant::now() + trust);
         self.tag.clone()
-    }
-}
-
-/// Another replica continues `stream`: it is forgotten here, so that a
-/// `Last-Event-ID` of it reaching this replica is served from the mirror.
-fn taken_over(session: &Weak<Session>, stream: u64) {
-    if let Some(s) = session.upgrade() {
-        tracing::info!(session = %s.log_id(), stream,
-            "the standalone stream continues on another replica; forgotten here");
-        s.events().forget(stream);
     }
 }
 

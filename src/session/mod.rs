@@ -20,7 +20,6 @@ mod token;
 use std::sync::atomic::{AtomicI64, AtomicU8, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
-use bytes::Bytes;
 use foldhash::HashMap;
 use serde_json::Value;
 use tokio::time::Instant;
@@ -442,36 +441,6 @@ impl Session {
                 (n < max).then_some(n + 1)
             })
             .map(|_| StreamSlot(self.clone()))
-    }
-
-    /// Sends a message unrelated to any host request on the standalone (GET)
-    /// stream; queued (bounded) until the host opens one. With a hand-off
-    /// ([`Session::forward_unrelated`]) and no standalone stream produced
-    /// here, it goes through the hand-off (to the replica that produces it).
-    pub fn send_unrelated(&self, mut msg: Bytes) -> bool {
-        if let Some(f) = self.live.forward.get()
-            && (f.busy() || !self.live.events.standalone_here())
-        {
-            match f.send(msg) {
-                Ok(()) => return true,
-                Err(back) => msg = back,
-            }
-        }
-        self.send_unrelated_here(msg)
-    }
-
-    /// Sends a message on this process's standalone stream, never handed off:
-    /// what every replica sends its own copy of the session on its own
-    /// (lists changed), and what another replica handed off to this one.
-    pub fn send_unrelated_here(&self, msg: Bytes) -> bool {
-        self.live.events.push_standalone(msg);
-        true
-    }
-
-    /// Sets where unrelated messages go while no standalone stream is
-    /// produced here (once).
-    pub fn forward_unrelated(&self, forward: Forward) {
-        let _ = self.live.forward.set(forward);
     }
 
     // --- host calls in flight -------------------------------------------------

@@ -145,6 +145,10 @@ struct Stream {
     /// Whether its events go to the standalone mirror (see
     /// [`EventLog::set_standalone_mirror`]).
     mirrored: bool,
+    /// The seqs of buffered events this process made for its own copy of
+    /// the session (see [`EventLog::push_standalone_own`]): never handed to
+    /// another replica, which makes its own.
+    own: Vec<u64>,
     live: Option<mpsc::Sender<Frame>>,
 }
 
@@ -249,6 +253,7 @@ impl EventLog {
             g.bytes -= old.data.len();
             if let Some(s) = g.streams.get_mut(&old.stream) {
                 s.evicted_upto = s.evicted_upto.max(old.seq);
+                s.own.retain(|&q| q > old.seq);
                 if !is_notification(&old.data) {
                     s.lost_upto = s.lost_upto.max(old.seq);
                 }
@@ -262,19 +267,9 @@ impl EventLog {
     /// Sends an event on the standalone stream, creating it (detached, events
     /// queued in the buffer until a GET attaches) if there is none yet.
     pub fn push_standalone(&self, data: Bytes) {
-        let stream = {
-            let Ok(mut g) = self.inner.lock() else { return };
-            match g.standalone {
-                Some(s) => s,
-                None => {
-                    let id = next_stream_id();
-                    g.streams.insert(id, Stream::new(None));
-                    g.standalone = Some(id);
-                    id
-                }
-            }
-        };
-        self.push(stream, data, false);
+        let Ok(mut g) = self.inner.lock() else { return };
+        let stream = g.standalone_stream();
+        self.push_locked(&mut g, stream, data, false);
     }
 
     /// Attaches a `GET` without `Last-Event-ID` to the standalone stream: the events
@@ -387,54 +382,6 @@ impl EventLog {
         }
     }
 
-    /// Sets what receives the events of mirrored standalone streams (once).
-    pub fn set_standalone_mirror(&self, mirror: StandaloneMirror) {
-        let _ = self.mirror.set(mirror);
-    }
-
-    /// The standalone stream's number, if there is one.
-    pub fn standalone(&self) -> Option<u64> {
-        self.inner.lock().ok()?.standalone
-    }
-
-    /// From now on, events of `stream` go to the standalone mirror too
-    /// (`false`: no longer; the store names another stream).
-    pub fn mirror_standalone(&self, stream: u64, on: bool) {
-        if let Ok(mut g) = self.inner.lock()
-            && let Some(s) = g.streams.get_mut(&stream)
-        {
-            s.mirrored = on;
-        }
-    }
-
-    /// Whether this log produces the standalone stream a host listens to: a
-    /// response is attached to it, or it is mirrored (claimed here).
-    pub fn standalone_here(&self) -> bool {
-        self.inner.lock().is_ok_and(|g| {
-            let s = g.standalone.and_then(|s| g.streams.get(&s));
-            s.is_some_and(|s| s.mirrored || s.live.as_ref().is_some_and(|tx| !tx.is_closed()))
-        })
-    }
-
-    /// Forgets `stream` and its buffered events (another process continues
-    /// it): a `Last-Event-ID` of it is no longer answered from here.
-    pub fn forget(&self, stream: u64) {
-        let Ok(mut g) = self.inner.lock() else { return };
-        let g = &mut *g;
-        g.streams.remove(&stream);
-        if g.standalone == Some(stream) {
-            g.standalone = None;
-        }
-        let bytes = &mut g.bytes;
-        g.events.retain(|f| {
-            let keep = f.stream != stream;
-            if !keep {
-                *bytes -= f.data.len();
-            }
-            keep
-        });
-    }
-
     /// Makes `stream` (another process's standalone stream, or `None`: a new
     /// number) this log's standalone stream, its next event numbered
     /// `next_seq`, and attaches a response to it: `replay` (events of it this
@@ -509,6 +456,7 @@ impl Stream {
             delivered: 0,
             primed: false,
             mirrored: false,
+            own: Vec::new(),
             live,
         }
     }
@@ -616,5 +564,6 @@ pub fn parse_id(id: &str) -> Option<(u64, u64)> {
     Some((a.parse().ok()?, b.parse().ok()?))
 }
 
+mod mirror;
 #[cfg(test)]
 mod tests;

@@ -320,7 +320,7 @@ impl Supervisor {
             for c in changed {
                 // Every replica announces its own: never handed off.
                 let n = jsonrpc::notification_bytes(c.method().as_str(), None);
-                session.send_unrelated_here(n.into());
+                session.announce_here(n.into());
             }
         }
     }
