@@ -17,8 +17,8 @@ mod standalone;
 mod store;
 mod upstream;
 
-pub use listener::ListenClaim;
 pub use events::MirroredEvent;
+pub use listener::ListenClaim;
 pub use owner::{Claim, GiveUp, OwnedSubscription, Take};
 pub use seal::{Purpose, Sealer, random_bytes};
 pub use standalone::{StandaloneClaim, StandaloneWrite};
