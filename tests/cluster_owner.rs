@@ -22,9 +22,8 @@ use serde_json::{Value, json};
 /// The fake stdio backend `fx`, one child per session, logging to `log`.
 fn fx(log: &std::path::Path, on_owner_loss: &str) -> String {
     format!(
-        "[backends.fx]\ntype = \"stdio\"\ncommand = \"${{FAKE_STDIO}}\"\n\
-         args = [\"--log\", \"{}\"]\nmode = \"per_session\"\non_owner_loss = \"{on_owner_loss}\"\n",
-        log.display()
+        "{}on_owner_loss = \"{on_owner_loss}\"\n",
+        common::store::per_session_fx(log)
     )
 }
 

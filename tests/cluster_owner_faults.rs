@@ -10,18 +10,9 @@ use std::time::Duration;
 
 use common::proxy::RedisProxy;
 use common::served::Served;
-use common::store::{TestRedis, at, replica_at};
+use common::store::{TestRedis, at, per_session_fx, replica_at};
 use common::{McpClient, TestDir, logged_calls, text_of};
 use serde_json::{Value, json};
-
-/// The fake stdio backend `fx`, one child per session, logging to `log`.
-fn fx(log: &Path) -> String {
-    format!(
-        "[backends.fx]\ntype = \"stdio\"\ncommand = \"${{FAKE_STDIO}}\"\n\
-         args = [\"--log\", \"{}\"]\nmode = \"per_session\"\n",
-        log.display()
-    )
-}
 
 /// How often `tools/call` of `fx__echo` ran with `text`.
 fn runs(log: &Path, text: &str) -> usize {
@@ -55,8 +46,8 @@ async fn setup(
             redis.url()
         }
     };
-    let a = replica_at(Some(&url("a")), &fx(&log)).await;
-    let b = replica_at(Some(&url("b")), &fx(&log)).await;
+    let a = replica_at(Some(&url("a")), &per_session_fx(&log)).await;
+    let b = replica_at(Some(&url("b")), &per_session_fx(&log)).await;
     let mut s = McpClient::new(&a.url);
     s.initialize(json!({})).await;
     let r = s.call_tool("fx__echo", json!({"text": "claim"})).await;

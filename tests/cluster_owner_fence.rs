@@ -11,18 +11,9 @@ use std::time::Duration;
 
 use common::proxy::RedisProxy;
 use common::served::Served;
-use common::store::{TestRedis, at, replica_at, scrape};
+use common::store::{TestRedis, at, per_session_fx, replica_at, scrape};
 use common::{McpClient, TestDir, gone, logged_calls, metric, text_of, wait_for};
 use serde_json::{Value, json};
-
-/// The fake stdio backend `fx`, one child per session, logging to `log`.
-fn fx(log: &Path) -> String {
-    format!(
-        "[backends.fx]\ntype = \"stdio\"\ncommand = \"${{FAKE_STDIO}}\"\n\
-         args = [\"--log\", \"{}\"]\nmode = \"per_session\"\n",
-        log.display()
-    )
-}
 
 /// The pid of the child that ran the `fx__echo` of `text`.
 fn pid_of(log: &Path, text: &str) -> u64 {
@@ -59,9 +50,9 @@ async fn setup(
     let proxy = RedisProxy::start(redis.port).await;
     let dir = TestDir::new();
     let log = dir.path("fx.log");
-    let a = replica_at(Some(&proxy.url), &fx(&log)).await;
+    let a = replica_at(Some(&proxy.url), &per_session_fx(&log)).await;
     let b = match with_b {
-        true => Some(replica_at(Some(&redis.url()), &fx(&log)).await),
+        true => Some(replica_at(Some(&redis.url()), &per_session_fx(&log)).await),
         false => None,
     };
     let mut s = McpClient::new(&a.url);

@@ -175,3 +175,14 @@ pub fn at(client: &super::McpClient, gw: &super::served::Served) -> super::McpCl
     c.version = client.version.clone();
     c
 }
+
+/// The `[backends.fx]` table of the owner tests: the fake stdio backend, one
+/// child per session, logging every message it receives (with its pid) to
+/// `log`.
+pub fn per_session_fx(log: &std::path::Path) -> String {
+    format!(
+        "[backends.fx]\ntype = \"stdio\"\ncommand = \"${{FAKE_STDIO}}\"\n\
+         args = [\"--log\", \"{}\"]\nmode = \"per_session\"\n",
+        log.display()
+    )
+}
