@@ -25,7 +25,7 @@ use redis::streams::{StreamReadOptions, StreamReadReply};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::store::Ctl;
+use super::ctl::Ctl;
 
 /// Bits of the per-session counter in a relayed request's id.
 const COUNTER_BITS: u32 = 21;

@@ -7,6 +7,7 @@
 //! shared store (`store.rs` over `redis.rs`, `[cluster] redis`), read only when a
 //! replica does not hold the session.
 
+mod ctl;
 mod events;
 mod inbox;
 mod listener;
@@ -17,12 +18,13 @@ mod standalone;
 mod store;
 mod upstream;
 
+pub use ctl::Ctl;
 pub use events::MirroredEvent;
 pub use listener::ListenClaim;
 pub use owner::{Claim, GiveUp, OwnedSubscription, Take};
 pub use seal::{Purpose, Sealer, random_bytes};
 pub use standalone::{StandaloneClaim, StandaloneWrite};
-pub use store::{Ctl, Lookup, SharedStore, Started, StoreMetrics, record_key};
+pub use store::{Lookup, SharedStore, Started, StoreMetrics, record_key};
 pub use upstream::{Recorded, fingerprint, open_upstream, seal_upstream, upstream_field};
 
 #[cfg(test)]

@@ -34,6 +34,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use super::ctl::{Ctl, parse_ctl};
 use super::redis::{Push, Redis};
 use crate::config::ClusterConfig;
 
@@ -45,76 +46,6 @@ const REFRESH_EVERY: Duration = Duration::from_secs(60);
 
 /// At most this many session ends wait for a store that does not answer.
 const MAX_PENDING_ENDS: usize = 10_000;
-
-/// A message from another replica (or from the store's own health check).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Ctl {
-    /// Session `h` ended (`DELETE`): drop its cached copy.
-    Ended(String),
-    /// Session `h` set its log level to `level` (an MCP level name).
-    Level {
-        /// The session's store key.
-        h: String,
-        /// The level's wire name.
-        level: String,
-    },
-    /// The host of session `h` answered, on another replica, a server→client
-    /// request this replica relayed: `message` is the JSON-RPC response.
-    Answer {
-        /// The session's store key.
-        h: String,
-        /// The host's response, as JSON text.
-        message: String,
-    },
-    /// The host of session `h` cancelled, on another replica, one of its
-    /// requests: `params` are the `notifications/cancelled` params as JSON
-    /// text. Whichever replica runs the request cancels it.
-    Cancel {
-        /// The session's store key.
-        h: String,
-        /// `{"requestId": …, "reason"?: …}`.
-        params: String,
-    },
-    /// The host of session `h` changed its roots, on another replica: the
-    /// session's owner tells its per-session children.
-    Roots(String),
-    /// Another replica's backend sent, for session `h`, a message for its
-    /// standalone stream, which this replica produces: `message` is the
-    /// JSON-RPC message, to put on that stream as if it came from here.
-    Standalone {
-        /// The session's store key.
-        h: String,
-        /// The JSON-RPC message, as JSON text.
-        message: String,
-    },
-    /// Another replica hands this one, the owner of session `h`'s per-session
-    /// children, a request routed to one of them: `message` is the sealed
-    /// call (`http/owner.rs`), to run here and mirror to the session's event
-    /// stream.
-    Call {
-        /// The session's store key.
-        h: String,
-        /// The sealed call.
-        message: String,
-    },
-    /// Replica TAG let go of the GET stream of session `h`'s backend
-    /// session on `backend` (`listener.rs`): a standby here claims it.
-    Listener {
-        /// The session's store key.
-        h: String,
-        /// The backend's name.
-        backend: String,
-    },
-    /// The store is reachable again after an outage: broadcasts may have been
-    /// missed, revalidate the cached sessions.
-    Resync,
-    /// No heartbeat landed for the heartbeat TTL: this replica's key expired,
-    /// another replica may adopt its sessions. Drop every owned mark.
-    Fenced,
-    /// A heartbeat landed again after [`Ctl::Fenced`]: check which of the
-    /// sessions owned before are still ours.
-    Unfenced,
-}
 
 /// The answer to a record lookup.
 #[derive(Debug)]
@@ -523,34 +454,6 @@ impl SharedStore {
     }
 }
 
-/// A `ctl` message from another replica: `ended H TAG`, `roots H TAG`, `lvl H
-/// LEVEL TAG` or `cancel H TAG PARAMS` (PARAMS: JSON, the rest of the line);
-/// `None` for this replica's own (`me`) and for anything else.
-fn parse_ctl(text: &str, me: &str) -> Option<Ctl> {
-    if let Some(rest) = text.strip_prefix("cancel ") {
-        let mut words = rest.splitn(3, ' ');
-        let (h, tag, params) = (words.next()?, words.next()?, words.next()?);
-        return (tag != me).then(|| Ctl::Cancel {
-            h: h.to_owned(),
-            params: params.to_owned(),
-        });
-    }
-    let words: Vec<&str> = text.split(' ').collect();
-    if let Some((h, backend)) = super::listener::parse_released(&words, me) {
-        let (h, backend) = (h.to_owned(), backend.to_owned());
-        return Some(Ctl::Listener { h, backend });
-    }
-    match words.as_slice() {
-        ["ended", h, tag] if *tag != me => Some(Ctl::Ended((*h).to_owned())),
-        ["roots", h, tag] if *tag != me => Some(Ctl::Roots((*h).to_owned())),
-        ["lvl", h, level, tag] if *tag != me => Some(Ctl::Level {
-            h: (*h).to_owned(),
-            level: (*level).to_owned(),
-        }),
-        _ => None,
-    }
-}
-
 /// Lower-case hex of `bytes`.
 pub fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
@@ -566,34 +469,6 @@ pub fn record_key(rand: &[u8; 16]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn ctl_messages_of_others_only() {
-        assert_eq!(
-            parse_ctl("ended abc r1", "r2"),
-            Some(Ctl::Ended("abc".into()))
-        );
-        assert_eq!(parse_ctl("ended abc r2", "r2"), None, "our own");
-        assert!(matches!(parse_ctl("roots abc r1", "r2"), Some(Ctl::Roots(h)) if h == "abc"));
-        assert_eq!(
-            parse_ctl("lvl abc warning r1", "r2"),
-            Some(Ctl::Level {
-                h: "abc".into(),
-                level: "warning".into()
-            })
-        );
-        assert_eq!(parse_ctl("lvl abc r1", "r2"), None);
-        assert_eq!(parse_ctl("owner abc r1", "r2"), None, "not ours to read");
-        assert_eq!(
-            parse_ctl(r#"cancel abc r1 {"requestId":1,"reason":"a b"}"#, "r2"),
-            Some(Ctl::Cancel {
-                h: "abc".into(),
-                params: r#"{"requestId":1,"reason":"a b"}"#.into()
-            })
-        );
-        assert_eq!(parse_ctl("cancel abc r2 {}", "r2"), None, "our own");
-        assert_eq!(parse_ctl("cancel abc r1", "r2"), None);
-    }
 
     #[test]
     fn record_keys_hide_the_identity() {
