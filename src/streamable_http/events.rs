@@ -74,12 +74,13 @@ impl Frame {
     }
 
     /// The SSE event: `id: {stream}-{seq}`, the `retry` advice on a priming event
-    /// (seq 0, no data), then the data on one line (JSON-RPC messages are compact
+    /// (no data: seq 0, or the one recorded for a `GET` taking a standalone stream
+    /// over), then the data on one line (JSON-RPC messages are compact
     /// JSON, without raw newlines).
     pub fn encode(&self) -> Bytes {
         let mut b = BytesMut::with_capacity(self.data.len() + 48);
         b.put_slice(format!("id: {}-{}\n", self.stream, self.seq).as_bytes());
-        if self.seq == 0 && self.data.is_empty() {
+        if self.data.is_empty() {
             b.put_slice(format!("retry: {RETRY_MS}\n").as_bytes());
         }
         b.put_slice(b"data: ");

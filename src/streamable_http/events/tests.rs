@@ -271,6 +271,9 @@ async fn a_primed_get_taking_the_standalone_stream_over_gets_an_id_of_its_own() 
         [(1, true)],
         "an empty event recorded as its priming event"
     );
+    let encoded = second.replay[0].encode();
+    let text = String::from_utf8_lossy(&encoded);
+    assert!(text.contains("retry: "), "with the retry advice: {text}");
     // It resumes like any other event, and the next GET gets the next one.
     assert!(log.resume(&format!("{}-1", second.stream)).is_ok());
     let third = log.attach_standalone(true);
