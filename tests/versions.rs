@@ -66,6 +66,16 @@ async fn downstream_version_header_is_validated_and_unknown_versions_get_the_lat
         let r = s.post(&[("mcp-protocol-version", bad)], ping.clone()).await;
         assert_eq!(r.status, 400, "{bad}");
     }
+    // Two served revisions that disagree: 400, saying so (it said "unsupported
+    // MCP-Protocol-Version \"2025-06-18\"", a revision the gateway serves).
+    let mut h = s.headers();
+    h.append("mcp-protocol-version", "2025-06-18".parse().unwrap());
+    let r = s
+        .send_raw(reqwest::Method::POST, h, ping.clone().into())
+        .await;
+    assert_eq!(r.status, 400);
+    let text = String::from_utf8_lossy(&r.body);
+    assert!(text.contains("more than once"), "{text}");
     let r = s.post(&[("mcp-protocol-version", "")], ping).await;
     assert_eq!(r.status, 200, "absent header: negotiated version applies");
 

@@ -108,11 +108,17 @@ pub fn check_content_type(h: &HeaderMap) -> Result<(), HttpError> {
 /// ([`streamable_http::protocol_version`], MCP 2025-11-25 transports).
 pub fn protocol_version(h: &HeaderMap) -> Result<Option<ProtocolVersion>, HttpError> {
     streamable_http::protocol_version(h).map_err(|v| {
+        // A served revision refused: it disagrees with an earlier value.
+        let message = if ProtocolVersion::parse_host(&v).is_some() {
+            format!("Bad Request: MCP-Protocol-Version given more than once, with different revisions ({v:?} is one)")
+        } else {
+            format!("Bad Request: unsupported MCP-Protocol-Version {v:?}")
+        };
         HttpError::new(
             Rejection::Version,
             StatusCode::BAD_REQUEST,
             jsonrpc::TRANSPORT_ERROR,
-            format!("Bad Request: unsupported MCP-Protocol-Version {v:?}"),
+            message,
         )
     })
 }
