@@ -58,6 +58,18 @@ async fn initialize_with(c: &mut McpClient, headers: &[(&str, &str)]) {
     c.version = Some("2025-11-25".into());
 }
 
+/// The gateway over `FX` with debug logs, and an initialized session on it.
+async fn debug_logged() -> (Served, McpClient) {
+    let served = Served::start_with_env(
+        &format!("[server]\nlisten = \"127.0.0.1:0\"\nmetrics_listen = \"off\"\n{FX}"),
+        &[("RUST_LOG", "info,mcpgate=debug")],
+    )
+    .await;
+    let mut c = McpClient::new(&served.url);
+    c.initialize(json!({})).await;
+    (served, c)
+}
+
 #[tokio::test]
 async fn every_request_gets_one_access_line_with_who_what_and_how_it_ended() {
     let issuer = Issuer::start().await;
@@ -387,13 +399,7 @@ command = "${FAKE_STDIO}"
 /// `tool` for `tools/call`, `uri` for `resources/read`.
 #[tokio::test]
 async fn the_request_span_names_prompts_tools_and_uris_under_their_own_fields() {
-    let served = Served::start_with_env(
-        &format!("[server]\nlisten = \"127.0.0.1:0\"\nmetrics_listen = \"off\"\n{FX}"),
-        &[("RUST_LOG", "info,mcpgate=debug")],
-    )
-    .await;
-    let mut c = McpClient::new(&served.url);
-    c.initialize(json!({})).await;
+    let (served, c) = debug_logged().await;
     let listed = c.request("resources/list", json!({})).await;
     let uri = listed.result()["resources"][0]["uri"]
         .as_str()
@@ -531,13 +537,7 @@ async fn the_request_span_names_the_tool_once() {
 /// 1 MB id gave a 2 MB line), and the answer still echoes it exactly.
 #[tokio::test]
 async fn a_huge_request_id_is_bounded_in_the_log() {
-    let served = Served::start_with_env(
-        &format!("[server]\nlisten = \"127.0.0.1:0\"\nmetrics_listen = \"off\"\n{FX}"),
-        &[("RUST_LOG", "info,mcpgate=debug")],
-    )
-    .await;
-    let mut c = McpClient::new(&served.url);
-    c.initialize(json!({})).await;
+    let (served, c) = debug_logged().await;
     let id = "x".repeat(200_000);
     let r = c
         .post(

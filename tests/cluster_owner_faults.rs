@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use common::proxy::RedisProxy;
 use common::served::Served;
-use common::store::{TestRedis, at, per_session_fx, replica_at};
+use common::store::{TestRedis, at, echo_within, per_session_fx, replica_at};
 use common::{McpClient, TestDir, logged_calls, text_of};
 use serde_json::{Value, json};
 
@@ -53,15 +53,6 @@ async fn setup(
     let r = s.call_tool("fx__echo", json!({"text": "claim"})).await;
     assert_eq!(text_of(&r.response), "claim", "{}", r.response);
     (redis, proxy, dir, log, a, b, s)
-}
-
-/// `fx__echo` of `text` through `c`, within 20 s.
-async fn echo_within(c: &McpClient, text: &str) -> Value {
-    let call = c.call_tool("fx__echo", json!({ "text": text }));
-    tokio::time::timeout(Duration::from_secs(20), call)
-        .await
-        .unwrap_or_else(|_| panic!("no answer to {text} within 20 s"))
-        .response
 }
 
 #[tokio::test]

@@ -11,9 +11,9 @@ use std::time::Duration;
 
 use common::proxy::RedisProxy;
 use common::served::Served;
-use common::store::{TestRedis, at, per_session_fx, replica_at, scrape};
+use common::store::{TestRedis, at, echo_within, per_session_fx, replica_at, scrape};
 use common::{McpClient, TestDir, gone, logged_calls, metric, text_of, wait_for};
-use serde_json::{Value, json};
+use serde_json::json;
 
 /// The pid of the child that ran the `fx__echo` of `text`.
 fn pid_of(log: &Path, text: &str) -> u64 {
@@ -22,15 +22,6 @@ fn pid_of(log: &Path, text: &str) -> u64 {
         .find(|e| e["msg"]["params"]["arguments"]["text"] == text)
         .and_then(|e| e["pid"].as_u64())
         .unwrap_or_else(|| panic!("{text} never reached a child"))
-}
-
-/// `fx__echo` of `text` through `c`, within 20 s.
-async fn echo_within(c: &McpClient, text: &str) -> Value {
-    let call = c.call_tool("fx__echo", json!({ "text": text }));
-    tokio::time::timeout(Duration::from_secs(20), call)
-        .await
-        .unwrap_or_else(|_| panic!("no answer to {text} within 20 s"))
-        .response
 }
 
 /// Redis, a proxy in front of it, replica A behind the proxy (and B on

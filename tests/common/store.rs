@@ -186,3 +186,12 @@ pub fn per_session_fx(log: &std::path::Path) -> String {
         log.display()
     )
 }
+
+/// `fx__echo` of `text` through `c`, within 20 s: the response.
+pub async fn echo_within(c: &super::McpClient, text: &str) -> serde_json::Value {
+    let call = c.call_tool("fx__echo", serde_json::json!({ "text": text }));
+    tokio::time::timeout(std::time::Duration::from_secs(20), call)
+        .await
+        .unwrap_or_else(|_| panic!("no answer to {text} within 20 s"))
+        .response
+}
