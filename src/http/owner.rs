@@ -505,7 +505,7 @@ async fn run_one(st: AppState, h: String, sealed: String) {
     let reply = st.dispatch.handle(ctx, &host, call.request).await;
     // Registered now: a cancel that came first (the broadcast overtook the
     // inbox) applies to it.
-    st.relay.apply_early_cancel(&session, &id);
+    st.relay.cancels().apply_early(&session, &id);
     let call_of = match reply {
         Reply::Now(bytes) => {
             let (tx, rx) = mpsc::channel(1);
