@@ -4,8 +4,9 @@
 //! sender (`http/owner.rs`).
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
-use super::store::{SharedStore, Unavailable};
+use super::store::{Link, Unavailable};
 
 /// Events a session's mirrored stream log keeps (`MAXLEN ~`), as the local log.
 pub(super) const EVENTS_KEPT: usize = 256;
@@ -33,11 +34,21 @@ pub struct MirroredEvent {
     pub entry: String,
 }
 
-impl SharedStore {
+/// The mirrored events of sessions' host-facing streams (see the module
+/// docs); from [`SharedStore::mirror`](super::SharedStore::mirror).
+pub struct MirrorStore {
+    link: Arc<Link>,
+}
+
+impl MirrorStore {
+    pub(super) fn new(link: Arc<Link>) -> Self {
+        MirrorStore { link }
+    }
+
     /// Mirrors an event this replica produced on stream `stream` of session
     /// `h` (awaited by the caller only for the last one).
-    pub async fn mirror_event(&self, h: &str, ev: &MirroredEvent) -> Result<(), Unavailable> {
-        if !self.is_up() {
+    pub async fn add(&self, h: &str, ev: &MirroredEvent) -> Result<(), Unavailable> {
+        if !self.link.is_up() {
             return Err(Unavailable);
         }
         let (st, sq) = (ev.stream.to_string(), ev.seq.to_string());
@@ -50,8 +61,11 @@ impl SharedStore {
             ("rid", ev.request_id.as_bytes()),
             ("d", &ev.data),
         ];
-        let add = self.redis.add_event(h, &fields, EVENTS_KEPT, EVENT_TTL);
-        self.op("mirror", add).await
+        let add = self
+            .link
+            .redis
+            .add_event(h, &fields, EVENTS_KEPT, EVENT_TTL);
+        self.link.op("mirror", add).await
     }
 
     /// The mirrored events of stream `stream` of session `h`, in order; only
@@ -62,10 +76,13 @@ impl SharedStore {
         stream: u64,
         after: Option<&str>,
     ) -> Result<Vec<MirroredEvent>, Unavailable> {
-        if !self.is_up() {
+        if !self.link.is_up() {
             return Err(Unavailable);
         }
-        let entries = self.op("events", self.redis.events(h, after)).await?;
+        let entries = self
+            .link
+            .op("events", self.link.redis.events(h, after))
+            .await?;
         Ok(entries
             .into_iter()
             .filter_map(|(id, map)| to_event(id, &map))

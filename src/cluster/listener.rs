@@ -7,23 +7,26 @@
 //!
 //! Record field `gl:NAME` = `TAG CONN`, the listening replica's tag and its
 //! connection's number. A replica whose connection would open the GET claims
-//! it ([`SharedStore::claim_listener`], one `EVAL`: absent, ours, another
+//! it ([`ListenerStore::claim`], one `EVAL`: absent, ours, another
 //! connection of ours (replaced), or a tag whose heartbeat key is gone →
 //! ours);
 //! lost to a live holder, it stands by. A holder that lets go (its connection
 //! closed, the session ended here, a drain) deletes the field if it still
 //! names that connection (so a late release of a replaced connection frees
 //! nothing) and broadcasts `gl H NAME TAG` in the same script
-//! ([`SharedStore::release_listener`]), so a standby claims at once; a dead
+//! ([`ListenerStore::release`]), so a standby claims at once; a dead
 //! holder is found by the standbys' liveness check of the holders' tags
-//! ([`SharedStore::alive_tags`], one pipelined `EXISTS` per distinct tag).
+//! ([`SharedStore::alive_tags`](super::SharedStore::alive_tags), one pipelined
+//! `EXISTS` per distinct tag).
 //!
 //! The claim reads another key's hash slot (a heartbeat key), so it needs a
 //! single Redis (not Redis Cluster), as the owner claim does.
 
+use std::sync::Arc;
+
 use super::inbox::replica_key;
 use super::redis::record_key;
-use super::store::{SharedStore, Unavailable};
+use super::store::{Link, Unavailable};
 
 /// KEYS: record; ARGV: field, our value (`TAG CONN`), heartbeat key prefix
 /// and suffix, our tag. nil without a record; `{mine}` (ours, or taken from
@@ -54,7 +57,7 @@ fn listener_value(tag: &str, conn: u64) -> String {
     format!("{tag} {conn}")
 }
 
-/// What [`SharedStore::claim_listener`] found.
+/// What [`ListenerStore::claim`] found.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ListenClaim {
     /// This replica listens (it already did, or claimed it now).
@@ -67,27 +70,40 @@ pub enum ListenClaim {
     NoRecord,
 }
 
-impl SharedStore {
+/// Which replica opens the GET stream on a per-session HTTP backend's
+/// session (see the module docs); from [`SharedStore::listener`](super::SharedStore::listener).
+pub struct ListenerStore {
+    link: Arc<Link>,
+}
+
+impl ListenerStore {
+    pub(super) fn new(link: Arc<Link>) -> Self {
+        ListenerStore { link }
+    }
+
     /// Claims the GET stream of session `h`'s backend session on `backend`
     /// for connection `conn` of this replica (a number unique in this
     /// process; one `EVAL`); see [`ListenClaim`]. Another connection of this
     /// replica holding it is replaced (its later release frees nothing).
-    pub async fn claim_listener(
+    pub async fn claim(
         &self,
         h: &str,
         backend: &str,
         conn: u64,
     ) -> Result<ListenClaim, Unavailable> {
-        if !self.is_up() {
+        if !self.link.is_up() {
             return Err(Unavailable);
         }
         let (rec, field, frame) = (record_key(h), listener_field(backend), replica_key(""));
         let (open, close) = frame.split_at(frame.len() - 1);
-        let value = listener_value(self.tag(), conn);
-        let args = [field.as_str(), value.as_str(), open, close, self.tag()];
+        let value = listener_value(self.link.tag(), conn);
+        let args = [field.as_str(), value.as_str(), open, close, self.link.tag()];
         let keys = [rec.as_str()];
-        let claim = self.redis.eval::<Option<Vec<String>>>(CLAIM, &keys, &args);
-        let Some(out) = self.op("claim", claim).await? else {
+        let claim = self
+            .link
+            .redis
+            .eval::<Option<Vec<String>>>(CLAIM, &keys, &args);
+        let Some(out) = self.link.op("claim", claim).await? else {
             return Ok(ListenClaim::NoRecord);
         };
         Ok(match (out.first().map(String::as_str), out.get(1)) {
@@ -101,16 +117,11 @@ impl SharedStore {
     /// `backend` if connection `conn` of this replica holds it, and tells the
     /// standbys (one `EVAL`). Tried even while the store is marked down (a
     /// drain's last word).
-    pub async fn release_listener(
-        &self,
-        h: &str,
-        backend: &str,
-        conn: u64,
-    ) -> Result<(), Unavailable> {
+    pub async fn release(&self, h: &str, backend: &str, conn: u64) -> Result<(), Unavailable> {
         let (rec, field) = (record_key(h), listener_field(backend));
         let (value, msg) = (
-            listener_value(self.tag(), conn),
-            format!("gl {h} {backend} {}", self.tag()),
+            listener_value(self.link.tag(), conn),
+            format!("gl {h} {backend} {}", self.link.tag()),
         );
         let keys = [rec.as_str()];
         let args = [
@@ -119,27 +130,8 @@ impl SharedStore {
             super::redis::CTL,
             msg.as_str(),
         ];
-        let release = self.redis.eval::<i64>(RELEASE, &keys, &args);
-        self.op("release", release).await.map(|_| ())
-    }
-
-    /// Which of replicas `tags` still heartbeat (one pipelined `EXISTS`
-    /// each); `None` when the store did not answer (nobody is declared dead
-    /// on an outage).
-    pub async fn alive_tags(&self, tags: &[String]) -> Option<Vec<bool>> {
-        if !self.is_up() {
-            return None;
-        }
-        let mut p = ::redis::pipe();
-        for t in tags {
-            p.exists(replica_key(t));
-        }
-        self.op("alive", self.redis.pipe(p)).await.ok()
-    }
-
-    /// How often this replica heartbeats.
-    pub fn heartbeat(&self) -> std::time::Duration {
-        self.heartbeat
+        let release = self.link.redis.eval::<i64>(RELEASE, &keys, &args);
+        self.link.op("release", release).await.map(|_| ())
     }
 }
 

@@ -1,13 +1,13 @@
 //! The owner of a session's per-session stdio children (issue 11 item 4): one
 //! replica runs them, named by the record's `own` field (its tag). The first
 //! replica that needs such a child claims the session
-//! ([`SharedStore::claim_owner`], one `EVAL`: set if absent, or swapped from a
+//! ([`OwnerStore::claim`], one `EVAL`: set if absent, or swapped from a
 //! tag whose heartbeat key is gone), another replica hands its owner-bound
-//! requests to the owner's inbox ([`SharedStore::send_call`], kind `call`).
+//! requests to the owner's inbox ([`OwnerStore::send_call`], kind `call`).
 //! Whether such a request runs is decided by one compare-and-set on its take
 //! key (`mcpg:{H}:take:STREAM`, `wait` when sent): the owner's pickup
-//! ([`SharedStore::take_call`], `wait` → `run`, the pickup mark written in
-//! the same script) races the sender's give-up ([`SharedStore::give_up_call`],
+//! ([`OwnerStore::take_call`], `wait` → `run`, the pickup mark written in
+//! the same script) races the sender's give-up ([`OwnerStore::give_up_call`],
 //! `wait` → `gone`); whoever writes first wins, so a request runs at most once
 //! whatever the replicas' clocks say. The owner notes each backend it started
 //! a child for (`kid:NAME` fields), so a replica adopting the session from a
@@ -15,16 +15,18 @@
 //! subscriptions on those backends are noted too (`sub:BACKEND:URI`, by the
 //! replica that ran the `resources/subscribe`), so the next owner subscribes
 //! its new children again. A replica lets go of its
-//! sessions ([`SharedStore::release_owner`]) when it drains or drops them.
+//! sessions ([`OwnerStore::release`]) when it drains or drops them.
 //!
 //! The claim and the send read another key's hash slot (a heartbeat key)
 //! inside the script, so they need a single Redis (not Redis Cluster), as the
 //! store does today.
 
+use std::sync::Arc;
+
 use super::events::{EVENT_TTL, EVENTS_KEPT};
 use super::inbox::{INBOX_MAXLEN, INBOX_TTL, inbox_key, replica_key};
 use super::redis::{events_key, record_key};
-use super::store::{SharedStore, Unavailable};
+use super::store::{Link, Unavailable};
 
 /// Claims the session for ARGV[1]; returns nil without a record, `{mine}`
 /// (ours already), `{other, TAG}` (a live owner), `{new, FIELD…}` (no owner
@@ -65,7 +67,7 @@ const NOTE_CHILD: &str = "if redis.call('HGET', KEYS[1], 'own') ~= ARGV[1] then 
 /// the record keeps it (`sub:BACKEND:URI`): (backend name, the backend's URI).
 pub type OwnedSubscription = (String, String);
 
-/// What [`SharedStore::claim_owner`] found.
+/// What [`OwnerStore::claim`] found.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Claim {
     /// This replica owns the session: it already did (no subscriptions
@@ -113,21 +115,34 @@ fn subscription_field(backend: &str, uri: &str) -> String {
     format!("sub:{backend}:{uri}")
 }
 
-impl SharedStore {
+/// The owner of sessions' per-session stdio children and the requests handed
+/// to it (see the module docs); from [`SharedStore::owner`](super::SharedStore::owner).
+pub struct OwnerStore {
+    link: Arc<Link>,
+}
+
+impl OwnerStore {
+    pub(super) fn new(link: Arc<Link>) -> Self {
+        OwnerStore { link }
+    }
+
     /// Claims session `h`'s per-session children for this replica (one
     /// `EVAL`); see [`Claim`]. With `draining`, a session that no live replica
     /// owns is not taken ([`Claim::Vacant`]): the caller decides (its children
     /// would stop with it).
-    pub async fn claim_owner(&self, h: &str, draining: bool) -> Result<Claim, Unavailable> {
-        if !self.is_up() {
+    pub async fn claim(&self, h: &str, draining: bool) -> Result<Claim, Unavailable> {
+        if !self.link.is_up() {
             return Err(Unavailable);
         }
         let (rec, frame) = (record_key(h), replica_key(""));
         let (open, close) = frame.split_at(frame.len() - 1);
         let stop = if draining { "1" } else { "0" };
-        let (keys, args) = ([rec.as_str()], [self.tag(), open, close, stop]);
-        let claim = self.redis.eval::<Option<Vec<String>>>(CLAIM, &keys, &args);
-        let Some(out) = self.op("claim", claim).await? else {
+        let (keys, args) = ([rec.as_str()], [self.link.tag(), open, close, stop]);
+        let claim = self
+            .link
+            .redis
+            .eval::<Option<Vec<String>>>(CLAIM, &keys, &args);
+        let Some(out) = self.link.op("claim", claim).await? else {
             return Ok(Claim::NoRecord);
         };
         Ok(match out.first().map(String::as_str) {
@@ -162,57 +177,68 @@ impl SharedStore {
         uri: &str,
         on: bool,
     ) -> Result<(), Unavailable> {
-        if !self.is_up() {
+        if !self.link.is_up() {
             return Err(Unavailable);
         }
         let field = subscription_field(backend, uri);
         if on {
-            let set = self.redis.set_field(h, &field, "1");
-            return self.op("set", set).await.map(|_| ());
+            let set = self.link.redis.set_field(h, &field, "1");
+            return self.link.op("set", set).await.map(|_| ());
         }
         let mut cmd = ::redis::cmd("HDEL");
         cmd.arg(record_key(h)).arg(field);
-        self.op("set", self.redis.query::<i64>(cmd))
+        self.link
+            .op("set", self.link.redis.query::<i64>(cmd))
             .await
             .map(|_| ())
     }
 
     /// Lets go of session `h` if this replica owns it (one `EVAL`): the next
     /// replica that needs its children claims it.
-    pub async fn release_owner(&self, h: &str) -> Result<(), Unavailable> {
-        if !self.is_up() {
+    pub async fn release(&self, h: &str) -> Result<(), Unavailable> {
+        if !self.link.is_up() {
             return Err(Unavailable);
         }
         let rec = record_key(h);
-        let (keys, args) = ([rec.as_str()], [self.tag()]);
-        let release = self.redis.eval::<i64>(RELEASE, &keys, &args);
-        self.op("release", release).await.map(|_| ())
+        let (keys, args) = ([rec.as_str()], [self.link.tag()]);
+        let release = self.link.redis.eval::<i64>(RELEASE, &keys, &args);
+        self.link.op("release", release).await.map(|_| ())
     }
 
     /// Which replica owns session `h`'s per-session children (one `HGET` of
     /// the record's `own`, claiming nothing): `None` when none does (or the
     /// record is gone). For requests this replica cannot route itself (a
     /// name or task id it does not know), which only the owner may know.
-    pub async fn owner_of(&self, h: &str) -> Result<Option<String>, Unavailable> {
-        if !self.is_up() {
+    pub async fn of(&self, h: &str) -> Result<Option<String>, Unavailable> {
+        if !self.link.is_up() {
             return Err(Unavailable);
         }
         let mut cmd = ::redis::cmd("HGET");
         cmd.arg(record_key(h)).arg("own");
-        let got = self.redis.query::<Option<String>>(cmd);
-        self.op("get", got).await
+        let got = self.link.redis.query::<Option<String>>(cmd);
+        self.link.op("get", got).await
+    }
+
+    /// Who owns the per-session children of each of the sessions `hs` (one
+    /// pipelined `HGET` each; `None`: nobody, or no record); `None` when the
+    /// store did not answer.
+    pub async fn of_each(&self, hs: &[String]) -> Option<Vec<Option<String>>> {
+        self.link
+            .op("owners", self.link.redis.owners(hs))
+            .await
+            .ok()
     }
 
     /// Notes that this replica, owning session `h`, started a child of
     /// `backend` (one `EVAL`; nothing when another replica owns it).
     pub async fn note_child(&self, h: &str, backend: &str) -> Result<(), Unavailable> {
-        if !self.is_up() {
+        if !self.link.is_up() {
             return Err(Unavailable);
         }
         let rec = record_key(h);
-        let (keys, args) = ([rec.as_str()], [self.tag(), backend]);
-        let note = self.redis.eval::<i64>(NOTE_CHILD, &keys, &args);
-        self.op("claim", note).await.map(|_| ())
+        let (keys, args) = ([rec.as_str()], [self.link.tag(), backend]);
+        let note = self.link.redis.eval::<i64>(NOTE_CHILD, &keys, &args);
+        self.link.op("claim", note).await.map(|_| ())
     }
 
     /// Hands an owner-bound request of session `h` (`sealed`: the call, as
@@ -226,7 +252,7 @@ impl SharedStore {
         stream: u64,
         sealed: &[u8],
     ) -> Result<bool, Unavailable> {
-        if !self.is_up() {
+        if !self.link.is_up() {
             return Err(Unavailable);
         }
         let (inbox, alive, take) = (inbox_key(tag), replica_key(tag), take_key(h, stream));
@@ -235,8 +261,8 @@ impl SharedStore {
         let mut cmd = ::redis::cmd("EVAL");
         cmd.arg(SEND_CALL).arg(keys.len()).arg(&keys);
         cmd.arg(&maxlen).arg(&ttl).arg(h).arg(sealed);
-        let send = self.redis.query::<i64>(cmd);
-        self.op("send", send).await.map(|sent| sent == 1)
+        let send = self.link.redis.query::<i64>(cmd);
+        self.link.op("send", send).await.map(|sent| sent == 1)
     }
 
     /// The owner's pickup of the request handed to it as stream `stream` of
@@ -251,16 +277,16 @@ impl SharedStore {
         request_id: &str,
         refuse: bool,
     ) -> Result<bool, Unavailable> {
-        if !self.is_up() {
+        if !self.link.is_up() {
             return Err(Unavailable);
         }
         let (take, events) = (take_key(h, stream), events_key(h));
         let (kept, ttl) = (EVENTS_KEPT.to_string(), EVENT_TTL.to_string());
         let (st, last) = (stream.to_string(), if refuse { "1" } else { "0" });
         let keys = [take.as_str(), events.as_str()];
-        let args = [st.as_str(), self.tag(), last, request_id, &kept, &ttl];
-        let taken = self.redis.eval::<i64>(TAKE_CALL, &keys, &args);
-        self.op("take", taken).await.map(|won| won == 1)
+        let args = [st.as_str(), self.link.tag(), last, request_id, &kept, &ttl];
+        let taken = self.link.redis.eval::<i64>(TAKE_CALL, &keys, &args);
+        self.link.op("take", taken).await.map(|won| won == 1)
     }
 
     /// The sender's give-up on the request it handed as stream `stream` of
@@ -270,8 +296,8 @@ impl SharedStore {
     pub async fn give_up_call(&self, h: &str, stream: u64) -> Result<GiveUp, Unavailable> {
         let (take, ttl) = (take_key(h, stream), TAKE_TTL.to_string());
         let (keys, args) = ([take.as_str()], [ttl.as_str()]);
-        let given = self.redis.eval::<String>(GIVE_UP, &keys, &args);
-        Ok(match self.op("take", given).await?.as_str() {
+        let given = self.link.redis.eval::<String>(GIVE_UP, &keys, &args);
+        Ok(match self.link.op("take", given).await?.as_str() {
             "gone" => GiveUp::Won,
             "run" => GiveUp::Taken,
             "ref" => GiveUp::Refused,
@@ -284,13 +310,13 @@ impl SharedStore {
     /// [`Take::Run`] / [`Take::Refused`] after, [`Take::Gone`] when the sender
     /// gave up on it or the key is gone.
     pub async fn take_state(&self, h: &str, stream: u64) -> Result<Take, Unavailable> {
-        if !self.is_up() {
+        if !self.link.is_up() {
             return Err(Unavailable);
         }
         let mut cmd = ::redis::cmd("GET");
         cmd.arg(take_key(h, stream));
-        let got = self.redis.query::<Option<String>>(cmd);
-        Ok(match self.op("take", got).await?.as_deref() {
+        let got = self.link.redis.query::<Option<String>>(cmd);
+        Ok(match self.link.op("take", got).await?.as_deref() {
             Some("wait") => Take::Wait,
             Some("run") => Take::Run,
             Some("ref") => Take::Refused,
@@ -299,7 +325,7 @@ impl SharedStore {
     }
 }
 
-/// The state of a handed request's take key ([`SharedStore::take_state`]).
+/// The state of a handed request's take key ([`OwnerStore::take_state`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Take {
     /// Sent, not picked up yet.
@@ -314,7 +340,7 @@ pub enum Take {
 }
 
 /// What became of a handed request the sender gave up on
-/// ([`SharedStore::give_up_call`]).
+/// ([`OwnerStore::give_up_call`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum GiveUp {
     /// The give-up came first: the owner will never run the request.
@@ -351,7 +377,7 @@ const SEND_CALL: &str = "if redis.call('EXISTS', KEYS[2]) == 0 then return 0 end
 
 /// KEYS: take key, events; ARGV: stream, producer tag, last, request id,
 /// events kept, events TTL. `wait` → `run` (`ref` when refused) and the
-/// pickup mark (the fields of `SharedStore::mirror_event`, seq 0, no data); 0
+/// pickup mark (the fields of `MirrorStore::add`, seq 0, no data); 0
 /// when not `wait`.
 const TAKE_CALL: &str = "if redis.call('GET', KEYS[1]) ~= 'wait' then return 0 end \
      redis.call('SET', KEYS[1], ARGV[3] == '1' and 'ref' or 'run', 'KEEPTTL') \

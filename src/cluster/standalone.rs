@@ -9,10 +9,12 @@
 //! replicas never number events of one stream (MCP 2025-11-25
 //! basic/transports, resumability: ids unique within the session). What
 //! another replica's backends send for the session's standalone stream is
-//! forwarded to the producer's inbox ([`SharedStore::forward_standalone`]).
+//! forwarded to the producer's inbox ([`StandaloneStore::forward`]).
+
+use std::sync::Arc;
 
 use super::events::{EVENT_TTL, EVENTS_KEPT};
-use super::store::{SharedStore, Unavailable};
+use super::store::{Link, Unavailable};
 
 /// A session's standalone stream as the store records it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -49,42 +51,57 @@ impl StandaloneClaim {
     }
 }
 
-impl SharedStore {
+/// The claim on sessions' standalone streams, their mirrored events and
+/// what is forwarded to their producer (see the module docs); from
+/// [`SharedStore::standalone`](super::SharedStore::standalone).
+pub struct StandaloneStore {
+    link: Arc<Link>,
+}
+
+impl StandaloneStore {
+    pub(super) fn new(link: Arc<Link>) -> Self {
+        StandaloneStore { link }
+    }
+
     /// Claims stream `stream` of session `h` as its standalone stream, for
     /// this replica: always when `any`, otherwise only if the record already
     /// names `stream`. `Ok(None)`: no record (the session ended); otherwise
     /// the claim before this one (`None` inside: none, or unreadable).
-    pub async fn claim_standalone(
+    pub async fn claim(
         &self,
         h: &str,
         stream: u64,
         any: bool,
     ) -> Result<Option<Option<StandaloneClaim>>, Unavailable> {
-        if !self.is_up() {
+        if !self.link.is_up() {
             return Err(Unavailable);
         }
-        let claim = self.redis.claim_standalone(h, stream, self.tag(), any);
-        let prev = self.op("claim", claim).await?;
+        let claim = self
+            .link
+            .redis
+            .claim_standalone(h, stream, self.link.tag(), any);
+        let prev = self.link.op("claim", claim).await?;
         Ok(prev.map(|p| StandaloneClaim::parse(&p)))
     }
 
     /// Mirrors event `seq` (`sealed`: its data sealed) of standalone stream
     /// `stream` of session `h`, if this replica's claim on it holds.
-    pub async fn mirror_standalone(
+    pub async fn mirror(
         &self,
         h: &str,
         stream: u64,
         seq: u64,
         sealed: &[u8],
     ) -> Result<StandaloneWrite, Unavailable> {
-        if !self.is_up() {
+        if !self.link.is_up() {
             return Err(Unavailable);
         }
         let kept = (EVENTS_KEPT, EVENT_TTL);
-        let write = self
-            .redis
-            .mirror_standalone(h, stream, self.tag(), seq, kept, sealed);
-        Ok(match self.op("mirror", write).await? {
+        let write =
+            self.link
+                .redis
+                .mirror_standalone(h, stream, self.link.tag(), seq, kept, sealed);
+        Ok(match self.link.op("mirror", write).await? {
             1 => StandaloneWrite::Written,
             -1 => StandaloneWrite::TakenOver,
             _ => StandaloneWrite::NotCurrent,
@@ -94,11 +111,14 @@ impl SharedStore {
     /// The claim on session `h`'s standalone stream: which replica produces
     /// the stream its host listens to (`None`: none, an unreadable one, or no
     /// record). One `HGET`.
-    pub async fn standalone_claim(&self, h: &str) -> Result<Option<StandaloneClaim>, Unavailable> {
-        if !self.is_up() {
+    pub async fn current(&self, h: &str) -> Result<Option<StandaloneClaim>, Unavailable> {
+        if !self.link.is_up() {
             return Err(Unavailable);
         }
-        let sa = self.op("claim", self.redis.get_field(h, "sa")).await?;
+        let sa = self
+            .link
+            .op("claim", self.link.redis.get_field(h, "sa"))
+            .await?;
         Ok(sa.as_deref().and_then(StandaloneClaim::parse))
     }
 
@@ -106,16 +126,17 @@ impl SharedStore {
     /// standalone stream to replica `tag`, which produces it, through its
     /// inbox (one `EVAL`); `Ok(false)` when that replica is not alive
     /// (nothing sent).
-    pub async fn forward_standalone(
+    pub async fn forward(
         &self,
         tag: &str,
         h: &str,
         messages: &[&[u8]],
     ) -> Result<bool, Unavailable> {
-        if !self.is_up() {
+        if !self.link.is_up() {
             return Err(Unavailable);
         }
-        self.op("send", self.redis.send(tag, "sa", h, messages))
+        self.link
+            .op("send", self.link.redis.send(tag, "sa", h, messages))
             .await
     }
 }

@@ -35,7 +35,12 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::ctl::{Ctl, parse_ctl};
+use super::events::MirrorStore;
+use super::listener::ListenerStore;
+use super::owner::OwnerStore;
 use super::redis::{Push, Redis};
+use super::standalone::StandaloneStore;
+use super::upstream::UpstreamStore;
 use crate::config::ClusterConfig;
 
 /// How long one store operation may take before the store counts as down.
@@ -87,23 +92,72 @@ struct Health {
     fenced: AtomicBool,
 }
 
-/// One replica's handle on the shared store; see the module docs.
-pub struct SharedStore {
+/// The Redis handle every part of the store shares: the commands, this
+/// replica's tag, and the health each operation reports to. Built once; each
+/// phase store holds it (one `Arc`, cloned at start, never per call).
+pub(super) struct Link {
     pub(super) redis: Redis,
     tag: String,
+    health: Arc<Health>,
+    metrics: StoreMetrics,
+}
+
+impl Link {
+    /// Whether the store answered its last operation.
+    pub(super) fn is_up(&self) -> bool {
+        self.health.up.load(Ordering::Relaxed)
+    }
+
+    /// This replica's tag (8 hex digits).
+    pub(super) fn tag(&self) -> &str {
+        &self.tag
+    }
+
+    /// Runs one operation within the deadline; a failure marks the store down.
+    pub(super) async fn op<T>(
+        &self,
+        name: &'static str,
+        f: impl Future<Output = ::redis::RedisResult<T>>,
+    ) -> Result<T, Unavailable> {
+        let cause = match tokio::time::timeout(DEADLINE, f).await {
+            Ok(Ok(v)) => return Ok(v),
+            Ok(Err(e)) => e.to_string(),
+            Err(_) => "deadline missed".to_owned(),
+        };
+        self.metrics.errors.with_label_values(&[name]).inc();
+        self.health.missed.store(true, Ordering::Relaxed);
+        if self.health.up.swap(false, Ordering::Relaxed) {
+            self.metrics.up.set(0);
+            tracing::warn!(op = name, %cause, "shared session store unreachable: cached sessions go on, new sessions are refused");
+        }
+        Err(Unavailable)
+    }
+}
+
+/// One replica's handle on the shared store; see the module docs. It keeps
+/// the session records, the heartbeat and fencing, and the `ctl` broadcasts
+/// and inbox answers; each other phase has a store of its own, handed out by
+/// reference: [`SharedStore::owner`], [`SharedStore::listener`],
+/// [`SharedStore::mirror`], [`SharedStore::standalone`],
+/// [`SharedStore::upstream`].
+pub struct SharedStore {
+    link: Arc<Link>,
     /// `tag` as a number, for the ids of relayed requests (`inbox::tagged_id`).
     tag_bits: u32,
-    health: Arc<Health>,
     /// Seconds; `server.session_idle_timeout` (a reload may change it).
     record_ttl: AtomicU64,
-    pub(super) heartbeat: Duration,
+    heartbeat: Duration,
     events: mpsc::UnboundedSender<Ctl>,
-    metrics: StoreMetrics,
     /// Session ends the store missed, sent again when it is back.
     pending_ends: Mutex<Vec<String>>,
     /// When the last heartbeat that landed was sent (before Redis ran it, so
     /// its key expires no earlier than this plus the TTL).
     last_beat: Mutex<Instant>,
+    owner: OwnerStore,
+    listener: ListenerStore,
+    mirror: MirrorStore,
+    standalone: StandaloneStore,
+    upstream: UpstreamStore,
 }
 
 impl SharedStore {
@@ -139,24 +193,60 @@ impl SharedStore {
         let redis = Redis::new(url, DEADLINE, on_push)
             .map_err(|e| format!("cluster.redis: {:?}", e.kind()))?;
         metrics.up.set(0);
-        let store = SharedStore {
+        let link = Arc::new(Link {
             redis,
             tag,
-            tag_bits,
             health,
+            metrics,
+        });
+        let store = SharedStore {
+            tag_bits,
             record_ttl: AtomicU64::new(record_ttl.as_secs().max(1)),
             heartbeat: cluster.heartbeat,
             events,
-            metrics,
             pending_ends: Mutex::default(),
             last_beat: Mutex::new(Instant::now()),
+            owner: OwnerStore::new(link.clone()),
+            listener: ListenerStore::new(link.clone()),
+            mirror: MirrorStore::new(link.clone()),
+            standalone: StandaloneStore::new(link.clone()),
+            upstream: UpstreamStore::new(link.clone()),
+            link,
         };
         Ok(Some((Arc::new(store), rx)))
     }
 
     /// This replica's tag (`mcpg:replica:{TAG}`, 8 hex digits).
     pub fn tag(&self) -> &str {
-        &self.tag
+        self.link.tag()
+    }
+
+    /// The owner of sessions' per-session stdio children and the requests
+    /// handed to it (`owner.rs`).
+    pub fn owner(&self) -> &OwnerStore {
+        &self.owner
+    }
+
+    /// Which replica listens on a per-session HTTP backend's session
+    /// (`listener.rs`).
+    pub fn listener(&self) -> &ListenerStore {
+        &self.listener
+    }
+
+    /// The mirrored events of host-facing streams (`events.rs`).
+    pub fn mirror(&self) -> &MirrorStore {
+        &self.mirror
+    }
+
+    /// The claim on sessions' standalone streams and their mirrored events
+    /// (`standalone.rs`).
+    pub fn standalone(&self) -> &StandaloneStore {
+        &self.standalone
+    }
+
+    /// Per-session HTTP backends' sessions in the record (`upstream.rs`).
+    pub fn upstream(&self) -> &UpstreamStore {
+        &self.upstream
     }
 
     /// The id the host sees for the `n`-th server→client request this replica
@@ -186,7 +276,7 @@ impl SharedStore {
             return Err(Unavailable);
         }
         let message = [message.as_bytes()];
-        self.op("send", self.redis.send(tag, "answer", h, &message))
+        self.op("send", self.link.redis.send(tag, "answer", h, &message))
             .await
     }
 
@@ -196,23 +286,23 @@ impl SharedStore {
         if !self.is_up() {
             return Err(Unavailable);
         }
-        let msg = format!("cancel {h} {} {params}", self.tag);
-        self.op("publish", self.redis.publish(&msg)).await
+        let msg = format!("cancel {h} {} {params}", self.link.tag);
+        self.op("publish", self.link.redis.publish(&msg)).await
     }
 
     /// Announces a host's `notifications/roots/list_changed` for session `h`
     /// (the owner of its per-session children is elsewhere).
     pub async fn broadcast_roots(&self, h: &str) -> Result<(), Unavailable> {
-        let msg = format!("roots {h} {}", self.tag);
+        let msg = format!("roots {h} {}", self.link.tag);
         match self.is_up() {
-            true => self.op("publish", self.redis.publish(&msg)).await,
+            true => self.op("publish", self.link.redis.publish(&msg)).await,
             false => Err(Unavailable),
         }
     }
 
     /// Whether the store answered its last operation.
     pub fn is_up(&self) -> bool {
-        self.health.up.load(Ordering::Relaxed)
+        self.link.is_up()
     }
 
     /// Whether this replica is fenced and another replica could have adopted
@@ -221,14 +311,8 @@ impl SharedStore {
     /// alone (a store down for everyone, or one replica) is never refused
     /// for this: nobody could have taken its sessions.
     pub fn fenced_among_peers(&self) -> bool {
-        self.health.fenced.load(Ordering::Relaxed) && self.health.peers.load(Ordering::Relaxed)
-    }
-
-    /// Who owns the per-session children of each of the sessions `hs` (one
-    /// pipelined `HGET` each; `None`: nobody, or no record); `None` when the
-    /// store did not answer.
-    pub async fn owners(&self, hs: &[String]) -> Option<Vec<Option<String>>> {
-        self.op("owners", self.redis.owners(hs)).await.ok()
+        self.link.health.fenced.load(Ordering::Relaxed)
+            && self.link.health.peers.load(Ordering::Relaxed)
     }
 
     /// Subscribes to `ctl` and runs the heartbeat until `stop`; waits (at most
@@ -237,16 +321,20 @@ impl SharedStore {
     pub async fn start(self: &Arc<Self>, stop: CancellationToken) {
         let first = self.beat().await;
         tokio::spawn(super::inbox::read(
-            self.redis.client(),
-            super::inbox::inbox_key(&self.tag),
+            self.link.redis.client(),
+            super::inbox::inbox_key(&self.link.tag),
             self.events.clone(),
             stop.clone(),
         ));
         tokio::spawn(self.clone().fence(stop.clone()));
         let me = self.clone();
         tokio::spawn(async move {
-            let mut subscribed = first && me.op("subscribe", me.redis.subscribe()).await.is_ok();
-            me.health.subscribed.store(subscribed, Ordering::Relaxed);
+            let mut subscribed =
+                first && me.op("subscribe", me.link.redis.subscribe()).await.is_ok();
+            me.link
+                .health
+                .subscribed
+                .store(subscribed, Ordering::Relaxed);
             let mut tick = tokio::time::interval(me.heartbeat);
             loop {
                 tokio::select! {
@@ -254,8 +342,11 @@ impl SharedStore {
                     _ = stop.cancelled() => return,
                 }
                 if me.beat().await && !subscribed {
-                    subscribed = me.op("subscribe", me.redis.subscribe()).await.is_ok();
-                    me.health.subscribed.store(subscribed, Ordering::Relaxed);
+                    subscribed = me.op("subscribe", me.link.redis.subscribe()).await.is_ok();
+                    me.link
+                        .health
+                        .subscribed
+                        .store(subscribed, Ordering::Relaxed);
                 }
             }
         });
@@ -276,8 +367,8 @@ impl SharedStore {
             let due = *self.last_beat.lock().unwrap_or_else(|e| e.into_inner()) + self.beat_ttl();
             let wake = match Instant::now() >= due {
                 true => {
-                    if !self.health.fenced.swap(true, Ordering::Relaxed) {
-                        tracing::warn!(replica = %self.tag, "fenced: no heartbeat reached the shared session store for its TTL; another replica may adopt this one's sessions, their backend processes are not used here until the store answers");
+                    if !self.link.health.fenced.swap(true, Ordering::Relaxed) {
+                        tracing::warn!(replica = %self.link.tag, "fenced: no heartbeat reached the shared session store for its TTL; another replica may adopt this one's sessions, their backend processes are not used here until the store answers");
                         let _ = self.events.send(Ctl::Fenced);
                     }
                     Instant::now() + self.heartbeat
@@ -297,46 +388,38 @@ impl SharedStore {
         let ttl = u64::try_from(self.beat_ttl().as_millis()).unwrap_or(u64::MAX);
         let value = format!("pid={}", std::process::id());
         let sent = Instant::now();
-        let beat = self.redis.heartbeat(&self.tag, &value, ttl);
+        let beat = self.link.redis.heartbeat(self.link.tag(), &value, ttl);
         let Ok(listeners) = self.op("heartbeat", beat).await else {
             return false;
         };
         *self.last_beat.lock().unwrap_or_else(|e| e.into_inner()) = sent;
-        let ours = u64::from(self.health.subscribed.load(Ordering::Relaxed));
-        self.health.peers.store(listeners > ours, Ordering::Relaxed);
-        if self.health.fenced.swap(false, Ordering::Relaxed) {
-            tracing::info!(replica = %self.tag, "no longer fenced: the shared session store answers again");
+        let ours = u64::from(self.link.health.subscribed.load(Ordering::Relaxed));
+        self.link
+            .health
+            .peers
+            .store(listeners > ours, Ordering::Relaxed);
+        if self.link.health.fenced.swap(false, Ordering::Relaxed) {
+            tracing::info!(replica = %self.link.tag, "no longer fenced: the shared session store answers again");
             let _ = self.events.send(Ctl::Unfenced);
         }
-        if !self.health.up.swap(true, Ordering::Relaxed) {
-            tracing::info!(replica = %self.tag, "shared session store reachable");
-            self.metrics.up.set(1);
+        if !self.link.health.up.swap(true, Ordering::Relaxed) {
+            tracing::info!(replica = %self.link.tag, "shared session store reachable");
+            self.link.metrics.up.set(1);
         }
-        if self.health.missed.swap(false, Ordering::Relaxed) {
+        if self.link.health.missed.swap(false, Ordering::Relaxed) {
             self.send_pending_ends().await;
             let _ = self.events.send(Ctl::Resync);
         }
         true
     }
 
-    /// Runs one operation within the deadline; a failure marks the store down.
-    pub(super) async fn op<T>(
+    /// Runs one operation within the deadline (see [`Link::op`]).
+    async fn op<T>(
         &self,
         name: &'static str,
         f: impl Future<Output = ::redis::RedisResult<T>>,
     ) -> Result<T, Unavailable> {
-        let cause = match tokio::time::timeout(DEADLINE, f).await {
-            Ok(Ok(v)) => return Ok(v),
-            Ok(Err(e)) => e.to_string(),
-            Err(_) => "deadline missed".to_owned(),
-        };
-        self.metrics.errors.with_label_values(&[name]).inc();
-        self.health.missed.store(true, Ordering::Relaxed);
-        if self.health.up.swap(false, Ordering::Relaxed) {
-            self.metrics.up.set(0);
-            tracing::warn!(op = name, %cause, "shared session store unreachable: cached sessions go on, new sessions are refused");
-        }
-        Err(Unavailable)
+        self.link.op(name, f).await
     }
 
     /// Writes a new session's record (`fields`) with the idle expiry; refused
@@ -345,8 +428,11 @@ impl SharedStore {
         if !self.is_up() {
             return Err(Unavailable);
         }
-        self.op("put", self.redis.put_record(h, fields, self.record_ttl()))
-            .await
+        self.op(
+            "put",
+            self.link.redis.put_record(h, fields, self.record_ttl()),
+        )
+        .await
     }
 
     /// The record of session `h`; [`Lookup::Unavailable`] at once while the
@@ -355,7 +441,7 @@ impl SharedStore {
         if !self.is_up() {
             return Lookup::Unavailable;
         }
-        match self.op("get", self.redis.get_record(h)).await {
+        match self.op("get", self.link.redis.get_record(h)).await {
             Ok(fields) if fields.is_empty() => Lookup::Absent,
             Ok(fields) => Lookup::Found(fields),
             Err(Unavailable) => Lookup::Unavailable,
@@ -389,7 +475,7 @@ impl SharedStore {
         let me = self.clone();
         tokio::spawn(async move {
             let _ = me
-                .op("refresh", me.redis.refresh(&h, me.record_ttl()))
+                .op("refresh", me.link.redis.refresh(&h, me.record_ttl()))
                 .await;
         });
     }
@@ -398,9 +484,9 @@ impl SharedStore {
     /// it. While the store does not answer the end is kept and sent again
     /// once it does (else the session would come back with the store).
     pub async fn end(&self, h: &str) {
-        let msg = format!("ended {h} {}", self.tag);
+        let msg = format!("ended {h} {}", self.link.tag);
         if self
-            .op("delete", self.redis.delete(h, Some(&msg)))
+            .op("delete", self.link.redis.delete(h, Some(&msg)))
             .await
             .is_err()
         {
@@ -422,25 +508,25 @@ impl SharedStore {
 
     /// Forgets a record written for a session that did not start after all.
     pub async fn discard(&self, h: &str) {
-        let _ = self.op("delete", self.redis.delete(h, None)).await;
+        let _ = self.op("delete", self.link.redis.delete(h, None)).await;
     }
 
     /// Records session `h`'s log level and announces it.
     pub async fn set_level(&self, h: &str, level: &str) -> Result<(), Unavailable> {
         if !self
-            .op("set", self.redis.set_field(h, "lvl", level))
+            .op("set", self.link.redis.set_field(h, "lvl", level))
             .await?
         {
             return Ok(());
         }
-        let msg = format!("lvl {h} {level} {}", self.tag);
-        self.op("publish", self.redis.publish(&msg)).await
+        let msg = format!("lvl {h} {level} {}", self.link.tag);
+        self.op("publish", self.link.redis.publish(&msg)).await
     }
 
     /// Which of the sessions `hs` still have a record (one pipelined `EXISTS`
     /// each); `None` when the store did not answer.
     pub async fn exist(&self, hs: &[String]) -> Option<Vec<bool>> {
-        self.op("exists", self.redis.exist(hs)).await.ok()
+        self.op("exists", self.link.redis.exist(hs)).await.ok()
     }
 }
 
@@ -448,9 +534,28 @@ impl SharedStore {
     /// Whether replica `tag` still heartbeats (`true` when the store cannot
     /// tell: nobody is declared dead on a store outage).
     pub async fn is_alive(&self, tag: &str) -> bool {
-        self.op("alive", self.redis.alive(tag))
+        self.op("alive", self.link.redis.alive(tag))
             .await
             .unwrap_or(true)
+    }
+
+    /// Which of replicas `tags` still heartbeat (one pipelined `EXISTS`
+    /// each); `None` when the store did not answer (nobody is declared dead
+    /// on an outage).
+    pub async fn alive_tags(&self, tags: &[String]) -> Option<Vec<bool>> {
+        if !self.is_up() {
+            return None;
+        }
+        let mut p = ::redis::pipe();
+        for t in tags {
+            p.exists(super::inbox::replica_key(t));
+        }
+        self.op("alive", self.link.redis.pipe(p)).await.ok()
+    }
+
+    /// How often this replica heartbeats.
+    pub fn heartbeat(&self) -> Duration {
+        self.heartbeat
     }
 }
 

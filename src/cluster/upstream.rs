@@ -12,10 +12,12 @@
 //! backend session compares it, so two replicas that both found the old one
 //! gone do not each record their own.
 
-use super::store::{SharedStore, Unavailable};
+use std::sync::Arc;
+
+use super::store::{Link, Unavailable};
 use super::{Purpose, Sealer};
 
-/// What [`SharedStore::record_upstream`] did.
+/// What [`UpstreamStore::record`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Recorded {
     /// The field now holds the value given.
@@ -59,35 +61,47 @@ pub fn open_upstream(sealer: &Sealer, h: &str, backend: &str, value: &str) -> Op
     sealer.open(Purpose::Value, aad(h, backend).as_bytes(), sealed)
 }
 
-impl SharedStore {
+/// Per-session HTTP backends' sessions in the session record (see the
+/// module docs); from [`SharedStore::upstream`](super::SharedStore::upstream).
+pub struct UpstreamStore {
+    link: Arc<Link>,
+}
+
+impl UpstreamStore {
+    pub(super) fn new(link: Arc<Link>) -> Self {
+        UpstreamStore { link }
+    }
+
     /// The recorded backend session of session `h` on `backend` (the field
     /// value, `None`: none recorded or no record): one `HGET`.
-    pub async fn upstream(&self, h: &str, backend: &str) -> Result<Option<String>, Unavailable> {
-        if !self.is_up() {
+    pub async fn get(&self, h: &str, backend: &str) -> Result<Option<String>, Unavailable> {
+        if !self.link.is_up() {
             return Err(Unavailable);
         }
         let field = upstream_field(backend);
-        self.op("get", self.redis.get_field(h, &field)).await
+        self.link
+            .op("get", self.link.redis.get_field(h, &field))
+            .await
     }
 
     /// Records `value` ([`seal_upstream`]) as session `h`'s backend session on
     /// `backend`, only while the record exists and the field holds the
     /// backend session of fingerprint `replaces` (`None`: only when it holds
     /// none): one `EVAL`.
-    pub async fn record_upstream(
+    pub async fn record(
         &self,
         h: &str,
         backend: &str,
         replaces: Option<&str>,
         value: &str,
     ) -> Result<Recorded, Unavailable> {
-        if !self.is_up() {
+        if !self.link.is_up() {
             return Err(Unavailable);
         }
         let field = upstream_field(backend);
         let expected = replaces.unwrap_or("");
-        let cas = self.redis.swap_field(h, &field, expected, value);
-        Ok(match self.op("put", cas).await? {
+        let cas = self.link.redis.swap_field(h, &field, expected, value);
+        Ok(match self.link.op("put", cas).await? {
             None => Recorded::NoRecord,
             Some(v) if v.is_empty() => Recorded::Written,
             Some(v) => Recorded::Taken(v),

@@ -190,7 +190,7 @@ pub(super) async fn serve(
 /// [`Gate::Owner`] when another one does, else [`Gate::Here`] (none does, or
 /// the store does not answer: refused here as unknown).
 async fn find_owner(store: &SharedStore, session: &Session) -> Gate {
-    match store.owner_of(session.store_key()).await {
+    match store.owner().of(session.store_key()).await {
         Ok(Some(tag)) if tag != store.tag() => Gate::Owner(tag),
         _ => Gate::Here,
     }
@@ -216,11 +216,11 @@ fn error_response(ctx: RequestContext, req: &RpcRequest, e: &ErrorObject) -> Res
 /// over subscribes its new children again to its recorded subscriptions.
 async fn claim(st: &AppState, store: &SharedStore, session: &Arc<Session>, reason: &str) -> Gate {
     let h = session.store_key();
-    let mut claimed = store.claim_owner(h, st.supervisor.is_stopping()).await;
+    let mut claimed = store.owner().claim(h, st.supervisor.is_stopping()).await;
     if matches!(claimed, Ok(Claim::Vacant)) {
         tracing::info!(session = %session.log_id(),
             "no live replica holds this session's backend processes and this one drains: served here, its next owner starts them again");
-        claimed = store.claim_owner(h, false).await;
+        claimed = store.owner().claim(h, false).await;
     }
     match claimed {
         Ok(Claim::Mine { subscriptions }) => {
@@ -313,7 +313,11 @@ async fn hand(
             .with_label_values(&["call"])
             .inc()
     };
-    let settled = match store.send_call(tag, h, stream, sealed.as_bytes()).await {
+    let settled = match store
+        .owner()
+        .send_call(tag, h, stream, sealed.as_bytes())
+        .await
+    {
         Ok(true) => {
             forwarded();
             match await_pickup(store, h, stream).await {
@@ -356,7 +360,7 @@ async fn await_pickup(store: &SharedStore, h: &str, stream: u64) -> Option<Take>
     while Instant::now() < end {
         tokio::time::sleep(wait).await;
         wait = (wait * 2).min(PICKUP_POLL);
-        if let Ok(t @ (Take::Run | Take::Refused)) = store.take_state(h, stream).await {
+        if let Ok(t @ (Take::Run | Take::Refused)) = store.owner().take_state(h, stream).await {
             return Some(t);
         }
     }
@@ -379,7 +383,7 @@ async fn give_up(
         if attempt > 0 {
             tokio::time::sleep(PICKUP_POLL).await;
         }
-        match store.give_up_call(h, stream).await {
+        match store.owner().give_up_call(h, stream).await {
             Ok(GiveUp::Won) if store.is_alive(tag).await => return Err(Handed::Unreachable),
             Ok(GiveUp::Won) => return Err(Handed::Dead("unreachable")),
             Ok(GiveUp::Taken) => return Ok(true),
@@ -451,11 +455,15 @@ async fn run_one(st: AppState, h: String, sealed: String) {
     let held = held.filter(|_| !stopping);
     if held.is_none() {
         // Let go first: the sender, seeing the refusal, claims it again.
-        let _ = store.release_owner(&h).await;
+        let _ = store.owner().release(&h).await;
     }
     // The pickup (with its mark) races the sender's give-up: run only if won.
     let refuse = held.is_none();
-    let taken = match store.take_call(&h, call.stream, &request_id, refuse).await {
+    let taken = match store
+        .owner()
+        .take_call(&h, call.stream, &request_id, refuse)
+        .await
+    {
         Ok(taken) => Some(taken),
         Err(_) => settle_take(&store, &h, call.stream, &request_id, refuse).await,
     };
@@ -497,7 +505,7 @@ async fn run_one(st: AppState, h: String, sealed: String) {
     let reply = st.dispatch.handle(ctx, &host, call.request).await;
     // Registered now: a cancel that came first (the broadcast overtook the
     // inbox) applies to it.
-    st.relay.apply_early_cancel(&session, &id);
+    st.relay.cancels().apply_early(&session, &id);
     let call_of = match reply {
         Reply::Now(bytes) => {
             let (tx, rx) = mpsc::channel(1);
@@ -527,11 +535,11 @@ async fn settle_take(
     while Instant::now() < end {
         tokio::time::sleep(pause).await;
         pause = (pause * 2).min(PICKUP_POLL * 5);
-        match store.take_state(h, stream).await {
+        match store.owner().take_state(h, stream).await {
             Ok(Take::Run | Take::Refused) => return Some(true),
             Ok(Take::Gone) => return Some(false),
             Ok(Take::Wait) => {
-                if let Ok(taken) = store.take_call(h, stream, request_id, refuse).await {
+                if let Ok(taken) = store.owner().take_call(h, stream, request_id, refuse).await {
                     return Some(taken);
                 }
             }

@@ -50,6 +50,7 @@ pub async fn elsewhere(
     after: u64,
 ) -> Result<Attached, ResumeError> {
     let events = store
+        .mirror()
         .events_of(h, stream, None)
         .await
         .map_err(|_| ResumeError::Gone)?;
@@ -73,7 +74,7 @@ pub async fn handed(
     request_id: &str,
     backstop: Duration,
 ) -> Option<Attached> {
-    if let Ok(events) = store.events_of(h, stream, None).await {
+    if let Ok(events) = store.mirror().events_of(h, stream, None).await {
         match attach(store, sealer, h, stream, 0, &events, Some(backstop)) {
             Ok(attached) => return Some(attached),
             Err(_) if events.iter().any(|e| e.last) => return None,
@@ -206,7 +207,12 @@ impl Follow {
             }
             wait = (wait * 2).min(POLL);
             let after = Some(entry.as_str()).filter(|e| !e.is_empty());
-            let Ok(events) = self.store.events_of(&self.h, self.stream, after).await else {
+            let Ok(events) = self
+                .store
+                .mirror()
+                .events_of(&self.h, self.stream, after)
+                .await
+            else {
                 continue;
             };
             if let Some(e) = events.last() {
@@ -266,7 +272,7 @@ impl Follow {
             data: sealed.into_bytes(),
             entry: String::new(),
         };
-        let _ = self.store.mirror_event(&self.h, &ev).await;
+        let _ = self.store.mirror().add(&self.h, &ev).await;
         Frame {
             stream: self.stream,
             seq,

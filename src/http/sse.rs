@@ -247,7 +247,7 @@ async fn write_retried(
     let end = tokio::time::Instant::now() + limit;
     let mut pause = Duration::from_millis(50);
     let landed = loop {
-        if store.mirror_event(h, ev).await.is_ok() {
+        if store.mirror().add(h, ev).await.is_ok() {
             break true;
         }
         if let Some(d) = done.take() {

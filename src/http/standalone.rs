@@ -80,7 +80,9 @@ pub(super) fn wire(st: &AppState, session: &Arc<Session>) {
             }
             let aad = event_aad(&h, f.stream, f.seq);
             let sealed = sealer.seal(Purpose::Value, aad.as_bytes(), &f.data);
-            let write = store.mirror_standalone(&h, f.stream, f.seq, sealed.as_bytes());
+            let write = store
+                .standalone()
+                .mirror(&h, f.stream, f.seq, sealed.as_bytes());
             let taken_over = match write.await {
                 Ok(StandaloneWrite::TakenOver) => true,
                 // The host listens to another stream: this one is no longer
@@ -149,7 +151,8 @@ async fn hand_off(
             Some(tag) => {
                 let messages: Vec<&[u8]> = batch.iter().map(|m| &m[..]).collect();
                 match store
-                    .forward_standalone(&tag, s.store_key(), &messages)
+                    .standalone()
+                    .forward(&tag, s.store_key(), &messages)
                     .await
                 {
                     Ok(true) => true,
@@ -196,7 +199,7 @@ impl Producer {
         if self.until.is_some_and(|u| Instant::now() < u) {
             return self.tag.clone();
         }
-        let Ok(claim) = store.standalone_claim(session.store_key()).await else {
+        let Ok(claim) = store.standalone().current(session.store_key()).await else {
             tracing::debug!(session = %session.log_id(),
                 "standalone producer unknown: the shared store is unavailable");
             return None;
@@ -220,7 +223,8 @@ pub(super) async fn attach(st: &AppState, session: &Session, prime: bool) -> Att
     let attached = session.events().attach_standalone(prime);
     if let Some(store) = st.supervisor.shared()
         && let Ok(Some(_)) = store
-            .claim_standalone(session.store_key(), attached.stream, true)
+            .standalone()
+            .claim(session.store_key(), attached.stream, true)
             .await
     {
         session.events().mirror_standalone(attached.stream, true);
@@ -240,12 +244,12 @@ pub(super) async fn resume(
     after: u64,
 ) -> Option<Result<(Attached, bool), ResumeError>> {
     let h = session.store_key();
-    let prev = store.claim_standalone(h, stream, false).await.ok()??;
+    let prev = store.standalone().claim(h, stream, false).await.ok()??;
     let current = prev.filter(|c| c.stream == stream);
     let Some(claim) = current else {
         // Not the stream the record names: an earlier standalone stream of
         // this session (the mirror says so), or not a standalone stream.
-        let events = store.events_of(h, stream, None).await.ok()?;
+        let events = store.mirror().events_of(h, stream, None).await.ok()?;
         events
             .iter()
             .any(|e| e.request_id.is_empty())
@@ -284,7 +288,7 @@ async fn replay(
     claim: &StandaloneClaim,
     after: u64,
 ) -> Option<(u64, Vec<Frame>)> {
-    let events = store.events_of(h, claim.stream, None).await.ok()?;
+    let events = store.mirror().events_of(h, claim.stream, None).await.ok()?;
     let mut expected = after + 1;
     let mut frames = Vec::new();
     for e in events
@@ -320,7 +324,8 @@ fn open(st: &AppState, h: &str, e: &MirroredEvent) -> Option<Frame> {
 async fn fresh(store: &SharedStore, session: &Session) -> Attached {
     let attached = session.events().take_standalone(None, 1, Vec::new());
     let claimed = store
-        .claim_standalone(session.store_key(), attached.stream, true)
+        .standalone()
+        .claim(session.store_key(), attached.stream, true)
         .await;
     if !matches!(claimed, Ok(Some(_))) {
         // Unclaimed: its events stay local (not mirrored).

@@ -22,27 +22,28 @@ const EARLY_MAX: usize = 256;
 /// picked up (`http/owner.rs`, 1 s).
 const EARLY_TTL: Duration = Duration::from_secs(5);
 
-/// Cancels (session id, `notifications/cancelled` params, arrival) for
-/// requests not registered yet. The lock also orders a cancel's look for its
+/// Host cancels forwarded by other replicas, and those held for requests not
+/// registered yet (session id, `notifications/cancelled` params, arrival);
+/// from [`Relay::cancels`]. The lock also orders a cancel's look for its
 /// request against that request's look for its cancel: one of them sees the
 /// other.
 #[derive(Default)]
-pub(super) struct EarlyCancels(Mutex<VecDeque<(Arc<str>, Value, Instant)>>);
+pub struct Cancels(Mutex<VecDeque<(Arc<str>, Value, Instant)>>);
 
-impl Relay {
+impl Cancels {
     /// A cancel another replica received for a call of `session` (`params`:
     /// the notification's params as JSON text): applied if the call runs
     /// here; held for a moment if this replica owns the session's children
-    /// (the call may be on its way: [`Relay::apply_early_cancel`]); else
+    /// (the call may be on its way: [`Cancels::apply_early`]); else
     /// ignored.
-    pub fn cancel_forwarded(&self, session: &Session, params: &str) {
+    pub fn forwarded(&self, session: &Session, params: &str) {
         let Ok(p) = serde_json::from_str::<Value>(params) else {
             return;
         };
-        let Ok(mut held) = self.cancels.0.lock() else {
+        let Ok(mut held) = self.0.lock() else {
             return;
         };
-        if self.cancel_here(session, &p) || !session.may_own() {
+        if Relay::cancel_here(session, &p) || !session.may_own() {
             return;
         }
         let now = Instant::now();
@@ -55,8 +56,8 @@ impl Relay {
 
     /// Applies a held cancel for request `id` of `session`, which has just
     /// registered (its call is in flight here); whether there was one.
-    pub fn apply_early_cancel(&self, session: &Session, id: &Id) -> bool {
-        let Ok(mut held) = self.cancels.0.lock() else {
+    pub fn apply_early(&self, session: &Session, id: &Id) -> bool {
+        let Ok(mut held) = self.0.lock() else {
             return false;
         };
         let now = Instant::now();
@@ -69,7 +70,7 @@ impl Relay {
             return false;
         };
         tracing::info!(session = %session.log_id(), %id, "a cancel that came before its request applied");
-        self.cancel_here(session, &params);
+        Relay::cancel_here(session, &params);
         true
     }
 }

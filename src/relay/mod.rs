@@ -20,6 +20,7 @@ use std::sync::{Arc, Weak};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
+pub use cancels::Cancels;
 pub use listen::{Filter, Listens};
 pub use subscriptions::Subscriptions;
 pub use tasks::EarlyStatuses;
@@ -32,6 +33,7 @@ use crate::jsonrpc::{self, ErrorObject};
 use crate::mcp::{Method, Notification, Request, names};
 use crate::metrics::Metrics;
 use crate::session::{HostCall, Session, SessionStore};
+use own::OwnLists;
 
 /// The relay; see the module docs.
 pub struct Relay {
@@ -40,8 +42,9 @@ pub struct Relay {
     subs: Subscriptions,
     listens: Listens,
     early: EarlyStatuses,
-    /// Host cancels that came before the handed request they name.
-    cancels: cancels::EarlyCancels,
+    /// Host cancels from other replicas, and those that came before the
+    /// handed request they name.
+    cancels: Cancels,
     /// Backends whose lists changed, for the supervisor to re-read.
     refresh: mpsc::UnboundedSender<usize>,
     /// Counts what shared connections send that no single host call can take.
@@ -50,7 +53,7 @@ pub struct Relay {
     /// another replica go through it.
     shared: Option<Arc<SharedStore>>,
     /// Sessions' own connections being re-listed (`own.rs`).
-    own_paces: own::OwnPaces,
+    own: Arc<OwnLists>,
 }
 
 /// What the client face holds: the relay, without keeping it alive.
@@ -105,18 +108,24 @@ impl Relay {
         metrics: Arc<Metrics>,
         shared: Option<Arc<SharedStore>>,
     ) -> Arc<Relay> {
+        let own = Arc::new(OwnLists::new(catalog.clone(), sessions.clone()));
         Arc::new(Relay {
             catalog,
             sessions,
             subs: Subscriptions::default(),
             listens: Listens::default(),
             early: EarlyStatuses::default(),
-            cancels: cancels::EarlyCancels::default(),
+            cancels: Cancels::default(),
             refresh,
             metrics,
             shared,
-            own_paces: own::OwnPaces::default(),
+            own,
         })
+    }
+
+    /// Host cancels forwarded by other replicas (`cancels.rs`).
+    pub fn cancels(&self) -> &Cancels {
+        &self.cancels
     }
 
     /// The handler to give a new backend connection.
@@ -187,7 +196,7 @@ impl Relay {
                     );
                     match self.owner_session(conn) {
                         Some(session) if own_process => {
-                            self.own_lists_changed(conn, idx, session);
+                            self.own.changed(conn, idx, session);
                         }
                         _ => drop(self.refresh.send(idx)),
                     }

@@ -8,11 +8,10 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::Relay;
 use crate::backend::Connection;
-use crate::catalog::fetch;
+use crate::catalog::{Catalog, fetch};
 use crate::jsonrpc;
-use crate::session::Session;
+use crate::session::{Session, SessionStore};
 
 /// The spacing between fetches once two in a row changed nothing; it doubles
 /// with each further one, up to [`SLOWEST`].
@@ -21,10 +20,15 @@ const QUIET: Duration = Duration::from_secs(1);
 /// changes that change nothing.
 const SLOWEST: Duration = Duration::from_secs(30);
 
-/// Per (session owner key, backend index): whether a fetch runs, whether
-/// another announcement came meanwhile, how the next one is spaced.
-#[derive(Default)]
-pub(super) struct OwnPaces(Mutex<HashMap<(Arc<str>, usize), Pace>>);
+/// The re-listing of sessions' own connections (see the module docs); the
+/// relay's, which hands it their `list_changed`.
+pub(super) struct OwnLists {
+    catalog: Arc<Catalog>,
+    sessions: Arc<dyn SessionStore>,
+    /// Per (session owner key, backend index): whether a fetch runs, whether
+    /// another announcement came meanwhile, how the next one is spaced.
+    paces: Mutex<HashMap<(Arc<str>, usize), Pace>>,
+}
 
 #[derive(Default)]
 struct Pace {
@@ -51,13 +55,20 @@ impl Pace {
     }
 }
 
-impl OwnPaces {
-    fn with<T>(&self, f: impl FnOnce(&mut HashMap<(Arc<str>, usize), Pace>) -> T) -> T {
-        f(&mut self.0.lock().unwrap_or_else(|e| e.into_inner()))
+impl OwnLists {
+    /// Re-lists of `catalog`'s per-session connections for `sessions`.
+    pub(super) fn new(catalog: Arc<Catalog>, sessions: Arc<dyn SessionStore>) -> Self {
+        OwnLists {
+            catalog,
+            sessions,
+            paces: Mutex::default(),
+        }
     }
-}
 
-impl Relay {
+    fn with<T>(&self, f: impl FnOnce(&mut HashMap<(Arc<str>, usize), Pace>) -> T) -> T {
+        f(&mut self.paces.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
     /// Session `session`'s own connection `conn` to backend `idx` announced a
     /// list change: its lists are fetched on that connection and, where they
     /// differ from what the session saw, become the session's view of the
@@ -65,14 +76,14 @@ impl Relay {
     /// while a fetch runs make one more fetch; after two fetches in a row that
     /// changed nothing the next waits (1 s after the last, doubling up to 30 s),
     /// so a backend announcing after every list is not re-listed in a loop.
-    pub(super) fn own_lists_changed(
+    pub(super) fn changed(
         self: &Arc<Self>,
         conn: &Arc<Connection>,
         idx: usize,
         session: Arc<Session>,
     ) {
         let key = (session.id().clone(), idx);
-        let start = self.own_paces.with(|paces| {
+        let start = self.with(|paces| {
             paces.retain(|(owner, _), p| p.running || self.sessions.get(owner).is_some());
             let pace = paces.entry(key.clone()).or_default();
             pace.again = pace.running;
@@ -84,7 +95,7 @@ impl Relay {
         let (me, conn) = (self.clone(), conn.clone());
         tokio::spawn(async move {
             loop {
-                let wait = me.own_paces.with(|p| p.get(&key).map(Pace::until_due));
+                let wait = me.with(|p| p.get(&key).map(Pace::until_due));
                 tokio::time::sleep(wait.unwrap_or_default()).await;
                 let changed = match fetch(&conn).await {
                     Ok(fresh) => me.catalog.install_own(&key.0, idx, &conn, fresh),
@@ -97,7 +108,7 @@ impl Relay {
                     let n = jsonrpc::notification_bytes(c.method().as_str(), None);
                     session.send_unrelated(n.into());
                 }
-                let more = me.own_paces.with(|paces| {
+                let more = me.with(|paces| {
                     let Some(p) = paces.get_mut(&key) else {
                         return false;
                     };

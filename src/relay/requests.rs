@@ -225,7 +225,7 @@ impl Relay {
                 let Some(params) = n.params.as_ref() else {
                     return;
                 };
-                if !self.cancel_here(session, params) {
+                if !Self::cancel_here(session, params) {
                     self.cancel_elsewhere(session, params);
                 }
             }
@@ -263,7 +263,7 @@ impl Relay {
 
     /// Cancels the host call `params.requestId` if it runs here; whether it
     /// did (an unreadable cancel counts as done: nobody can act on it).
-    pub(super) fn cancel_here(&self, session: &Session, params: &Value) -> bool {
+    pub(super) fn cancel_here(session: &Session, params: &Value) -> bool {
         let Some(v) = params.get("requestId") else {
             return true;
         };

@@ -55,7 +55,7 @@ pub async fn follow_cluster(sup: Arc<Supervisor>, mut events: mpsc::UnboundedRec
             },
             Ctl::Cancel { h, params } => {
                 if let Some(s) = cached(&sup, &h) {
-                    sup.relay.cancel_forwarded(&s, &params);
+                    sup.relay.cancels().forwarded(&s, &params);
                 }
             }
             Ctl::Roots(h) => {

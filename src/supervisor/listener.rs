@@ -169,7 +169,8 @@ impl StoreGate {
     async fn try_claim(self: &Arc<Self>, conn: &Arc<Connection>, reason: Option<&str>) -> bool {
         let won = match self
             .store
-            .claim_listener(&self.h, &self.backend, self.conn)
+            .listener()
+            .claim(&self.h, &self.backend, self.conn)
             .await
         {
             Ok(ListenClaim::Mine) => reason,
@@ -206,7 +207,8 @@ impl ListenGate for StoreGate {
             if self.held.swap(false, Ordering::AcqRel) {
                 let _ = self
                     .store
-                    .release_listener(&self.h, &self.backend, self.conn)
+                    .listener()
+                    .release(&self.h, &self.backend, self.conn)
                     .await;
             }
         })

@@ -1,6 +1,6 @@
 //! Which replica runs a session's per-session stdio children, as this
 //! replica sees it (issue 11 item 4; the claim itself is
-//! `cluster::SharedStore::claim_owner`, the forwarding `http/owner.rs`): a
+//! `cluster::OwnerStore::claim`, the forwarding `http/owner.rs`): a
 //! session this replica owns is marked so (its requests then make no store
 //! command), a session it lets go (ended, expired here, released at a drain)
 //! is released in the store, and each child it starts for an owned session is
@@ -43,7 +43,7 @@ impl Supervisor {
         {
             let h = session.store_key().to_owned();
             tokio::spawn(async move {
-                let _ = store.release_owner(&h).await;
+                let _ = store.owner().release(&h).await;
             });
         }
     }
@@ -108,6 +108,7 @@ impl Supervisor {
         }
         let h = session.store_key();
         if store
+            .owner()
             .record_subscription(h, &b.spec.name, uri, on)
             .await
             .is_err()
@@ -152,7 +153,7 @@ impl Supervisor {
             return;
         }
         if let Some(store) = &self.shared
-            && store.release_owner(session.store_key()).await.is_err()
+            && store.owner().release(session.store_key()).await.is_err()
         {
             tracing::debug!(session = %session.log_id(), "ownership not released: the shared store did not answer (it passes on when this replica's heartbeat expires)");
         }
@@ -169,7 +170,7 @@ impl Supervisor {
         }
         let (h, name) = (session.store_key().to_owned(), b.spec.name.clone());
         tokio::spawn(async move {
-            let _ = store.note_child(&h, &name).await;
+            let _ = store.owner().note_child(&h, &name).await;
         });
     }
 
@@ -214,7 +215,7 @@ impl Supervisor {
             return;
         };
         let keys: Vec<String> = held.iter().map(|s| s.store_key().to_owned()).collect();
-        let Some(owners) = store.owners(&keys).await else {
+        let Some(owners) = store.owner().of_each(&keys).await else {
             tracing::info!(
                 sessions = held.len(),
                 "fenced sessions not checked: the shared store failed again"

@@ -53,7 +53,12 @@ impl StoreRecorder {
     /// The recorded backend session (`None`: none, unreadable, or the store
     /// did not answer).
     async fn fetch(&self) -> Option<RecordedSession> {
-        let value = self.store.upstream(&self.h, &self.backend).await.ok()??;
+        let value = self
+            .store
+            .upstream()
+            .get(&self.h, &self.backend)
+            .await
+            .ok()??;
         self.open(&value)
     }
 
@@ -102,7 +107,8 @@ impl SessionRecorder for StoreRecorder {
             let value = seal_upstream(&self.sealer, &self.h, &self.backend, &new.id, &payload);
             let put =
                 self.store
-                    .record_upstream(&self.h, &self.backend, replaces.as_deref(), &value);
+                    .upstream()
+                    .record(&self.h, &self.backend, replaces.as_deref(), &value);
             match put.await {
                 Ok(Recorded::Taken(v)) => {
                     if let Some(winner) = self.open(&v).filter(|w| w.id != new.id) {
