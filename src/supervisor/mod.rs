@@ -62,8 +62,8 @@ pub struct Supervisor {
     /// The shared session store (`[cluster] redis`), if any: shutdown then
     /// drains instead of ending sessions (`cluster.rs`).
     shared: Option<Arc<SharedStore>>,
-    /// The `[cluster]` keys: backend sessions are sealed in the shared store.
-    sealer: Arc<Sealer>,
+    /// Per-session HTTP backends' sessions in the shared store (with one).
+    upstreams: Option<upstream::SharedUpstreams>,
     /// Where requests other replicas hand this one, the owner of their
     /// sessions' per-session children, go (`(h, sealed call)`, set by the HTTP
     /// face, which runs them: `owner.rs`).
@@ -80,7 +80,8 @@ pub struct Supervisor {
 type SessionBackend = (Arc<str>, usize);
 
 impl Supervisor {
-    /// A supervisor for `catalog`'s backends; call [`Supervisor::start`].
+    /// A supervisor for `catalog`'s backends; call [`Supervisor::start`]. `sealer`
+    /// seals backend sessions in `shared` (unused without a store).
     pub fn new(
         server: Arc<ArcSwap<ServerConfig>>,
         catalog: Arc<Catalog>,
@@ -90,6 +91,15 @@ impl Supervisor {
         shared: Option<Arc<SharedStore>>,
         sealer: Arc<Sealer>,
     ) -> Arc<Supervisor> {
+        let standbys = Arc::<listener::Standbys>::default();
+        let upstreams = shared.as_ref().map(|store| upstream::SharedUpstreams {
+            store: store.clone(),
+            sealer,
+            standbys: standbys.clone(),
+            takeovers: metrics.cluster_listener_takeovers.clone(),
+            catalog: catalog.clone(),
+            relay: relay.clone(),
+        });
         Arc::new(Supervisor {
             server,
             catalog,
@@ -103,9 +113,9 @@ impl Supervisor {
             opened: Mutex::new(HashMap::new()),
             pool: Default::default(),
             shared,
-            sealer,
+            upstreams,
             owner_calls: std::sync::OnceLock::new(),
-            standbys: Arc::default(),
+            standbys,
             fenced: Mutex::default(),
         })
     }

@@ -95,7 +95,10 @@ impl Supervisor {
         b.check_connection_limit()?;
         let caps = client_capabilities_for_backend(session.client_capabilities());
         let owner = Owner::Exclusive(session.id().clone());
-        let resume = self.resume_for(session, &b).await;
+        let resume = match &self.upstreams {
+            Some(u) => u.resume_for(session, &b).await,
+            None => None,
+        };
         let known = resume
             .as_ref()
             .and_then(|r| r.recorded.as_ref().map(|u| u.id.clone()));
@@ -127,7 +130,7 @@ impl Supervisor {
         self.note_child(session, &b);
         let record = session.record();
         if let Some(r) = recorder {
-            self.record_opened(&r, &conn, known).await;
+            super::upstream::record_opened(&r, &conn, known).await;
         }
         session.set_upstream_session(&b.spec.name, upstream_of(&conn));
         // A 2026-07-28 backend tells its lists' changes on a listen: this
@@ -334,8 +337,8 @@ impl Supervisor {
         futures_util::future::join_all(closing).await;
         // Its children are stopped: another replica may start the next one.
         self.disown(session).await;
-        if delete_upstream {
-            self.end_recorded(session, &closed_here).await;
+        if let Some(u) = self.upstreams.as_ref().filter(|_| delete_upstream) {
+            u.end_recorded(session, &closed_here).await;
         }
     }
 

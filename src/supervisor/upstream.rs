@@ -29,13 +29,16 @@ use std::sync::{Arc, Weak};
 
 use futures_util::future::BoxFuture;
 
-use super::Supervisor;
+use prometheus::IntCounterVec;
+
+use super::listener::{Standbys, StoreGate, next_conn};
 use crate::backend::{Connection, ListenGate, Owner, RecordedSession, Resume, SessionRecorder};
-use crate::catalog::BackendState;
+use crate::catalog::{BackendState, Catalog};
 use crate::cluster::{
     Recorded, Sealer, SharedStore, fingerprint, open_upstream, seal_upstream, upstream_field,
 };
 use crate::config::Transport;
+use crate::relay::Relay;
 use crate::session::{Session, UpstreamSession};
 
 /// A session's backend sessions on one backend, in the shared store.
@@ -135,9 +138,23 @@ fn to_upstream(r: &RecordedSession) -> UpstreamSession {
     }
 }
 
-impl Supervisor {
-    /// How `session`'s own connection to backend `b` starts with a shared
-    /// store and a Streamable HTTP backend (`None`: as without): on the
+/// The shared store's side of per-session Streamable HTTP backends' sessions
+/// (a replica with `[cluster] redis` has one): resumes a session's
+/// connection on the recorded backend session, gates its GET stream, and ends
+/// the ones other replicas opened.
+pub(super) struct SharedUpstreams {
+    pub(super) store: Arc<SharedStore>,
+    pub(super) sealer: Arc<Sealer>,
+    pub(super) standbys: Arc<Standbys>,
+    /// `mcpgate_cluster_listener_takeovers_total`.
+    pub(super) takeovers: IntCounterVec,
+    pub(super) catalog: Arc<Catalog>,
+    pub(super) relay: Arc<Relay>,
+}
+
+impl SharedUpstreams {
+    /// How `session`'s own connection to backend `b` starts (`None` for a
+    /// backend that is not Streamable HTTP: as without a store): on the
     /// recorded backend session (the one the session knows, else one `HGET`),
     /// also when it replaces an earlier connection here (idle, lost: the
     /// backend session outlives it; if it is gone, the 404 path replaces it),
@@ -148,25 +165,24 @@ impl Supervisor {
         session: &Arc<Session>,
         b: &BackendState,
     ) -> Option<Resume> {
-        let store = self.shared.as_ref()?;
         if !matches!(b.spec.config.transport, Transport::Http { .. }) {
             return None;
         }
         let recorder = Arc::new(StoreRecorder {
-            store: store.clone(),
+            store: self.store.clone(),
             sealer: self.sealer.clone(),
             backend: b.spec.name.clone(),
             h: session.store_key().to_owned(),
             session: Arc::downgrade(session),
         });
-        let gate = Arc::new(super::listener::StoreGate {
-            store: store.clone(),
+        let gate = Arc::new(StoreGate {
+            store: self.store.clone(),
             h: session.store_key().to_owned(),
             backend: b.spec.name.clone(),
             standbys: self.standbys.clone(),
-            takeovers: self.metrics.cluster_listener_takeovers.clone(),
+            takeovers: self.takeovers.clone(),
             held: Default::default(),
-            conn: super::listener::next_conn(),
+            conn: next_conn(),
         });
         let known = session.record().upstream_sessions.remove(&*b.spec.name);
         let recorded = match known {
@@ -185,36 +201,10 @@ impl Supervisor {
         })
     }
 
-    /// After `session`'s own connection `conn` opened: records its backend
-    /// session when it opened a new one (in place of `known`, the one the
-    /// session knew), and goes on with another replica's when that one was
-    /// recorded first.
-    pub(super) async fn record_opened(
-        &self,
-        recorder: &Arc<dyn SessionRecorder>,
-        conn: &Arc<Connection>,
-        known: Option<String>,
-    ) {
-        let Some(new) = conn.recorded_session() else {
-            return;
-        };
-        if known.as_deref() == Some(new.id.as_str()) {
-            return;
-        }
-        if let Some(other) = recorder.record(known, new).await {
-            conn.adopt(&other).await;
-        }
-    }
-}
-
-impl Supervisor {
     /// Ends (`DELETE`) the backend sessions recorded for `session` that this
     /// process held no connection to (`closed_here`: the ids it just closed),
     /// when the session ends here: another replica opened them.
     pub(super) async fn end_recorded(&self, session: &Arc<Session>, closed_here: &[String]) {
-        if self.shared.is_none() {
-            return;
-        }
         let record = session.record();
         let ends = record
             .upstream_sessions
@@ -232,6 +222,25 @@ impl Supervisor {
                 Some(async move { b.spec.end_recorded(owner, handler, &recorded).await })
             });
         futures_util::future::join_all(ends).await;
+    }
+}
+
+/// After a session's own connection `conn` opened: records its backend
+/// session when it opened a new one (in place of `known`, the one the session
+/// knew), and goes on with another replica's when that one was recorded first.
+pub(super) async fn record_opened(
+    recorder: &Arc<dyn SessionRecorder>,
+    conn: &Arc<Connection>,
+    known: Option<String>,
+) {
+    let Some(new) = conn.recorded_session() else {
+        return;
+    };
+    if known.as_deref() == Some(new.id.as_str()) {
+        return;
+    }
+    if let Some(other) = recorder.record(known, new).await {
+        conn.adopt(&other).await;
     }
 }
 
