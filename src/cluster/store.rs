@@ -34,6 +34,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use super::bell::Bells;
 use super::ctl::{Ctl, parse_ctl};
 use super::redis::{Push, Redis};
 use crate::config::ClusterConfig;
@@ -104,6 +105,8 @@ pub struct SharedStore {
     /// When the last heartbeat that landed was sent (before Redis ran it, so
     /// its key expires no earlier than this plus the TTL).
     last_beat: Mutex<Instant>,
+    /// The doorbells of the sessions whose streams are followed here.
+    pub(super) bells: Arc<Bells>,
 }
 
 impl SharedStore {
@@ -125,10 +128,13 @@ impl SharedStore {
         let tag = format!("{tag_bits:08x}");
         let health = Arc::new(Health::default());
         let (events, rx) = mpsc::unbounded_channel();
+        let bells = Arc::new(Bells::default());
         let on_push = {
             let (health, events, tag) = (health.clone(), events.clone(), tag.clone());
+            let bells = bells.clone();
             move |push: Push| match push {
                 Push::Disconnected => health.missed.store(true, Ordering::Relaxed),
+                Push::Bell(h) => bells.ring(&h),
                 Push::Ctl(text) => {
                     if let Some(ctl) = parse_ctl(&text, &tag) {
                         let _ = events.send(ctl);
@@ -150,6 +156,7 @@ impl SharedStore {
             metrics,
             pending_ends: Mutex::default(),
             last_beat: Mutex::new(Instant::now()),
+            bells,
         };
         Ok(Some((Arc::new(store), rx)))
     }
