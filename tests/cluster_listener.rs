@@ -262,7 +262,6 @@ async fn the_next_message_reaches_a_get_that_continued_the_stream_on_another_rep
 }
 
 #[tokio::test]
-#[ignore = "issue 11, open: flaky (passes alone, fails about 1 run in 2 beside the others): a new GET on B without Last-Event-ID sometimes hears neither message A's old stream numbered; the resumed case (what the SDK clients do) passes"]
 async fn the_next_message_reaches_a_new_get_on_another_replica() {
     moved_get_hears_the_next_messages(false).await;
 }

@@ -93,10 +93,13 @@ async fn an_answer_posted_to_b_completes_the_call_relayed_by_a() {
 
     // Answered where it was relayed: no Redis command at all.
     let (evals, publishes) = (calls(&redis, "eval"), calls(&redis, "publish"));
+    let xadds = calls(&redis, "xadd");
     let text = ask_and_answer(&s, &s, "fx__ask_sampling", sampled()).await;
     assert!(text.contains(r#""text":"4""#), "{text}");
     assert_eq!(calls(&redis, "eval"), evals, "no inbox write");
-    assert_eq!(calls(&redis, "publish"), publishes, "no broadcast");
+    // The only publishes: the doorbell rung with each mirrored event.
+    let rung = calls(&redis, "xadd") - xadds;
+    assert_eq!(calls(&redis, "publish"), publishes + rung, "no broadcast");
     assert!(redis.keys("mcpg:inbox:*").is_empty());
 
     // Answered on B: one command (the inbox write), and the call on A completes.

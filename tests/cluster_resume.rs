@@ -6,7 +6,8 @@
 //! session's stream is 410 there; a stream whose replica is killed before the
 //! result ends on B with a terminal -32603 error within seconds, and the call is
 //! not run again. A JSON answer mirrors nothing (no Redis command); what is
-//! mirrored is sealed.
+//! mirrored is sealed. B reads the mirror when A rings the session's doorbell
+//! with an event, not by polling.
 
 mod common;
 
@@ -126,6 +127,41 @@ async fn a_stream_produced_on_a_resumes_on_b() {
     other.initialize(json!({})).await;
     let foreign = other.resume(&last_id).await;
     assert_eq!(foreign.status, 410);
+}
+
+#[tokio::test]
+async fn a_resumed_stream_reads_the_mirror_when_the_producer_rings_not_by_polling() {
+    let redis = TestRedis::start().await;
+    let a = replica(Some(&redis), FX_LOGGED).await;
+    let b = replica(Some(&redis), FX_LOGGED).await;
+    let mut s = McpClient::new(&a.url);
+    s.initialize(json!({})).await;
+    let mut stream = s.open(&progress_call(5, 8, 200)).await;
+    assert!(stream.is_sse());
+    stream.next(Duration::from_secs(5)).await.expect("progress");
+    let last_id = stream.event_ids.last().unwrap().clone();
+    drop(stream);
+
+    let (xranges, xadds, publishes) = (
+        calls(&redis, "xrange"),
+        calls(&redis, "xadd"),
+        calls(&redis, "publish"),
+    );
+    let mut resumed = at(&s, &b).resume(&last_id).await;
+    let (progress, done) = drain(&mut resumed).await;
+    assert_eq!(progress, (2..=8).collect::<Vec<_>>());
+    assert!(done.is_some(), "{}", b.log());
+    // 8 events in 1.6 s: the resume's read, one read per ring (at most 8)
+    // and the fallback's (1 s) — not a poll every few ms after each event
+    // (about 7 per event).
+    let reads = calls(&redis, "xrange") - xranges;
+    assert!(reads <= 1 + 1 + 8 + 2, "{reads} reads of the mirror");
+    let mirrored = calls(&redis, "xadd") - xadds;
+    assert_eq!(
+        calls(&redis, "publish") - publishes,
+        mirrored,
+        "one ring each"
+    );
 }
 
 #[tokio::test]

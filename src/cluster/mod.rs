@@ -7,6 +7,7 @@
 //! shared store (`store.rs` over `redis.rs`, `[cluster] redis`), read only when a
 //! replica does not hold the session.
 
+mod bell;
 mod ctl;
 mod events;
 mod inbox;
@@ -18,6 +19,7 @@ mod standalone;
 mod store;
 mod upstream;
 
+pub use bell::Bell;
 pub use ctl::Ctl;
 pub use events::MirroredEvent;
 pub use listener::ListenClaim;

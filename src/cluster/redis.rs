@@ -8,7 +8,7 @@
 //! timeout, sliding), `mcpg:replica:{TAG}` (string, TTL = 3 heartbeats),
 //! `mcpg:inbox:{TAG}` (stream: what other replicas send this one, read by
 //! `inbox.rs`), `mcpg:{h}:ev` (stream: the session's mirrored SSE events,
-//! capped, TTL 10 min). Channel: `ctl`.
+//! capped, TTL 10 min). Channels: `ctl`, `mcpg:{h}:bell` (`bell.rs`).
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -74,10 +74,23 @@ pub(super) fn record_key(h: &str) -> String {
     format!("mcpg:{{{h}}}:rec")
 }
 
+/// The doorbell channel of session `h`'s mirrored streams (`bell.rs`).
+fn bell_channel(h: &str) -> String {
+    format!("mcpg:{{{h}}}:bell")
+}
+
+/// The session of a doorbell channel (`None`: not one).
+fn bell_of(channel: &[u8]) -> Option<String> {
+    let h = channel.strip_prefix(b"mcpg:{")?.strip_suffix(b"}:bell")?;
+    String::from_utf8(h.to_vec()).ok()
+}
+
 /// What arrives on the connection besides answers.
 pub(super) enum Push {
     /// A message published on `ctl`.
     Ctl(String),
+    /// A session's doorbell rang (its store key).
+    Bell(String),
     /// The connection dropped (pub/sub messages may have been lost meanwhile).
     Disconnected,
 }
@@ -114,11 +127,17 @@ impl Redis {
             .set_push_sender(move |info: PushInfo| {
                 match info.kind {
                     PushKind::Disconnection => on_push(Push::Disconnected),
-                    PushKind::Message => {
-                        if let Some(Value::BulkString(b)) = info.data.get(1) {
+                    PushKind::Message => match (info.data.first(), info.data.get(1)) {
+                        (Some(Value::BulkString(c)), _) if c.as_slice() != CTL.as_bytes() => {
+                            if let Some(h) = bell_of(c) {
+                                on_push(Push::Bell(h));
+                            }
+                        }
+                        (_, Some(Value::BulkString(b))) => {
                             on_push(Push::Ctl(String::from_utf8_lossy(b).into_owned()));
                         }
-                    }
+                        _ => {}
+                    },
                     _ => {}
                 }
                 Ok::<(), ()>(())
@@ -139,6 +158,16 @@ impl Redis {
     /// `SUBSCRIBE ctl` (kept across reconnects by the manager).
     pub(super) async fn subscribe(&self) -> RedisResult<()> {
         self.conn.clone().subscribe(CTL).await
+    }
+
+    /// `SUBSCRIBE mcpg:{h}:bell` (kept across reconnects by the manager).
+    pub(super) async fn subscribe_bell(&self, h: &str) -> RedisResult<()> {
+        self.conn.clone().subscribe(bell_channel(h)).await
+    }
+
+    /// `UNSUBSCRIBE mcpg:{h}:bell`.
+    pub(super) async fn unsubscribe_bell(&self, h: &str) -> RedisResult<()> {
+        self.conn.clone().unsubscribe(bell_channel(h)).await
     }
 
     /// `SET mcpg:replica:{TAG} value PX ttl_ms` pipelined with `PUBSUB
@@ -302,7 +331,9 @@ impl Redis {
             .await
     }
 
-    /// `XADD mcpg:{h}:ev MAXLEN ~ maxlen * fields… ; EXPIRE ev ttl`, pipelined.
+    /// `XADD mcpg:{h}:ev MAXLEN ~ maxlen * fields… ; EXPIRE ev ttl ;
+    /// PUBLISH mcpg:{h}:bell stream` (the doorbell of its followers),
+    /// pipelined.
     pub(super) async fn add_event(
         &self,
         h: &str,
@@ -316,10 +347,13 @@ impl Redis {
         for (f, v) in fields {
             xadd.arg(*f).arg(*v);
         }
+        let stream = fields.iter().find(|(f, _)| *f == "st").map(|(_, v)| *v);
         redis::pipe()
             .add_command(xadd)
             .ignore()
             .expire(&key, ttl.max(1) as i64)
+            .ignore()
+            .publish(bell_channel(h), stream.unwrap_or_default())
             .ignore()
             .exec_async(&mut self.conn.clone())
             .await
@@ -418,5 +452,20 @@ impl Redis {
             .arg(super::inbox::replica_key(tag))
             .query_async(&mut self.conn.clone())
             .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bell_channels_name_their_session() {
+        assert_eq!(
+            bell_of(bell_channel("ab12").as_bytes()).as_deref(),
+            Some("ab12")
+        );
+        assert_eq!(bell_of(CTL.as_bytes()), None);
+        assert_eq!(bell_of(b"mcpg:{ab12}:ev"), None);
     }
 }

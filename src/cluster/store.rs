@@ -34,6 +34,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use super::bell::Bells;
 use super::ctl::{Ctl, parse_ctl};
 use super::events::MirrorStore;
 use super::listener::ListenerStore;
@@ -141,7 +142,7 @@ impl Link {
 /// [`SharedStore::mirror`], [`SharedStore::standalone`],
 /// [`SharedStore::upstream`].
 pub struct SharedStore {
-    link: Arc<Link>,
+    pub(super) link: Arc<Link>,
     /// `tag` as a number, for the ids of relayed requests (`inbox::tagged_id`).
     tag_bits: u32,
     /// Seconds; `server.session_idle_timeout` (a reload may change it).
@@ -158,6 +159,8 @@ pub struct SharedStore {
     mirror: MirrorStore,
     standalone: StandaloneStore,
     upstream: UpstreamStore,
+    /// The doorbells of the sessions whose streams are followed here.
+    pub(super) bells: Arc<Bells>,
 }
 
 impl SharedStore {
@@ -179,10 +182,13 @@ impl SharedStore {
         let tag = format!("{tag_bits:08x}");
         let health = Arc::new(Health::default());
         let (events, rx) = mpsc::unbounded_channel();
+        let bells = Arc::new(Bells::default());
         let on_push = {
             let (health, events, tag) = (health.clone(), events.clone(), tag.clone());
+            let bells = bells.clone();
             move |push: Push| match push {
                 Push::Disconnected => health.missed.store(true, Ordering::Relaxed),
+                Push::Bell(h) => bells.ring(&h),
                 Push::Ctl(text) => {
                     if let Some(ctl) = parse_ctl(&text, &tag) {
                         let _ = events.send(ctl);
@@ -212,6 +218,7 @@ impl SharedStore {
             standalone: StandaloneStore::new(link.clone()),
             upstream: UpstreamStore::new(link.clone()),
             link,
+            bells,
         };
         Ok(Some((Arc::new(store), rx)))
     }

@@ -1,7 +1,9 @@
 //! `GET` with `Last-Event-ID` for a stream another replica produced (MCP
 //! 2025-11-25 basic/transports, resumability): its events are read from the
 //! shared store's mirror (`mcpg:{h}:ev`), the ones after the id replayed, then
-//! the rest followed by polling until the last event. If the producing replica
+//! the rest followed until the last event: read again when the session's
+//! doorbell rings (`cluster::Bell`: the producer publishes with each event),
+//! and polled slowly in case a ring was lost. If the producing replica
 //! stops heartbeating before the last event, the request it was serving ends
 //! with a terminal JSON-RPC error (-32603) written for every resumer: the call
 //! is never run again (at most once).
@@ -13,14 +15,19 @@ use bytes::Bytes;
 use tokio::sync::mpsc;
 
 use super::sse::event_aad;
-use crate::cluster::{MirroredEvent, Purpose, Sealer, SharedStore};
+use crate::cluster::{Bell, MirroredEvent, Purpose, Sealer, SharedStore};
 use crate::jsonrpc::{self, ErrorObject, Id};
 use crate::streamable_http::{Attached, Frame, ResumeError};
 
-/// How often, at most, a resumed stream looks for the producer's next events:
-/// the first look comes after [`FIRST_POLL`], each next one after twice the
-/// wait (up to this), back to [`FIRST_POLL`] after events came.
+/// How often, at most, a resumed stream without a doorbell (the store did
+/// not answer the subscription) looks for the producer's next events: the
+/// first look comes after [`FIRST_POLL`], each next one after twice the wait
+/// (up to this), back to [`FIRST_POLL`] after events came.
 const POLL: Duration = Duration::from_millis(200);
+
+/// How often a resumed stream with a doorbell reads the mirror unrung (a
+/// ring lost while the connection was down).
+const FALLBACK_POLL: Duration = Duration::from_secs(1);
 
 /// The first wait of a follower (a forwarded call's answer often comes
 /// within a few milliseconds).
@@ -179,6 +186,25 @@ fn open(sealer: &Sealer, h: &str, e: &MirroredEvent) -> Option<Frame> {
     })
 }
 
+/// Resolves when `bell` rings; never without one.
+async fn rung(bell: &mut Option<Bell>) {
+    match bell {
+        Some(b) => b.rung().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// How long ago (ms, by this machine's clock) the store took the entry whose
+/// id is `entry` (`MS-N`: Redis stamps entries with its own clock), for the
+/// debug log; `None` when it cannot tell.
+fn lag_ms(entry: &str) -> Option<i128> {
+    let added: i128 = entry.split_once('-')?.0.parse().ok()?;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .ok()?;
+    Some(now.as_millis() as i128 - added)
+}
+
 /// Follows a stream another replica is producing.
 struct Follow {
     store: Arc<SharedStore>,
@@ -197,15 +223,22 @@ impl Follow {
     /// until the last one, the host leaving, or the producer's death (then the
     /// terminal error).
     async fn run(self, mut seen: u64, mut entry: String, tx: mpsc::Sender<Frame>) {
+        // Subscribed before the first read: nothing written after it is
+        // missed (what came since the caller's read is read at once).
+        let mut bell = self.store.bell(&self.h).await;
         let mut wait = FIRST_POLL;
         let mut alive_checked: Option<tokio::time::Instant> = None;
         let mut heard = tokio::time::Instant::now();
         loop {
             tokio::select! {
                 _ = tokio::time::sleep(wait) => {}
+                () = rung(&mut bell) => {}
                 _ = tx.closed() => return,
             }
-            wait = (wait * 2).min(POLL);
+            wait = match bell {
+                Some(_) => FALLBACK_POLL,
+                None => (wait * 2).min(POLL),
+            };
             let after = Some(entry.as_str()).filter(|e| !e.is_empty());
             let Ok(events) = self
                 .store
@@ -234,7 +267,9 @@ impl Follow {
                 }
                 continue;
             }
-            wait = FIRST_POLL;
+            if bell.is_none() {
+                wait = FIRST_POLL;
+            }
             heard = tokio::time::Instant::now();
             for e in new {
                 seen = e.seq;
@@ -246,6 +281,8 @@ impl Follow {
                     );
                     return;
                 };
+                tracing::debug!(stream = self.stream, seq = e.seq, lag_ms = ?lag_ms(&e.entry),
+                    "followed event sent on");
                 if is_closed(&frame) || tx.send(frame).await.is_err() || e.last {
                     return;
                 }

@@ -146,6 +146,10 @@ struct Stream {
     /// Whether its events go to the standalone mirror (see
     /// [`EventLog::set_standalone_mirror`]).
     mirrored: bool,
+    /// Whether the store refused its events because the host listens to
+    /// another stream (see [`EventLog::take_back`]): a response still attached
+    /// here is one the host left, not a listener, until one attaches again.
+    left: bool,
     /// The seqs of buffered events this process made for its own copy of
     /// the session (see [`EventLog::push_standalone_own`]): never handed to
     /// another replica, which makes its own.
@@ -457,6 +461,7 @@ impl Stream {
             delivered: 0,
             primed: false,
             mirrored: false,
+            left: false,
             own: Vec::new(),
             live,
         }
@@ -478,6 +483,7 @@ fn attach_live(s: &mut Stream, stream: u64, replay: Vec<Frame>) -> Attached {
     if let Some(f) = replay.last() {
         s.delivered = s.delivered.max(f.seq);
     }
+    s.left = false;
     let live = if s.finished {
         None
     } else {

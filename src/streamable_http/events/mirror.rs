@@ -35,10 +35,14 @@ impl Inner {
     }
 
     /// Whether the standalone stream is produced here: a response is
-    /// attached to it, or it is mirrored (claimed here).
+    /// attached to it (and the store has not said the host left it), or it is
+    /// mirrored (claimed here).
     fn standalone_here(&self) -> bool {
         let s = self.standalone.and_then(|s| self.streams.get(&s));
-        s.is_some_and(|s| s.mirrored || s.live.as_ref().is_some_and(|tx| !tx.is_closed()))
+        s.is_some_and(|s| {
+            let listened = !s.left && s.live.as_ref().is_some_and(|tx| !tx.is_closed());
+            s.mirrored || listened
+        })
     }
 }
 
@@ -64,7 +68,8 @@ impl EventLog {
     }
 
     /// Whether this log produces the standalone stream a host listens to: a
-    /// response is attached to it, or it is mirrored (claimed here).
+    /// response is attached to it (one the host has not left, see
+    /// [`EventLog::take_back`]), or it is mirrored (claimed here).
     pub fn standalone_here(&self) -> bool {
         self.inner.lock().is_ok_and(|g| g.standalone_here())
     }
@@ -111,7 +116,9 @@ impl EventLog {
     /// `from` on, which the standalone mirror refused: with `forget`, another
     /// process continues the stream (it is forgotten here, see
     /// [`EventLog::forget`]); otherwise the host listens to another stream
-    /// (this one is no longer mirrored). The message of each such event (the
+    /// (this one is no longer mirrored, and a response still attached to it
+    /// no longer makes it produced here: the host left it, and hyper notices
+    /// a closed connection only at a later write). The message of each such event (the
     /// empty priming events and this process's own excepted; also one handed
     /// to a `GET` here: the host left this stream, and a closed connection is
     /// only noticed at the next write) goes to `give`, in order, under the
@@ -134,6 +141,7 @@ impl EventLog {
         let upto = s.next_seq.saturating_sub(1);
         let own = std::mem::take(&mut s.own);
         s.mirrored = false;
+        s.left = true;
         let bytes = &mut g.bytes;
         g.events.retain(|f| {
             let back =

@@ -249,6 +249,31 @@ fn the_standalone_stream_is_here_while_attached_or_claimed() {
     assert!(!log.standalone_here(), "the store names another stream");
 }
 
+#[tokio::test]
+async fn a_get_still_attached_here_does_not_count_once_the_store_names_another_stream() {
+    // The host left its GET here for one on another replica; hyper has not
+    // noticed yet (the response is still attached) when the store refuses
+    // the next event: that and every later message goes to the hand-off.
+    let log = EventLog::default();
+    let old = log.attach_standalone(false);
+    log.mirror_standalone(old.stream, true);
+    log.push_standalone(data("two"));
+    let mut back = Vec::new();
+    assert_eq!(
+        log.take_back(old.stream, 1, false, |m| back.push(m)),
+        Some(1)
+    );
+    assert_eq!(back, [data("two")]);
+    assert!(!log.standalone_here(), "the host listens elsewhere");
+    let refused = log.push_standalone_if_here(data("three"));
+    assert_eq!(refused, Err(data("three")), "not put on the stream left");
+    // A GET attaching here again is the host back here.
+    let again = log.attach_standalone(false);
+    assert!(log.standalone_here());
+    assert!(log.push_standalone_if_here(data("four")).is_ok());
+    drop((old, again));
+}
+
 fn attached_stream(log: &EventLog) -> u64 {
     log.standalone().unwrap()
 }

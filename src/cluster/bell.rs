@@ -1,0 +1,159 @@
+//! Doorbells of mirrored streams: a replica following a stream another
+//! replica produces (a POST stream resumed here, the answer of a request
+//! handed to the session's owner: `http/resume.rs`) waits for the session's
+//! channel `mcpg:{h}:bell`, which the producer rings (`PUBLISH`, in the same
+//! pipeline as the mirror write, so no round trip of its own) with each event,
+//! rather than polling the mirror. A replica subscribes to a session's
+//! channel while anything here follows one of its streams (on the connection
+//! that carries `ctl`, resubscribed after a reconnect), so the publishes of
+//! sessions nobody follows reach nobody. A bell only says "read the mirror";
+//! a lost one (published while the connection was down, or a subscription
+//! racing the last follower's unsubscription) only delays the follower until
+//! its slow fallback poll.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::watch;
+
+use super::store::SharedStore;
+
+/// The bells of the sessions followed here.
+#[derive(Default)]
+pub(super) struct Bells {
+    map: Mutex<HashMap<String, Entry>>,
+}
+
+struct Entry {
+    /// [`Bell`]s alive for the session.
+    followers: usize,
+    /// Counts the rings (a follower wakes when it changed).
+    rings: watch::Sender<u64>,
+}
+
+impl Bells {
+    /// Wakes whatever follows a stream of session `h` here.
+    pub(super) fn ring(&self, h: &str) {
+        if let Ok(map) = self.map.lock()
+            && let Some(e) = map.get(h)
+        {
+            e.rings.send_modify(|n| *n = n.wrapping_add(1));
+        }
+    }
+
+    /// A new follower of session `h`: its receiver, and whether it is the
+    /// first (then the channel is to be subscribed).
+    fn join(&self, h: &str) -> Option<(watch::Receiver<u64>, bool)> {
+        let mut map = self.map.lock().ok()?;
+        let e = map.entry(h.to_owned()).or_insert_with(|| Entry {
+            followers: 0,
+            rings: watch::channel(0).0,
+        });
+        e.followers += 1;
+        Some((e.rings.subscribe(), e.followers == 1))
+    }
+
+    /// A follower of session `h` left; whether it was the last (then the
+    /// channel is to be unsubscribed).
+    fn leave(&self, h: &str) -> bool {
+        let Ok(mut map) = self.map.lock() else {
+            return false;
+        };
+        let Some(e) = map.get_mut(h) else {
+            return false;
+        };
+        e.followers = e.followers.saturating_sub(1);
+        if e.followers > 0 {
+            return false;
+        }
+        map.remove(h);
+        true
+    }
+}
+
+/// One follower's doorbell of a session; dropping it leaves (the last one
+/// out unsubscribes, in the background).
+pub struct Bell {
+    store: Arc<SharedStore>,
+    h: String,
+    rings: watch::Receiver<u64>,
+}
+
+impl Bell {
+    /// Resolves when the bell rang since the last time this returned (at
+    /// once if it rang meanwhile: a ring during a read of the mirror is not
+    /// lost). Cancel-safe.
+    pub async fn rung(&mut self) {
+        if self.rings.changed().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
+impl Drop for Bell {
+    fn drop(&mut self) {
+        if !self.store.bells.leave(&self.h) {
+            return;
+        }
+        let (store, h) = (self.store.clone(), std::mem::take(&mut self.h));
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(async move {
+                let _ = store
+                    .link
+                    .op("bell", store.link.redis.unsubscribe_bell(&h))
+                    .await;
+            });
+        }
+    }
+}
+
+impl SharedStore {
+    /// The doorbell of session `h`'s mirrored streams for a follower here
+    /// (subscribing to `mcpg:{h}:bell` for the first one: one round trip).
+    /// `None` when the store does not answer: poll instead.
+    pub async fn bell(self: &Arc<Self>, h: &str) -> Option<Bell> {
+        if !self.is_up() {
+            return None;
+        }
+        let (rings, first) = self.bells.join(h)?;
+        let bell = Bell {
+            store: self.clone(),
+            h: h.to_owned(),
+            rings,
+        };
+        if first
+            && self
+                .link
+                .op("bell", self.link.redis.subscribe_bell(h))
+                .await
+                .is_err()
+        {
+            return None;
+        }
+        Some(bell)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_ring_wakes_every_follower_of_the_session_once() {
+        let bells = Bells::default();
+        let (mut a, first) = bells.join("h1").unwrap();
+        let (mut b, second) = bells.join("h1").unwrap();
+        assert!(first && !second, "one subscription per session");
+        bells.ring("other");
+        assert!(!a.has_changed().unwrap(), "another session's bell");
+        bells.ring("h1");
+        bells.ring("h1");
+        a.changed().await.unwrap();
+        b.changed().await.unwrap();
+        assert!(!a.has_changed().unwrap(), "two rings while busy wake once");
+        assert!(!bells.leave("h1"));
+        assert!(bells.leave("h1"), "the last one unsubscribes");
+        assert!(!bells.leave("h1"));
+        assert!(bells.join("h1").unwrap().1, "subscribed again");
+    }
+}
