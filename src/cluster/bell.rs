@@ -156,4 +156,99 @@ mod tests {
         assert!(!bells.leave("h1"));
         assert!(bells.join("h1").unwrap().1, "subscribed again");
     }
+
+    /// A `redis-server` of the test's own on a free port (killed on drop).
+    struct Server(std::process::Child, u16);
+
+    impl Drop for Server {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+
+    async fn redis_server() -> Server {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .unwrap();
+        let child = std::process::Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no"])
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("redis-server");
+        let server = Server(child, port);
+        for _ in 0..100 {
+            if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        server
+    }
+
+    fn cli(port: u16, args: &[&str]) -> String {
+        let out = std::process::Command::new("redis-cli")
+            .args(["-p", &port.to_string()])
+            .args(args)
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    async fn started_store(port: u16) -> Arc<SharedStore> {
+        let cluster = crate::config::ClusterConfig {
+            redis: Some(format!("redis://127.0.0.1:{port}")),
+            ..Default::default()
+        };
+        let metrics = super::super::store::StoreMetrics {
+            up: prometheus::IntGauge::new("up", "up").unwrap(),
+            errors: prometheus::IntCounterVec::new(prometheus::Opts::new("e", "e"), &["op"])
+                .unwrap(),
+        };
+        let (store, _rx) = SharedStore::new(&cluster, std::time::Duration::from_secs(60), metrics)
+            .unwrap()
+            .unwrap();
+        store
+            .start(tokio_util::sync::CancellationToken::new())
+            .await;
+        assert!(store.is_up());
+        store
+    }
+
+    // review6: the last follower's UNSUBSCRIBE is spawned on drop; a new
+    // follower's SUBSCRIBE, awaited at once, can reach Redis first. The
+    // channel then ends up unsubscribed while the new follower (and every
+    // later one, as long as one is alive) waits: no ring ever comes, each
+    // event waits for the 1 s fallback poll.
+    #[tokio::test]
+    async fn a_follower_right_after_the_last_one_left_still_hears_the_bell() {
+        let server = redis_server().await;
+        let store = started_store(server.1).await;
+        let first = store.bell("h1").await.expect("a bell");
+        drop(first);
+        let mut next = store.bell("h1").await.expect("a bell");
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        let numsub = cli(server.1, &["PUBSUB", "NUMSUB", "mcpg:{h1}:bell"]);
+        cli(server.1, &["PUBLISH", "mcpg:{h1}:bell", "1"]);
+        let rang = tokio::time::timeout(std::time::Duration::from_millis(500), next.rung()).await;
+        assert!(
+            rang.is_ok(),
+            "the bell did not ring; PUBSUB NUMSUB: {numsub:?}"
+        );
+    }
+
+    // The control: the same with the unsubscription done first rings.
+    #[tokio::test]
+    async fn a_follower_after_the_unsubscription_hears_the_bell() {
+        let server = redis_server().await;
+        let store = started_store(server.1).await;
+        drop(store.bell("h1").await.expect("a bell"));
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        let mut next = store.bell("h1").await.expect("a bell");
+        cli(server.1, &["PUBLISH", "mcpg:{h1}:bell", "1"]);
+        let rang = tokio::time::timeout(std::time::Duration::from_millis(500), next.rung()).await;
+        assert!(rang.is_ok(), "the bell did not ring");
+    }
 }
