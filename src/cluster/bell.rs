@@ -7,9 +7,11 @@
 //! channel while anything here follows one of its streams (on the connection
 //! that carries `ctl`, resubscribed after a reconnect), so the publishes of
 //! sessions nobody follows reach nobody. A bell only says "read the mirror";
-//! a lost one (published while the connection was down, or a subscription
-//! racing the last follower's unsubscription) only delays the follower until
-//! its slow fallback poll.
+//! a lost one (published while the connection was down, or while a
+//! follower's subscription is on its way) only delays the follower until its
+//! slow fallback poll. One task at a time changes a session's subscription
+//! (`reconcile`), so the last follower's `UNSUBSCRIBE` never lands after the
+//! next follower's `SUBSCRIBE`.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -29,6 +31,13 @@ struct Entry {
     followers: usize,
     /// Counts the rings (a follower wakes when it changed).
     rings: watch::Sender<u64>,
+    /// Whether the channel is subscribed (as far as the last acknowledged
+    /// command says).
+    subscribed: bool,
+    /// Whether a task is bringing the subscription in line with `followers`
+    /// ([`reconcile`]): one at a time, so a `SUBSCRIBE` and an `UNSUBSCRIBE`
+    /// of one session never race.
+    busy: bool,
 }
 
 impl Bells {
@@ -41,20 +50,25 @@ impl Bells {
         }
     }
 
-    /// A new follower of session `h`: its receiver, and whether it is the
-    /// first (then the channel is to be subscribed).
+    /// A new follower of session `h`: its receiver, and whether the caller
+    /// is to run [`reconcile`] (the channel is not subscribed and nobody is
+    /// changing that).
     fn join(&self, h: &str) -> Option<(watch::Receiver<u64>, bool)> {
         let mut map = self.map.lock().ok()?;
         let e = map.entry(h.to_owned()).or_insert_with(|| Entry {
             followers: 0,
             rings: watch::channel(0).0,
+            subscribed: false,
+            busy: false,
         });
         e.followers += 1;
-        Some((e.rings.subscribe(), e.followers == 1))
+        let go = !e.busy && !e.subscribed;
+        e.busy |= go;
+        Some((e.rings.subscribe(), go))
     }
 
-    /// A follower of session `h` left; whether it was the last (then the
-    /// channel is to be unsubscribed).
+    /// A follower of session `h` left; whether the caller is to run
+    /// [`reconcile`] (it was the last and the channel is subscribed).
     fn leave(&self, h: &str) -> bool {
         let Ok(mut map) = self.map.lock() else {
             return false;
@@ -63,11 +77,66 @@ impl Bells {
             return false;
         };
         e.followers = e.followers.saturating_sub(1);
-        if e.followers > 0 {
+        if e.followers > 0 || e.busy {
             return false;
         }
-        map.remove(h);
+        if !e.subscribed {
+            map.remove(h);
+            return false;
+        }
+        e.busy = true;
         true
+    }
+
+    /// For the task holding `busy` on session `h`, after `done` (what it
+    /// asked: subscribe or not, and whether the store acknowledged it): the
+    /// next command (`Some(true)` subscribe, `Some(false)` unsubscribe), or
+    /// `None` when the subscription matches the followers (or a subscribe
+    /// failed: followers poll) and `busy` is cleared.
+    fn next(&self, h: &str, done: Option<(bool, bool)>) -> Option<bool> {
+        let mut map = self.map.lock().ok()?;
+        let e = map.get_mut(h)?;
+        let failed = match done {
+            // An unsubscribe that failed counts as done: a stray push for a
+            // session nobody follows is ignored (`ring`).
+            Some((want, ok)) => {
+                e.subscribed = want && ok;
+                want && !ok
+            }
+            None => false,
+        };
+        let want = e.followers > 0;
+        if failed || want == e.subscribed {
+            e.busy = false;
+            if e.followers == 0 {
+                map.remove(h);
+            }
+            return None;
+        }
+        Some(want)
+    }
+
+    /// Whether session `h`'s channel is subscribed.
+    fn subscribed(&self, h: &str) -> bool {
+        self.map
+            .lock()
+            .is_ok_and(|m| m.get(h).is_some_and(|e| e.subscribed))
+    }
+}
+
+/// Brings session `h`'s subscription in line with its followers, one command
+/// at a time, until it matches (followers that joined or left meanwhile are
+/// seen at each step).
+async fn reconcile(store: &SharedStore, h: &str) {
+    let mut done = None;
+    while let Some(want) = store.bells.next(h, done) {
+        let redis = &store.link.redis;
+        let ok = match want {
+            true => store.link.op("bell", redis.subscribe_bell(h)).await,
+            false => store.link.op("bell", redis.unsubscribe_bell(h)).await,
+        }
+        .is_ok();
+        done = Some((want, ok));
     }
 }
 
@@ -97,12 +166,10 @@ impl Drop for Bell {
         }
         let (store, h) = (self.store.clone(), std::mem::take(&mut self.h));
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
-            rt.spawn(async move {
-                let _ = store
-                    .link
-                    .op("bell", store.link.redis.unsubscribe_bell(&h))
-                    .await;
-            });
+            rt.spawn(async move { reconcile(&store, &h).await });
+        } else {
+            // No runtime (shutting down): no command; forget the session.
+            store.bells.next(&h, Some((true, false)));
         }
     }
 }
@@ -115,20 +182,17 @@ impl SharedStore {
         if !self.is_up() {
             return None;
         }
-        let (rings, first) = self.bells.join(h)?;
+        let (rings, go) = self.bells.join(h)?;
         let bell = Bell {
             store: self.clone(),
             h: h.to_owned(),
             rings,
         };
-        if first
-            && self
-                .link
-                .op("bell", self.link.redis.subscribe_bell(h))
-                .await
-                .is_err()
-        {
-            return None;
+        if go {
+            reconcile(self, h).await;
+            if !self.bells.subscribed(h) {
+                return None;
+            }
         }
         Some(bell)
     }
@@ -143,7 +207,7 @@ mod tests {
         let bells = Bells::default();
         let (mut a, first) = bells.join("h1").unwrap();
         let (mut b, second) = bells.join("h1").unwrap();
-        assert!(first && !second, "one subscription per session");
+        assert!(first && !second, "one task subscribes per session");
         bells.ring("other");
         assert!(!a.has_changed().unwrap(), "another session's bell");
         bells.ring("h1");
@@ -151,10 +215,21 @@ mod tests {
         a.changed().await.unwrap();
         b.changed().await.unwrap();
         assert!(!a.has_changed().unwrap(), "two rings while busy wake once");
+        assert_eq!(bells.next("h1", None), Some(true), "the first subscribes");
+        assert_eq!(
+            bells.next("h1", Some((true, true))),
+            None,
+            "then it matches"
+        );
         assert!(!bells.leave("h1"));
         assert!(bells.leave("h1"), "the last one unsubscribes");
-        assert!(!bells.leave("h1"));
-        assert!(bells.join("h1").unwrap().1, "subscribed again");
+        assert_eq!(bells.next("h1", None), Some(false));
+        let (_c, go) = bells.join("h1").unwrap();
+        assert!(!go, "one joining meanwhile leaves it to the task at work");
+        let again = bells.next("h1", Some((false, true)));
+        assert_eq!(again, Some(true), "which subscribes again");
+        assert_eq!(bells.next("h1", Some((true, true))), None);
+        assert!(bells.subscribed("h1"));
     }
 
     /// A `redis-server` of the test's own on a free port (killed on drop).
