@@ -150,6 +150,9 @@ struct Stream {
     /// another stream (see [`EventLog::take_back`]): a response still attached
     /// here is one the host left, not a listener, until one attaches again.
     left: bool,
+    /// `next_seq` when a response last attached: a refusal of an event
+    /// numbered before that predates the host's return here.
+    attached_at: u64,
     /// The seqs of buffered events this process made for its own copy of
     /// the session (see [`EventLog::push_standalone_own`]): never handed to
     /// another replica, which makes its own.
@@ -233,7 +236,9 @@ impl EventLog {
         {
             m(&frame);
         }
-        if let Some(tx) = &s.live {
+        // A response the host left (`left`) is not written to: what is kept
+        // here waits for the next GET, undelivered.
+        if let Some(tx) = s.live.as_ref().filter(|_| !s.left) {
             match tx.try_send(frame.clone()) {
                 Ok(()) => s.delivered = frame.seq,
                 Err(mpsc::error::TrySendError::Full(_)) => {
@@ -462,6 +467,7 @@ impl Stream {
             primed: false,
             mirrored: false,
             left: false,
+            attached_at: 0,
             own: Vec::new(),
             live,
         }
@@ -484,6 +490,7 @@ fn attach_live(s: &mut Stream, stream: u64, replay: Vec<Frame>) -> Attached {
         s.delivered = s.delivered.max(f.seq);
     }
     s.left = false;
+    s.attached_at = s.next_seq;
     let live = if s.finished {
         None
     } else {

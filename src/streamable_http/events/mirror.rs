@@ -140,8 +140,14 @@ impl EventLog {
         let s = g.streams.get_mut(&stream)?;
         let upto = s.next_seq.saturating_sub(1);
         let own = std::mem::take(&mut s.own);
-        s.mirrored = false;
-        s.left = true;
+        // A response attached after the refused event was numbered: the
+        // host came back here since (its GET claimed the stream again), so
+        // the stream stays mirrored and produced here; the events still go
+        // to the hand-off, which finds the stream here.
+        if from >= s.attached_at {
+            s.mirrored = false;
+            s.left = true;
+        }
         let bytes = &mut g.bytes;
         g.events.retain(|f| {
             let back =

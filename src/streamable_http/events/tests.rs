@@ -267,11 +267,48 @@ async fn a_get_still_attached_here_does_not_count_once_the_store_names_another_s
     assert!(!log.standalone_here(), "the host listens elsewhere");
     let refused = log.push_standalone_if_here(data("three"));
     assert_eq!(refused, Err(data("three")), "not put on the stream left");
-    // A GET attaching here again is the host back here.
+    // What the hand-off keeps here after all (the store down, or the other
+    // stream's replica gone) is kept for the next GET here, not written to
+    // the response the host left.
+    log.push_standalone(data("kept"));
+    let mut old_live = old.live.unwrap();
+    let to_old: Vec<Bytes> = std::iter::from_fn(|| old_live.try_recv().ok())
+        .map(|f| f.data)
+        .collect();
+    assert!(!to_old.contains(&data("kept")), "{to_old:?}");
+    // A GET attaching here again is the host back here: it gets what was kept.
     let again = log.attach_standalone(false);
+    let replayed: Vec<Bytes> = again.replay.iter().map(|f| f.data.clone()).collect();
+    assert_eq!(replayed, [data("kept")]);
     assert!(log.standalone_here());
     assert!(log.push_standalone_if_here(data("four")).is_ok());
-    drop((old, again));
+    drop(again);
+}
+
+#[tokio::test]
+async fn a_refusal_from_before_the_host_came_back_leaves_the_stream_produced_here() {
+    // The host left for another replica, the event "two" was refused there,
+    // and the host came back here before the refusal was read: its new GET
+    // is the listener, and stays so.
+    let log = EventLog::default();
+    let old = log.attach_standalone(false);
+    log.mirror_standalone(old.stream, true);
+    log.push_standalone(data("two"));
+    let again = log.attach_standalone(false);
+    let mut back = Vec::new();
+    assert!(
+        log.take_back(old.stream, 1, false, |m| back.push(m))
+            .is_some()
+    );
+    assert_eq!(back, [data("two")], "still handed on (and found here)");
+    assert!(log.standalone_here(), "the host listens here again");
+    assert!(log.push_standalone_if_here(data("three")).is_ok());
+    let mut live = again.live.unwrap();
+    let heard: Vec<Bytes> = std::iter::from_fn(|| live.try_recv().ok())
+        .map(|f| f.data)
+        .collect();
+    assert!(heard.contains(&data("three")), "{heard:?}");
+    drop(old);
 }
 
 fn attached_stream(log: &EventLog) -> u64 {
