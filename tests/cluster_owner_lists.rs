@@ -10,6 +10,7 @@
 
 mod common;
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use common::served::Served;
@@ -104,9 +105,9 @@ fn record(redis: &TestRedis) -> String {
     keys[0].clone()
 }
 
-/// Redis commands executed so far, heartbeats (`SET`, `PUBSUB NUMSUB`) and
-/// inbox reads aside.
-fn commands(redis: &TestRedis) -> u64 {
+/// Redis commands executed so far, by name, heartbeats (`SET`, `PUBSUB
+/// NUMSUB`) and inbox reads aside.
+fn commands(redis: &TestRedis) -> BTreeMap<String, u64> {
     let background = [
         "set",
         "xread",
@@ -121,8 +122,7 @@ fn commands(redis: &TestRedis) -> u64 {
         .command_calls()
         .into_iter()
         .filter(|(name, _)| !background.contains(&name.as_str()))
-        .map(|(_, n)| n)
-        .sum()
+        .collect()
 }
 
 /// Polls until `f` says the bonus is (`on`) or is not in every list, up to
