@@ -88,6 +88,28 @@ impl Catalog {
         changed
     }
 
+    /// The backends (registry indices) whose lists session `owner`'s own live
+    /// connections list otherwise than the backend's catalogue; empty for
+    /// most sessions (no lock taken while no session has any).
+    pub fn own_backends(&self, owner: &str) -> Vec<usize> {
+        if self.own_sessions.load(Ordering::Relaxed) == 0 {
+            return Vec::new();
+        }
+        let all = self.own.sessions.read().unwrap_or_else(|e| e.into_inner());
+        let Some(own) = all.get(owner) else {
+            return Vec::new();
+        };
+        let live = |c: &Weak<Connection>| c.upgrade().is_some_and(|c| c.is_alive());
+        let mut out: Vec<usize> = own
+            .lists
+            .iter()
+            .filter(|(_, (c, _))| live(c))
+            .map(|(idx, _)| *idx)
+            .collect();
+        out.sort_unstable();
+        out
+    }
+
     /// Forgets session `owner`'s own lists (the session ended).
     pub fn forget_own(&self, owner: &str) {
         if self.own_sessions.load(Ordering::Relaxed) == 0 {

@@ -1,6 +1,6 @@
 //! What replicas tell each other through the shared store: [`Ctl`], the
-//! `ctl` broadcast lines (`ended`, `roots`, `lvl`, `cancel`, a listener's
-//! release) and inbox messages as the supervisor receives them, plus the
+//! `ctl` broadcast lines (`ended`, `roots`, `lvl`, `cancel`, `ol`, a
+//! listener's release) and inbox messages as the supervisor receives them, plus the
 //! store's own health events; `parse_ctl` reads a broadcast line.
 
 /// A message from another replica (or from the store's own health check).
@@ -62,6 +62,15 @@ pub enum Ctl {
         /// The backend's name.
         backend: String,
     },
+    /// The owner of session `h`'s per-session children lists for it what
+    /// the backends' catalogues do not (`on`), or no longer: its list
+    /// requests go to the owner while `on`.
+    OwnLists {
+        /// The session's store key.
+        h: String,
+        /// Whether the mark is set.
+        on: bool,
+    },
     /// The store is reachable again after an outage: broadcasts may have been
     /// missed, revalidate the cached sessions.
     Resync,
@@ -74,7 +83,8 @@ pub enum Ctl {
 }
 
 /// A `ctl` message from another replica: `ended H TAG`, `roots H TAG`, `lvl H
-/// LEVEL TAG` or `cancel H TAG PARAMS` (PARAMS: JSON, the rest of the line);
+/// LEVEL TAG`, `ol H 1|0 TAG` or `cancel H TAG PARAMS` (PARAMS: JSON, the
+/// rest of the line);
 /// `None` for this replica's own (`me`) and for anything else.
 pub(super) fn parse_ctl(text: &str, me: &str) -> Option<Ctl> {
     if let Some(rest) = text.strip_prefix("cancel ") {
@@ -93,6 +103,10 @@ pub(super) fn parse_ctl(text: &str, me: &str) -> Option<Ctl> {
     match words.as_slice() {
         ["ended", h, tag] if *tag != me => Some(Ctl::Ended((*h).to_owned())),
         ["roots", h, tag] if *tag != me => Some(Ctl::Roots((*h).to_owned())),
+        ["ol", h, on @ ("1" | "0"), tag] if *tag != me => Some(Ctl::OwnLists {
+            h: (*h).to_owned(),
+            on: *on == "1",
+        }),
         ["lvl", h, level, tag] if *tag != me => Some(Ctl::Level {
             h: (*h).to_owned(),
             level: (*level).to_owned(),
@@ -121,6 +135,19 @@ mod tests {
             })
         );
         assert_eq!(parse_ctl("lvl abc r1", "r2"), None);
+        assert_eq!(
+            parse_ctl("ol abc 1 r1", "r2"),
+            Some(Ctl::OwnLists {
+                h: "abc".into(),
+                on: true
+            })
+        );
+        assert!(matches!(
+            parse_ctl("ol abc 0 r1", "r2"),
+            Some(Ctl::OwnLists { on: false, .. })
+        ));
+        assert_eq!(parse_ctl("ol abc 0 r2", "r2"), None, "our own");
+        assert_eq!(parse_ctl("ol abc yes r1", "r2"), None);
         assert_eq!(parse_ctl("owner abc r1", "r2"), None, "not ours to read");
         assert_eq!(
             parse_ctl(r#"cancel abc r1 {"requestId":1,"reason":"a b"}"#, "r2"),

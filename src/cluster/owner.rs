@@ -15,7 +15,12 @@
 //! subscriptions on those backends are noted too (`sub:BACKEND:URI`, by the
 //! replica that ran the `resources/subscribe`), so the next owner subscribes
 //! its new children again. A replica lets go of its
-//! sessions ([`OwnerStore::release`]) when it drains or drops them.
+//! sessions ([`OwnerStore::release`]) when it drains or drops them. While
+//! the owner's children list for the session what their backends' catalogues
+//! do not (`catalog/own.rs`), the record says which backends (`ol`,
+//! [`OwnerStore::mark_lists`]) and `ctl` tells the replicas caching it when
+//! the mark appears or goes; a claim that takes the session and a release
+//! clear it (those lists live with the children).
 //!
 //! The claim and the send read another key's hash slot (a heartbeat key)
 //! inside the script, so they need a single Redis (not Redis Cluster), as the
@@ -25,8 +30,19 @@ use std::sync::Arc;
 
 use super::events::{EVENT_TTL, EVENTS_KEPT};
 use super::inbox::{INBOX_MAXLEN, INBOX_TTL, inbox_key, replica_key};
-use super::redis::{events_key, record_key};
+use super::redis::{CTL, events_key, record_key};
 use super::store::{Link, Unavailable};
+
+/// Lua, for [`CLAIM`] and [`RELEASE`] (`h`: the session, `ch`: the `ctl`
+/// channel, ARGV[1]: this replica's tag): deletes the own lists mark `ol`
+/// (the lists of the children it stood for die with them) and, if there was
+/// one, tells the other replicas (`ol H 0 TAG`).
+macro_rules! clear_lists {
+    () => {
+        "if redis.call('HDEL', KEYS[1], 'ol') == 1 then \
+           redis.call('PUBLISH', ch, 'ol ' .. h .. ' 0 ' .. ARGV[1]) end "
+    };
+}
 
 /// Claims the session for ARGV[1]; returns nil without a record, `{mine}`
 /// (ours already), `{other, TAG}` (a live owner), `{new, FIELD…}` (no owner
@@ -34,8 +50,10 @@ use super::store::{Link, Unavailable};
 /// are the record's `kid:BACKEND` notes (cleared) and `sub:BACKEND:URI`
 /// subscriptions (kept). With ARGV[4] = `1` (a draining replica) nothing is
 /// taken: `{vacant}` instead of `new` or `adopted`. ARGV[2]/ARGV[3] frame a
-/// tag into its heartbeat key.
-const CLAIM: &str = "if redis.call('EXISTS', KEYS[1]) == 0 then return false end \
+/// tag into its heartbeat key; ARGV[5] is the session, ARGV[6] the `ctl`
+/// channel (a taken session's own lists mark is cleared).
+const CLAIM: &str = concat!(
+    "if redis.call('EXISTS', KEYS[1]) == 0 then return false end \
      local cur = redis.call('HGET', KEYS[1], 'own') \
      if cur == ARGV[1] then return {'mine'} end \
      local out = {'new'} \
@@ -45,19 +63,38 @@ const CLAIM: &str = "if redis.call('EXISTS', KEYS[1]) == 0 then return false end
      end \
      if ARGV[4] == '1' then return {'vacant'} end \
      redis.call('HSET', KEYS[1], 'own', ARGV[1]) \
-     for _, f in ipairs(redis.call('HKEYS', KEYS[1])) do \
+     local h, ch = ARGV[5], ARGV[6] ",
+    clear_lists!(),
+    "for _, f in ipairs(redis.call('HKEYS', KEYS[1])) do \
        local p = string.sub(f, 1, 4) \
        if p == 'kid:' then table.insert(out, f) redis.call('HDEL', KEYS[1], f) end \
        if p == 'sub:' then table.insert(out, f) end \
-     end return out";
+     end return out"
+);
 
-/// Deletes `own` and the children notes (not the subscriptions: the next
-/// owner's children get them) if `own` is ARGV[1]; whether it did.
-const RELEASE: &str = "if redis.call('HGET', KEYS[1], 'own') ~= ARGV[1] then return 0 end \
+/// Deletes `own`, the children notes and the own lists mark (not the
+/// subscriptions: the next owner's children get them) if `own` is ARGV[1];
+/// whether it did. ARGV[2] is the session, ARGV[3] the `ctl` channel.
+const RELEASE: &str = concat!(
+    "if redis.call('HGET', KEYS[1], 'own') ~= ARGV[1] then return 0 end \
      redis.call('HDEL', KEYS[1], 'own') \
-     for _, f in ipairs(redis.call('HKEYS', KEYS[1])) do \
+     local h, ch = ARGV[2], ARGV[3] ",
+    clear_lists!(),
+    "for _, f in ipairs(redis.call('HKEYS', KEYS[1])) do \
        if string.sub(f, 1, 4) == 'kid:' then redis.call('HDEL', KEYS[1], f) end \
-     end return 1";
+     end return 1"
+);
+
+/// Sets the own lists mark `ol` to ARGV[2] (backend names; `""`: deletes it)
+/// if `own` is ARGV[1] (ARGV[3] the session, ARGV[4] the `ctl` channel) and,
+/// when the mark appears or goes, tells the other replicas (`ol H 1|0 TAG`);
+/// whether `own` is ARGV[1].
+const MARK_LISTS: &str = "if redis.call('HGET', KEYS[1], 'own') ~= ARGV[1] then return 0 end \
+     local on, flip = '1', 0 \
+     if ARGV[2] == '' then on = '0' flip = redis.call('HDEL', KEYS[1], 'ol') \
+     else flip = redis.call('HSET', KEYS[1], 'ol', ARGV[2]) end \
+     if flip == 1 then redis.call('PUBLISH', ARGV[4], 'ol ' .. ARGV[3] .. ' ' .. on .. ' ' .. ARGV[1]) end \
+     return 1";
 
 /// Notes a child of backend ARGV[2] if `own` is ARGV[1].
 const NOTE_CHILD: &str = "if redis.call('HGET', KEYS[1], 'own') ~= ARGV[1] then return 0 end \
@@ -137,7 +174,8 @@ impl OwnerStore {
         let (rec, frame) = (record_key(h), replica_key(""));
         let (open, close) = frame.split_at(frame.len() - 1);
         let stop = if draining { "1" } else { "0" };
-        let (keys, args) = ([rec.as_str()], [self.link.tag(), open, close, stop]);
+        let args = [self.link.tag(), open, close, stop, h, CTL];
+        let keys = [rec.as_str()];
         let claim = self
             .link
             .redis
@@ -200,9 +238,26 @@ impl OwnerStore {
             return Err(Unavailable);
         }
         let rec = record_key(h);
-        let (keys, args) = ([rec.as_str()], [self.link.tag()]);
+        let (keys, args) = ([rec.as_str()], [self.link.tag(), h, CTL]);
         let release = self.link.redis.eval::<i64>(RELEASE, &keys, &args);
         self.link.op("release", release).await.map(|_| ())
+    }
+
+    /// Marks session `h`'s record with what this replica's per-session
+    /// children list for it alone: `backends`, the names of those whose lists
+    /// differ from the backend's catalogue (empty: none does, the mark goes);
+    /// the other replicas are told when the mark appears or goes (one `EVAL`,
+    /// which writes only while this replica owns the session; `Ok(false)`
+    /// when it does not). A replica that sees the mark hands the session's
+    /// list requests to the owner.
+    pub async fn mark_lists(&self, h: &str, backends: &str) -> Result<bool, Unavailable> {
+        if !self.link.is_up() {
+            return Err(Unavailable);
+        }
+        let rec = record_key(h);
+        let (keys, args) = ([rec.as_str()], [self.link.tag(), backends, h, CTL]);
+        let mark = self.link.redis.eval::<i64>(MARK_LISTS, &keys, &args);
+        self.link.op("set", mark).await.map(|mine| mine == 1)
     }
 
     /// Which replica owns session `h`'s per-session children (one `HGET` of

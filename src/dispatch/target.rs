@@ -49,7 +49,10 @@ impl Dispatch {
     /// `tasks/get|result|cancel` id of a per-session stdio backend the
     /// session's task table does not hold (a task lives where its call ran),
     /// or a `tasks/list` while the table holds none (a session's tasks are
-    /// listed where they were made; with tasks here, those are listed).
+    /// listed where they were made; with tasks here, those are listed), or
+    /// one of the four lists while the owner marked that its children list
+    /// for the session what the catalogue does not
+    /// ([`Session::lists_elsewhere`]; no store command otherwise).
     /// `false` for anything else, malformed params included (refused here).
     pub fn unknown_here(
         &self,
@@ -59,6 +62,9 @@ impl Dispatch {
     ) -> bool {
         if *method == Method::TasksList {
             return session.tasks().is_empty();
+        }
+        if method.list_kind().is_some() {
+            return session.lists_elsewhere();
         }
         let Some(params) = params else {
             return false;

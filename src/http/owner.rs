@@ -162,8 +162,12 @@ pub(super) async fn serve(
                 return Ok(handed::respond(st, ctx, session, slot, attached, !lookup).await);
             }
             Handed::Refused if lookup => find_owner(&store, session).await,
-            // What a dead owner's children knew died with them: unknown here.
-            Handed::Dead(_) if lookup => Gate::Here,
+            // What a dead owner's children knew died with them: unknown here
+            // (and so did their lists: listed here from now on).
+            Handed::Dead(_) if lookup => {
+                session.set_lists_elsewhere(false);
+                Gate::Here
+            }
             Handed::Refused => claim(st, &store, session, "owner_lost").await,
             Handed::Dead(reason) => claim(st, &store, session, reason).await,
             Handed::NotSent => return Err((ctx, req, slot)),
@@ -224,6 +228,9 @@ async fn claim(st: &AppState, store: &SharedStore, session: &Arc<Session>, reaso
     }
     match claimed {
         Ok(Claim::Mine { subscriptions }) => {
+            // Its children's lists are this replica's now (the claim cleared
+            // any mark of another's).
+            session.set_lists_elsewhere(false);
             st.supervisor.take_over(session, subscriptions).await;
             Gate::Here
         }
@@ -265,6 +272,7 @@ async fn claim(st: &AppState, store: &SharedStore, session: &Arc<Session>, reaso
             }
             tracing::info!(session = %session.log_id(), replica = %from, lost = ?children,
                 "the replica running this session's backend processes is gone: adopted, they restart here on first use");
+            session.set_lists_elsewhere(false);
             st.supervisor.take_over(session, subscriptions).await;
             Gate::Here
         }

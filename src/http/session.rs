@@ -73,7 +73,8 @@ pub(super) async fn lookup(
 /// A session this process does not hold, rebuilt from its sealed id (after a
 /// restart with the same keys, or from another replica) and, with a shared
 /// store, from its record there: capabilities and `clientInfo` verbatim, the
-/// log level it set, the per-session HTTP backends' sessions it opened. Without a store (or while it does not answer: fail open,
+/// log level it set, the per-session HTTP backends' sessions it opened, whether
+/// its owner's children list for it alone (`ol`: its lists are asked there). Without a store (or while it does not answer: fail open,
 /// `mcpgate_cluster_degraded_total`) revision and capabilities come from the
 /// id's bits alone (`Caps::to_json`, lossy). 404 when the id does not open (a
 /// flipped byte: no store is asked), binds another principal, has no record
@@ -116,14 +117,21 @@ async fn restore(
     };
     let p = principal.map(|p| &**p);
     let confirmed = record.is_some();
-    let (caps, info, level, upstreams) = match record {
+    let (caps, info, level, upstreams, lists_elsewhere) = match record {
         Some(r) => (
             r.client_capabilities,
             r.client_info,
             r.log_level,
             r.upstream_sessions,
+            r.lists_elsewhere,
         ),
-        None => (token.caps.to_json(), Value::Null, None, Default::default()),
+        None => (
+            token.caps.to_json(),
+            Value::Null,
+            None,
+            Default::default(),
+            false,
+        ),
     };
     let session = Session::new(id.into(), token.identity, token.version, caps, info)
         .at_endpoint(endpoint.into())
@@ -134,6 +142,7 @@ async fn restore(
     for (backend, upstream) in upstreams {
         session.set_upstream_session(&backend, Some(upstream));
     }
+    session.set_lists_elsewhere(lists_elsewhere);
     count_drops(st, &session);
     let taken = if confirmed {
         st.sessions.adopt(Arc::new(session))

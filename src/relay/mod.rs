@@ -108,7 +108,11 @@ impl Relay {
         metrics: Arc<Metrics>,
         shared: Option<Arc<SharedStore>>,
     ) -> Arc<Relay> {
-        let own = Arc::new(OwnLists::new(catalog.clone(), sessions.clone()));
+        let own = Arc::new(OwnLists::new(
+            catalog.clone(),
+            sessions.clone(),
+            shared.clone(),
+        ));
         Arc::new(Relay {
             catalog,
             sessions,

@@ -1,6 +1,8 @@
 //! A `list_changed` from a connection that serves one session (a backend in
 //! `per_session` mode): that connection's lists are that session's, which the
-//! backend's catalogue connection may not have (`catalog/own.rs`).
+//! backend's catalogue connection may not have (`catalog/own.rs`). With a
+//! shared store the session's record says so (`ol`, the owner's mark), before
+//! the session is told, so that every replica lists what this one does.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -10,6 +12,7 @@ use tokio::time::Instant;
 
 use crate::backend::Connection;
 use crate::catalog::{Catalog, fetch};
+use crate::cluster::SharedStore;
 use crate::jsonrpc;
 use crate::session::{Session, SessionStore};
 
@@ -28,6 +31,11 @@ pub(super) struct OwnLists {
     /// Per (session owner key, backend index): whether a fetch runs, whether
     /// another announcement came meanwhile, how the next one is spaced.
     paces: Mutex<HashMap<(Arc<str>, usize), Pace>>,
+    /// The shared store (`[cluster] redis`), where the mark goes.
+    shared: Option<Arc<SharedStore>>,
+    /// Held while a mark is written, so that the last one written says what
+    /// is true after the last change (each writes what it finds then).
+    marking: tokio::sync::Mutex<()>,
 }
 
 #[derive(Default)]
@@ -56,12 +64,45 @@ impl Pace {
 }
 
 impl OwnLists {
-    /// Re-lists of `catalog`'s per-session connections for `sessions`.
-    pub(super) fn new(catalog: Arc<Catalog>, sessions: Arc<dyn SessionStore>) -> Self {
+    /// Re-lists of `catalog`'s per-session connections for `sessions`,
+    /// marked in the `shared` store's records.
+    pub(super) fn new(
+        catalog: Arc<Catalog>,
+        sessions: Arc<dyn SessionStore>,
+        shared: Option<Arc<SharedStore>>,
+    ) -> Self {
         OwnLists {
             catalog,
             sessions,
             paces: Mutex::default(),
+            shared,
+            marking: tokio::sync::Mutex::default(),
+        }
+    }
+
+    /// Writes, with a shared store, which backends list otherwise for
+    /// `session` now as its record's mark (`OwnerStore::mark_lists`: only
+    /// while this replica owns the session; the other replicas are told when
+    /// the mark appears or goes). A store that does not answer leaves the
+    /// mark as it was: the other replicas list the catalogue, or hand their
+    /// lists here.
+    async fn mark(&self, session: &Session) {
+        let Some(store) = &self.shared else {
+            return;
+        };
+        let _one = self.marking.lock().await;
+        let names: Vec<String> = self
+            .catalog
+            .own_backends(session.id())
+            .into_iter()
+            .map(|idx| self.catalog.backend(idx).spec.name.to_string())
+            .collect();
+        let marked = store
+            .owner()
+            .mark_lists(session.store_key(), &names.join(" "))
+            .await;
+        if marked.is_err() {
+            tracing::debug!(session = %session.log_id(), "a session's own lists not marked in the shared store: it did not answer");
         }
     }
 
@@ -104,6 +145,9 @@ impl OwnLists {
                         Vec::new()
                     }
                 };
+                if !changed.is_empty() {
+                    me.mark(&session).await;
+                }
                 for c in &changed {
                     let n = jsonrpc::notification_bytes(c.method().as_str(), None);
                     session.send_unrelated(n.into());

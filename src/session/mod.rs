@@ -13,11 +13,12 @@
 mod call;
 mod forward;
 mod host;
+mod owner;
 mod record;
 mod store;
 mod token;
 
-use std::sync::atomic::{AtomicI64, AtomicU8, AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU8, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use foldhash::HashMap;
@@ -84,17 +85,13 @@ struct Live {
     store_refreshed: AtomicU32,
     /// Whether this process owns the session's per-session stdio children in
     /// the shared store (`own`): its requests for them then cost no round trip.
-    /// [`NOT_OWNED`], [`OWNED`] or [`FENCED`].
+    /// [`owner::NOT_OWNED`], [`owner::OWNED`] or [`owner::FENCED`].
     owned: AtomicU8,
+    /// Whether, with a shared store, another replica's per-session children
+    /// list for this session what their backends' catalogues do not (the
+    /// record's `ol`): its list requests then go to that owner.
+    lists_elsewhere: AtomicBool,
 }
-
-/// `LiveState::owned`: not owned here.
-const NOT_OWNED: u8 = 0;
-/// `LiveState::owned`: owned here.
-const OWNED: u8 = 1;
-/// `LiveState::owned`: owned here before this replica was fenced, not
-/// checked against the store since (requests claim again).
-const FENCED: u8 = 2;
 
 /// One host session; see the module docs.
 pub struct Session {
@@ -163,7 +160,8 @@ impl Session {
                 view_key: Mutex::new(ViewKey::default()),
                 subject_token: Mutex::new(None),
                 store_refreshed: AtomicU32::new(0),
-                owned: AtomicU8::new(NOT_OWNED),
+                owned: AtomicU8::new(owner::NOT_OWNED),
+                lists_elsewhere: AtomicBool::new(false),
             },
         }
     }
@@ -243,38 +241,6 @@ impl Session {
             && at
                 .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
                 .is_ok()
-    }
-
-    /// Whether this process owns the session's per-session stdio children
-    /// (with a shared store; `cluster::Claim`).
-    pub fn is_owned(&self) -> bool {
-        self.live.owned.load(Ordering::Relaxed) == OWNED
-    }
-
-    /// Whether this process owns the session's children, or did when it was
-    /// fenced and has not learnt otherwise since: where a host's cancel or
-    /// roots change may still be needed (the children still run).
-    pub fn may_own(&self) -> bool {
-        self.live.owned.load(Ordering::Relaxed) != NOT_OWNED
-    }
-
-    /// Sets whether this process owns the session's children; whether it
-    /// changed from or to owned (a fenced mark cleared is no change). Ordered
-    /// with [`Session::end`]: a mark set after an end's unmark sees the
-    /// session ended.
-    pub fn set_owned(&self, owned: bool) -> bool {
-        let to = if owned { OWNED } else { NOT_OWNED };
-        let was = self.live.owned.swap(to, Ordering::AcqRel);
-        (was == OWNED) != owned
-    }
-
-    /// Turns an owned mark into a fenced one (see [`Session::may_own`]);
-    /// whether the session was owned.
-    pub fn fence_owned(&self) -> bool {
-        self.live
-            .owned
-            .compare_exchange(OWNED, FENCED, Ordering::AcqRel, Ordering::Relaxed)
-            .is_ok()
     }
 
     /// The durable part, as plain data: what the shared store holds

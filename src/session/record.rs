@@ -33,6 +33,12 @@ pub struct SessionRecord {
     pub subscriptions: BTreeSet<(String, String)>,
     /// Tasks the session created, by exposed task id.
     pub tasks: BTreeMap<String, TaskRoute>,
+    /// Whether the replica owning the session's per-session stdio children
+    /// marked that they list for it what their backends' catalogues do not
+    /// (`ol`, written by that owner alone, `cluster/owner.rs`; read here,
+    /// never written by [`SessionRecord::to_fields`]).
+    #[serde(default)]
+    pub lists_elsewhere: bool,
 }
 
 impl SessionRecord {
@@ -47,6 +53,7 @@ impl SessionRecord {
             upstream_sessions: BTreeMap::new(),
             subscriptions: BTreeSet::new(),
             tasks: BTreeMap::new(),
+            lists_elsewhere: false,
         }
     }
 }
@@ -55,7 +62,8 @@ impl SessionRecord {
     /// The record as the shared store's hash fields (`[cluster] redis`):
     /// `v` the revision, `caps` and `ci` the host's capabilities and
     /// `clientInfo` (JSON), `p` the principal (JSON, absent on an open
-    /// endpoint), `lvl` the log level (absent until set). Backend sessions
+    /// endpoint), `lvl` the log level (absent until set); `ol` (read only:
+    /// the owner's mark, [`SessionRecord::lists_elsewhere`]). Backend sessions
     /// are sealed fields of their own (`up:NAME`, written when opened:
     /// `supervisor/upstream.rs`), so are the subscriptions on per-session
     /// stdio backends (`sub:NAME:URI`, `cluster/owner.rs`, read back by the
@@ -91,12 +99,18 @@ impl SessionRecord {
         let mut r = SessionRecord::new(version, caps, info);
         r.principal = fields.get("p").and_then(|t| serde_json::from_str(t).ok());
         r.log_level = fields.get(LEVEL_FIELD).and_then(|l| LogLevel::parse(l));
+        r.lists_elsewhere = fields.contains_key(LISTS_FIELD);
         Some(r)
     }
 }
 
 /// The record field that holds the log level (set on its own by `logging/setLevel`).
 pub const LEVEL_FIELD: &str = "lvl";
+
+/// The record field the owner of the session's per-session stdio children
+/// sets while they list for it what their backends' catalogues do not (the
+/// backends' names).
+pub const LISTS_FIELD: &str = "ol";
 
 /// A backend's own session for one host session (its `Mcp-Session-Id`, the
 /// revision negotiated with it and the server capabilities it declared, MCP
@@ -188,7 +202,11 @@ mod tests {
         r.log_level = Some(LogLevel::Error);
         let f = fields(&r);
         assert_eq!(f["lvl"], "error");
-        assert_eq!(SessionRecord::from_fields(&f), Some(r));
+        assert_eq!(SessionRecord::from_fields(&f), Some(r.clone()));
+        let mut marked = f.clone();
+        marked.insert("ol".into(), "demo".into());
+        r.lists_elsewhere = true;
+        assert_eq!(SessionRecord::from_fields(&marked), Some(r));
         let mut broken = f.clone();
         broken.remove("v");
         assert_eq!(SessionRecord::from_fields(&broken), None, "no revision");

@@ -1,7 +1,7 @@
 //! Sessions shared with other replicas through the shared store (`[cluster]
 //! redis`): what they broadcast (a session ended, a log level changed, a host
 //! cancelled a request or changed its roots, let go of a backend's GET
-//! stream: `listener.rs`) or send this replica (a host's answer to a request
+//! stream: `listener.rs`, an owner's children list for their session alone) or send this replica (a host's answer to a request
 //! relayed here, a message for a standalone stream produced here, a request
 //! for a per-session child owned here: `owner.rs`), the
 //! revalidation of cached sessions after a store outage (broadcasts are lost
@@ -56,6 +56,11 @@ pub async fn follow_cluster(sup: Arc<Supervisor>, mut events: mpsc::UnboundedRec
             Ctl::Cancel { h, params } => {
                 if let Some(s) = cached(&sup, &h) {
                     sup.relay.cancels().forwarded(&s, &params);
+                }
+            }
+            Ctl::OwnLists { h, on } => {
+                if let Some(s) = cached(&sup, &h) {
+                    s.set_lists_elsewhere(on);
                 }
             }
             Ctl::Roots(h) => {
