@@ -277,7 +277,7 @@ impl Connection {
             Some(modern::Stateless::Send(m)) => m,
             Some(modern::Stateless::Answer(v)) => return Ok(v),
             Some(modern::Stateless::Watch(on)) => {
-                return listen::resource(self, params.as_deref(), on);
+                return listen::resource(self, params.as_deref(), on).await;
             }
             None => method,
         };

@@ -33,10 +33,26 @@ use crate::mcp::{Changed, META_SUBSCRIPTION_ID, Method, Notification};
 /// How long one listen request may stay open before it is renewed.
 const LISTEN_LIMIT: Duration = Duration::from_secs(3600);
 
-/// The listen of one connection: what it is asked to deliver and the listen
-/// requests open for it.
-#[derive(Default)]
-pub(crate) struct Watch(Mutex<State>);
+/// How long a `resources/subscribe` waits for the backend to acknowledge the
+/// listen that carries its URI before it is answered anyway.
+const ACK_WAIT: Duration = Duration::from_secs(5);
+
+/// The listen of one connection: what it is asked to deliver, the listen
+/// requests open for it, and the newest generation the backend acknowledged
+/// (`u64::MAX` once it turned out to have no listen: nothing to wait for).
+pub(crate) struct Watch {
+    state: Mutex<State>,
+    acked: tokio::sync::watch::Sender<u64>,
+}
+
+impl Default for Watch {
+    fn default() -> Self {
+        Watch {
+            state: Mutex::default(),
+            acked: tokio::sync::watch::channel(0).0,
+        }
+    }
+}
 
 #[derive(Default)]
 struct State {
@@ -82,7 +98,7 @@ impl State {
 
 fn state(conn: &Connection) -> std::sync::MutexGuard<'_, State> {
     conn.watch
-        .0
+        .state
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
@@ -115,8 +131,11 @@ pub fn watch_lists(conn: &Arc<Connection>) {
 }
 
 /// `resources/subscribe` (`on`) or `resources/unsubscribe` of `params.uri` on a
-/// modern connection: the URI joins or leaves the listen's filter. Answered `{}`.
-pub(super) fn resource(
+/// modern connection: the URI joins or leaves the listen's filter. Answered `{}`;
+/// a subscribe once the backend acknowledged a listen carrying the URI (at
+/// most [`ACK_WAIT`]), so an update made right after the answer is not missed
+/// (MCP 2025-11-25 server/resources: updates follow the subscription).
+pub(super) async fn resource(
     conn: &Arc<Connection>,
     params: Option<&Value>,
     on: bool,
@@ -135,19 +154,30 @@ pub(super) fn resource(
             s.uris.remove(uri)
         }
     };
-    if changed {
-        restart(conn);
+    if changed
+        && let Some(generation) = restart(conn)
+        && on
+    {
+        let mut acked = conn.watch.acked.subscribe();
+        let wait = tokio::time::timeout(ACK_WAIT, acked.wait_for(|g| *g >= generation));
+        tokio::select! {
+            r = wait => if r.is_err() {
+                tracing::warn!(backend = %conn.backend, uri, "the backend did not acknowledge the listen for a subscription in time; answered anyway");
+            },
+            _ = conn.closed.cancelled() => {}
+        }
     }
     Ok(RawValue::from_string("{}".to_owned()).unwrap_or_default())
 }
 
 /// Opens a listen for the current filter (superseding the open ones), or, with
-/// nothing left to watch, cancels them.
-fn restart(conn: &Arc<Connection>) {
+/// nothing left to watch, cancels them. Returns the generation of the listen
+/// opened (`None`: none).
+fn restart(conn: &Arc<Connection>) -> Option<u64> {
     let (generation, filter, stale) = {
         let mut s = state(conn);
         if s.unsupported {
-            return;
+            return None;
         }
         s.generation += 1;
         let filter = s.filter();
@@ -161,9 +191,9 @@ fn restart(conn: &Arc<Connection>) {
     for open in stale {
         conn.cancel(open.id, Some("nothing left to listen for"));
     }
-    if let Some(filter) = filter {
-        tokio::spawn(listen(conn.clone(), generation, filter));
-    }
+    let filter = filter?;
+    tokio::spawn(listen(conn.clone(), generation, filter));
+    Some(generation)
 }
 
 /// Keeps a listen of `generation` open until a newer one supersedes it or the
@@ -192,6 +222,7 @@ async fn listen(conn: Arc<Connection>, generation: u64, filter: Value) {
             Err(BackendError::Rpc(e)) if e.code == METHOD_NOT_FOUND => {
                 tracing::warn!(backend = %conn.backend, "backend does not serve subscriptions/listen: its list changes and resource updates are not followed");
                 state(&conn).unsupported = true;
+                conn.watch.acked.send_replace(u64::MAX);
                 return;
             }
             Err(BackendError::Cancelled | BackendError::Unavailable { .. }) => {
@@ -293,6 +324,11 @@ fn acknowledged(conn: &Arc<Connection>, generation: u64, again: bool) {
         s.open.retain(|o| o.generation >= generation);
         (older, s.lists.clone())
     };
+    conn.watch.acked.send_if_modified(|g| {
+        let before = *g;
+        *g = before.max(generation);
+        *g != before
+    });
     for old in older {
         conn.cancel(old, Some("superseded by a listen with a new filter"));
     }
