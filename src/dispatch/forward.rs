@@ -9,7 +9,6 @@ use std::borrow::Cow;
 use std::sync::Arc;
 
 use serde_json::Value;
-use serde_json::value::RawValue;
 use tokio::sync::mpsc;
 
 use super::bridge::{self, Continuation};
@@ -18,7 +17,7 @@ use super::shim::{self, ShimError};
 use super::{Call, Dispatch, Reply, Upstream, wrap};
 use crate::backend::{BackendError, Caller};
 use crate::error::RpcError;
-use crate::jsonrpc::{self, Id};
+use crate::jsonrpc::{self, Encoded, Id, RawJson};
 use crate::mcp::version::{complete_raw_for_modern, result_for_legacy, shape_error};
 use crate::mcp::{Method, input, names};
 use crate::request::{Outcome, RequestContext};
@@ -104,7 +103,7 @@ impl Dispatch {
         call: &HostCall,
         up: &Upstream,
         id: &Id,
-        outcome: Result<Box<RawValue>, BackendError>,
+        outcome: Result<RawJson, BackendError>,
         ours: bool,
     ) {
         let mut asks = false;
@@ -128,14 +127,15 @@ impl Dispatch {
             }
             (_, outcome) => outcome,
         };
-        let bytes = match outcome {
+        let bytes: Encoded = match outcome {
             Err(BackendError::Cancelled) => return ctx.finish(Outcome::Cancelled),
             Ok(raw) => {
                 if up.method == Method::ToolsCall && ctx.is_traced() && is_tool_error(&raw) {
                     ctx.set_tool_error();
                 }
                 let raw = self.shape_result(&call.host, up, raw);
-                let bytes = jsonrpc::result_bytes(id, &raw);
+                // The backend's bytes, not copied: our envelope around them.
+                let bytes = jsonrpc::result_encoded(id, &raw);
                 ctx.set_bytes_out(bytes.len());
                 ctx.finish(if asks {
                     Outcome::InputRequired
@@ -153,11 +153,11 @@ impl Dispatch {
                 let bytes = jsonrpc::error_bytes(Some(id), &error);
                 ctx.set_bytes_out(bytes.len());
                 ctx.finish_error(Outcome::of_backend(&e), error.code);
-                bytes
+                bytes.into()
             }
         };
         if ours {
-            call.finish(bytes.into()).await;
+            call.finish(bytes).await;
         }
     }
 
@@ -185,7 +185,7 @@ impl Dispatch {
     /// closing its stream cancels it.
     async fn drive(&self, ctx: RequestContext, mut cont: Continuation, id: Id) {
         enum Event {
-            Done(Result<Box<RawValue>, BackendError>),
+            Done(Result<RawJson, BackendError>),
             Asked,
             Gone,
         }
@@ -286,7 +286,7 @@ impl Dispatch {
         &self,
         call: &Arc<HostCall>,
         up: &Upstream,
-    ) -> Result<Box<RawValue>, BackendError> {
+    ) -> Result<RawJson, BackendError> {
         if matches!(call.host, Host::Legacy(_)) {
             return self.call_backend(call, up).await;
         }
@@ -313,8 +313,8 @@ impl Dispatch {
         ctx: &RequestContext,
         call: &Arc<HostCall>,
         up: &Upstream,
-        first: Box<RawValue>,
-    ) -> Result<Box<RawValue>, BackendError> {
+        first: RawJson,
+    ) -> Result<RawJson, BackendError> {
         let retry = |responses, state| {
             let params = shim::retry_params(&up.params, responses, state);
             async move {
@@ -340,7 +340,7 @@ impl Dispatch {
         &self,
         call: &Arc<HostCall>,
         up: &Upstream,
-    ) -> Result<Box<RawValue>, BackendError> {
+    ) -> Result<RawJson, BackendError> {
         self.send_upstream(call, up, Cow::Borrowed(&up.params))
             .await
     }
@@ -352,7 +352,7 @@ impl Dispatch {
         call: &Arc<HostCall>,
         up: &Upstream,
         params: Cow<'_, Value>,
-    ) -> Result<Box<RawValue>, BackendError> {
+    ) -> Result<RawJson, BackendError> {
         let b = self.catalog.backend(up.backend);
         let _permit = b.acquire().await?;
         let conn = self
@@ -374,7 +374,7 @@ impl Dispatch {
 
     /// The backend's result in the host's namespace and revision; a created task
     /// is registered with the session.
-    fn shape_result(&self, host: &Host, up: &Upstream, raw: Box<RawValue>) -> Box<RawValue> {
+    fn shape_result(&self, host: &Host, up: &Upstream, raw: RawJson) -> RawJson {
         let b = self.catalog.backend(up.backend);
         let raw = rewrite_result(raw, up.kind, &b.uri_prefix, host.version());
         match (host, &up.task) {
@@ -396,9 +396,9 @@ impl Dispatch {
         session: &Session,
         backend_name: &str,
         backend: usize,
-        raw: Box<RawValue>,
-    ) -> Box<RawValue> {
-        let Ok(mut v) = serde_json::from_str::<Value>(raw.get()) else {
+        raw: RawJson,
+    ) -> RawJson {
+        let Ok(mut v) = raw.parse::<Value>() else {
             return raw;
         };
         let Some(Value::String(id)) = v.pointer_mut("/task/taskId") else {
@@ -416,7 +416,7 @@ impl Dispatch {
             session.send_unrelated(bytes.into());
         }
         *id = exposed;
-        serde_json::value::to_raw_value(&v).unwrap_or(raw)
+        RawJson::from_value(&v).unwrap_or(raw)
     }
 }
 
@@ -441,11 +441,11 @@ impl Upstream {
 
 /// Whether a `tools/call` result reports a tool error (`"isError": true`,
 /// MCP 2025-11-25 server/tools, error handling).
-fn is_tool_error(raw: &RawValue) -> bool {
+fn is_tool_error(raw: &RawJson) -> bool {
     #[derive(serde::Deserialize)]
     struct Flag {
         #[serde(rename = "isError", default)]
         is_error: bool,
     }
-    serde_json::from_str::<Flag>(raw.get()).is_ok_and(|f| f.is_error)
+    raw.parse::<Flag>().is_ok_and(|f| f.is_error)
 }

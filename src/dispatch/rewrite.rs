@@ -4,10 +4,8 @@
 //! namespace, and fields a host's revision does not know are removed (MCP
 //! 2025-11-25 checklist §8.10; the revision rules are in `mcp::version`).
 
+use crate::jsonrpc::{self, ErrorObject, RawJson};
 use serde_json::Value;
-use serde_json::value::RawValue;
-
-use crate::jsonrpc::{self, ErrorObject};
 
 use crate::mcp::ProtocolVersion;
 use crate::mcp::names;
@@ -29,22 +27,22 @@ pub enum ResultKind {
 /// Rewrites a backend result for a host. Returns the input untouched (no parse)
 /// when nothing can need rewriting.
 pub fn rewrite_result(
-    raw: Box<RawValue>,
+    raw: RawJson,
     kind: ResultKind,
     uri_prefix: &str,
     host: ProtocolVersion,
-) -> Box<RawValue> {
+) -> RawJson {
     let needs_uris = !uri_prefix.is_empty()
         && kind != ResultKind::Opaque
         // One scan for both keys rewritten: `"uri"` and `"resourceUri"` (a string
         // ending in `ri` elsewhere only costs a parse).
-        && jsonrpc::raw_contains(raw.get(), "ri\"");
+        && jsonrpc::raw_contains(raw.as_bytes(), "ri\"");
     let needs_downgrade = matches!(kind, ResultKind::ToolCall | ResultKind::Prompt)
-        && version::result_needs_downgrade(host, raw.get());
+        && version::result_needs_downgrade(host, raw.as_bytes());
     if !needs_uris && !needs_downgrade {
         return raw;
     }
-    let Ok(mut v) = serde_json::from_str::<Value>(raw.get()) else {
+    let Ok(mut v) = raw.parse::<Value>() else {
         return raw;
     };
     if needs_uris {
@@ -78,7 +76,7 @@ pub fn rewrite_result(
         ResultKind::Prompt => version::downgrade_prompt_result(&mut v, host),
         ResultKind::Resource | ResultKind::Opaque => {}
     }
-    serde_json::value::to_raw_value(&v).unwrap_or(raw)
+    RawJson::from_value(&v).unwrap_or(raw)
 }
 
 /// A backend's JSON-RPC error, in the host's namespace:
@@ -141,12 +139,12 @@ mod tests {
 
     use super::*;
 
-    fn raw(v: &Value) -> Box<RawValue> {
-        serde_json::value::to_raw_value(v).unwrap()
+    fn raw(v: &Value) -> RawJson {
+        RawJson::from_value(v).unwrap()
     }
 
     fn run(v: &Value, kind: ResultKind, prefix: &str, host: ProtocolVersion) -> Value {
-        serde_json::from_str(rewrite_result(raw(v), kind, prefix, host).get()).unwrap()
+        rewrite_result(raw(v), kind, prefix, host).parse().unwrap()
     }
 
     #[test]
@@ -204,7 +202,7 @@ mod tests {
     #[test]
     fn untouched_without_prefix_and_byte_identical() {
         let text = r#"{"contents":[{"uri":"test://x","text":"t"}],"extra":1}"#;
-        let r = RawValue::from_string(text.into()).unwrap();
+        let r = RawJson::from_raw(serde_json::value::RawValue::from_string(text.into()).unwrap());
         let out = rewrite_result(r, ResultKind::Resource, "", ProtocolVersion::LATEST);
         assert_eq!(out.get(), text);
     }
