@@ -184,7 +184,8 @@ pub fn names_and_uris(data: &[u8]) {
                 ResultKind::Prompt,
                 ResultKind::Resource,
             ] {
-                let _ = rewrite_result(raw.clone(), kind, prefix, host);
+                let marks = crate::mcp::marks::Marks::of(raw.as_bytes());
+                let _ = rewrite_result(raw.clone(), kind, prefix, host, marks);
             }
         }
     }

@@ -18,6 +18,7 @@ use super::{Call, Dispatch, Reply, Upstream, wrap};
 use crate::backend::{BackendError, Caller};
 use crate::error::RpcError;
 use crate::jsonrpc::{self, Encoded, Id, RawJson};
+use crate::mcp::marks::Marks;
 use crate::mcp::version::{complete_raw_for_modern, result_for_legacy, shape_error};
 use crate::mcp::{Method, input, names};
 use crate::request::{Outcome, RequestContext};
@@ -80,8 +81,14 @@ impl Dispatch {
             let _upstream = ctx.upstream_call();
             self.call_until_host_gone(&call, &up).await
         };
+        // One pass over the result for every key acted on from here.
+        let mut marks = outcome.as_ref().ok().map(|raw| Marks::of(raw.as_bytes()));
         let outcome = match (&call.host, outcome) {
-            (Host::Legacy(_), Ok(raw)) if up.may_ask() && input::is_input_required(&raw) => {
+            (Host::Legacy(_), Ok(raw))
+                if up.may_ask()
+                    && input::is_input_required(&raw, marks.unwrap_or(Marks::all())) =>
+            {
+                marks = None;
                 self.shim(&ctx, &call, &up, raw).await
             }
             (Host::Legacy(_), outcome) => shim::for_legacy(outcome, up.method == Method::ToolsCall),
@@ -93,10 +100,13 @@ impl Dispatch {
             Host::Modern(_) => true,
         };
         let id = call.id.clone();
-        self.finish_call(ctx, &call, &up, &id, outcome, ours).await;
+        self.finish_call(ctx, &call, &up, &id, outcome, ours, marks)
+            .await;
     }
 
-    /// The respond phase: the result or error in the host's terms, with id `id`.
+    /// The respond phase: the result or error in the host's terms, with id
+    /// `id`; `marks`: those of the result, if already searched.
+    #[allow(clippy::too_many_arguments)]
     async fn finish_call(
         &self,
         mut ctx: RequestContext,
@@ -105,13 +115,20 @@ impl Dispatch {
         id: &Id,
         outcome: Result<RawJson, BackendError>,
         ours: bool,
+        marks: Option<Marks>,
     ) {
+        let marks = match (&outcome, marks) {
+            (_, Some(m)) => m,
+            (Ok(raw), None) => Marks::of(raw.as_bytes()),
+            (Err(_), None) => Marks::all(),
+        };
         let mut asks = false;
         let outcome = match (&call.host, outcome) {
             (Host::Legacy(_), Ok(raw)) => {
-                result_for_legacy(raw, up.method == Method::ToolsCall).map_err(BackendError::Rpc)
+                let tool_call = up.method == Method::ToolsCall;
+                result_for_legacy(raw, tool_call, marks).map_err(BackendError::Rpc)
             }
-            (Host::Modern(m), Ok(raw)) if input::is_input_required(&raw) => {
+            (Host::Modern(m), Ok(raw)) if input::is_input_required(&raw, marks) => {
                 asks = true;
                 let name = &self.catalog.backend(up.backend).spec.name;
                 wrap::pass(&self.bridge, m, up, name, &raw)
@@ -133,7 +150,7 @@ impl Dispatch {
                 if up.method == Method::ToolsCall && ctx.is_traced() && is_tool_error(&raw) {
                     ctx.set_tool_error();
                 }
-                let raw = self.shape_result(&call.host, up, raw);
+                let raw = self.shape_result(&call.host, up, raw, marks);
                 // The backend's bytes, not copied: our envelope around them.
                 let bytes = jsonrpc::result_encoded(id, &raw);
                 ctx.set_bytes_out(bytes.len());
@@ -200,7 +217,8 @@ impl Dispatch {
         match event {
             Event::Done(outcome) => {
                 let (call, up) = (cont.call.clone(), cont.upstream.clone());
-                self.finish_call(ctx, &call, &up, &id, outcome, true).await;
+                self.finish_call(ctx, &call, &up, &id, outcome, true, None)
+                    .await;
             }
             Event::Asked => {
                 // Backends often ask several things at once: one round for all.
@@ -374,9 +392,9 @@ impl Dispatch {
 
     /// The backend's result in the host's namespace and revision; a created task
     /// is registered with the session.
-    fn shape_result(&self, host: &Host, up: &Upstream, raw: RawJson) -> RawJson {
+    fn shape_result(&self, host: &Host, up: &Upstream, raw: RawJson, marks: Marks) -> RawJson {
         let b = self.catalog.backend(up.backend);
-        let raw = rewrite_result(raw, up.kind, &b.uri_prefix, host.version());
+        let raw = rewrite_result(raw, up.kind, &b.uri_prefix, host.version(), marks);
         match (host, &up.task) {
             (Host::Modern(_), _) => {
                 complete_raw_for_modern(raw, up.kind == super::ResultKind::Resource)

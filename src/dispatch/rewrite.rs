@@ -4,10 +4,11 @@
 //! namespace, and fields a host's revision does not know are removed (MCP
 //! 2025-11-25 checklist §8.10; the revision rules are in `mcp::version`).
 
-use crate::jsonrpc::{self, ErrorObject, RawJson};
+use crate::jsonrpc::{ErrorObject, RawJson};
 use serde_json::Value;
 
 use crate::mcp::ProtocolVersion;
+use crate::mcp::marks::Marks;
 use crate::mcp::names;
 use crate::mcp::version;
 
@@ -25,18 +26,20 @@ pub enum ResultKind {
 }
 
 /// Rewrites a backend result for a host. Returns the input untouched (no parse)
-/// when nothing can need rewriting.
+/// when nothing can need rewriting. `marks`: the keys `raw`'s text shows
+/// ([`Marks::of`]).
 pub fn rewrite_result(
     raw: RawJson,
     kind: ResultKind,
     uri_prefix: &str,
     host: ProtocolVersion,
+    marks: Marks,
 ) -> RawJson {
     let needs_uris = !uri_prefix.is_empty()
         && kind != ResultKind::Opaque
-        // One scan for both keys rewritten: `"uri"` and `"resourceUri"` (a string
-        // ending in `ri` elsewhere only costs a parse).
-        && jsonrpc::raw_contains(raw.as_bytes(), "ri\"");
+        // Both keys rewritten, `"uri"` and `"resourceUri"`, end in `ri"` (a
+        // string ending so elsewhere only costs a parse).
+        && marks.uri();
     let needs_downgrade = matches!(kind, ResultKind::ToolCall | ResultKind::Prompt)
         && version::result_needs_downgrade(host, raw.as_bytes());
     if !needs_uris && !needs_downgrade {
@@ -144,7 +147,9 @@ mod tests {
     }
 
     fn run(v: &Value, kind: ResultKind, prefix: &str, host: ProtocolVersion) -> Value {
-        rewrite_result(raw(v), kind, prefix, host).parse().unwrap()
+        rewrite_result(raw(v), kind, prefix, host, Marks::all())
+            .parse()
+            .unwrap()
     }
 
     #[test]
@@ -203,7 +208,13 @@ mod tests {
     fn untouched_without_prefix_and_byte_identical() {
         let text = r#"{"contents":[{"uri":"test://x","text":"t"}],"extra":1}"#;
         let r = RawJson::from_raw(serde_json::value::RawValue::from_string(text.into()).unwrap());
-        let out = rewrite_result(r, ResultKind::Resource, "", ProtocolVersion::LATEST);
+        let out = rewrite_result(
+            r,
+            ResultKind::Resource,
+            "",
+            ProtocolVersion::LATEST,
+            Marks::all(),
+        );
         assert_eq!(out.get(), text);
     }
 

@@ -31,6 +31,7 @@ use serde_json::{Map, Value, json};
 use crate::backend::BackendError;
 use crate::jsonrpc::{ErrorObject, INTERNAL_ERROR, Id, MISSING_CLIENT_CAPABILITY, RawJson};
 use crate::mcp::input;
+use crate::mcp::marks::Marks;
 use crate::relay::Relay;
 use crate::session::{HostCall, Session};
 
@@ -87,7 +88,7 @@ where
         raw = retry(responses, asked.state)
             .await
             .map_err(ShimError::Backend)?;
-        if !input::is_input_required(&raw) {
+        if !input::is_input_required(&raw, Marks::of(raw.as_bytes())) {
             return Ok(raw);
         }
     }

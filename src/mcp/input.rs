@@ -9,6 +9,7 @@
 
 use serde_json::{Map, Value, json};
 
+use super::marks::Marks;
 use super::{Method, ProtocolVersion};
 use crate::jsonrpc::RawJson;
 
@@ -22,14 +23,15 @@ pub struct InputRequired {
     pub state: Option<String>,
 }
 
-/// Whether `raw` is an `InputRequiredResult` (`resultType: "input_required"`).
-pub fn is_input_required(raw: &RawJson) -> bool {
+/// Whether `raw` is an `InputRequiredResult` (`resultType: "input_required"`);
+/// `marks`: the keys its text shows ([`Marks::of`]), parsed only if marked.
+pub fn is_input_required(raw: &RawJson, marks: Marks) -> bool {
     #[derive(serde::Deserialize)]
     struct Tagged<'a> {
         #[serde(rename = "resultType", borrow, default)]
         result_type: Option<&'a str>,
     }
-    crate::jsonrpc::raw_contains(raw.as_bytes(), "input_required")
+    marks.input_required()
         && serde_json::from_slice::<Tagged<'_>>(raw.as_bytes())
             .is_ok_and(|t| t.result_type == Some("input_required"))
 }
@@ -192,7 +194,7 @@ mod tests {
     fn input_required_results_are_recognized_and_checked() {
         let ask = json!({"resultType": "input_required",
             "inputRequests": {"a": {"method": "roots/list"}}, "requestState": "s"});
-        assert!(is_input_required(&raw(&ask)));
+        assert!(is_input_required(&raw(&ask), Marks::all()));
         let parsed = parse_input_required(&raw(&ask)).unwrap();
         assert_eq!(parsed.state.as_deref(), Some("s"));
         assert_eq!(parsed.requests.len(), 1);
@@ -204,7 +206,7 @@ mod tests {
                 .is_empty()
         );
         let text = json!({"content": [{"type": "text", "text": "input_required"}]});
-        assert!(!is_input_required(&raw(&text)));
+        assert!(!is_input_required(&raw(&text), Marks::all()));
         for bad in [
             json!({"resultType": "input_required"}),
             json!({"resultType": "input_required", "inputRequests": []}),

@@ -332,15 +332,14 @@ const MODERN_ONLY: [&str; 3] = ["resultType", "ttlMs", "cacheScope"];
 /// host before this; anywhere else (a request that cannot carry one) a
 /// `tools/call` (`tool_call`) gets an `isError` result saying so, other methods
 /// a -32603 error. A result without modern fields is returned untouched (legacy
-/// backends).
+/// backends); `marks` ([`Marks::of`] of `raw`) tells which may have them.
 pub fn result_for_legacy(
     raw: crate::jsonrpc::RawJson,
     tool_call: bool,
+    marks: super::marks::Marks,
 ) -> Result<crate::jsonrpc::RawJson, crate::jsonrpc::ErrorObject> {
-    if !MODERN_ONLY
-        .iter()
-        .any(|k| crate::jsonrpc::raw_contains(raw.as_bytes(), k))
-    {
+    // The marks search exactly `MODERN_ONLY`.
+    if !marks.modern() {
         return Ok(raw);
     }
     let Ok(mut v) = raw.parse::<serde_json::Map<String, Value>>() else {
@@ -416,20 +415,28 @@ mod tests {
     #[test]
     fn modern_fields_never_reach_legacy_hosts() {
         let raw = |v: Value| crate::jsonrpc::RawJson::from_value(&v).unwrap();
+        let all = super::super::marks::Marks::all();
         let done = raw(json!({"contents": [], "resultType": "complete", "ttlMs": 5,
             "cacheScope": "public", "_meta": {"io.modelcontextprotocol/serverInfo": {}}}));
         let shown: Value =
-            serde_json::from_str(result_for_legacy(done, false).unwrap().get()).unwrap();
+            serde_json::from_str(result_for_legacy(done, false, all).unwrap().get()).unwrap();
         assert_eq!(shown, json!({"contents": []}));
         let ask = json!({"resultType": "input_required", "inputRequests": {}});
-        let tool: Value =
-            serde_json::from_str(result_for_legacy(raw(ask.clone()), true).unwrap().get()).unwrap();
+        let tool: Value = serde_json::from_str(
+            result_for_legacy(raw(ask.clone()), true, all)
+                .unwrap()
+                .get(),
+        )
+        .unwrap();
         assert_eq!(tool["isError"], true);
         assert!(tool.get("resultType").is_none());
-        assert_eq!(result_for_legacy(raw(ask), false).unwrap_err().code, -32603);
+        assert_eq!(
+            result_for_legacy(raw(ask), false, all).unwrap_err().code,
+            -32603
+        );
         let legacy = raw(json!({"content": [{"type": "text", "text": "ttlMs"}]}));
         assert_eq!(
-            result_for_legacy(legacy.clone(), true).unwrap().get(),
+            result_for_legacy(legacy.clone(), true, all).unwrap().get(),
             legacy.get()
         );
     }
