@@ -51,7 +51,7 @@ pub fn jsonrpc_body(data: &[u8]) {
         Ok(Message::Response(resp)) => {
             let again = match &resp.outcome {
                 Ok(raw) => match &resp.id {
-                    Some(id) => jsonrpc::result_bytes(id, raw),
+                    Some(id) => jsonrpc::result_bytes(id, raw.as_bytes()),
                     None => return,
                 },
                 Err(e) => jsonrpc::error_bytes(resp.id.as_ref(), e),
@@ -177,13 +177,15 @@ pub fn names_and_uris(data: &[u8]) {
     }
     let _ = names::split_uri(original);
     if let Ok(raw) = serde_json::value::RawValue::from_string(result.to_owned()) {
+        let raw = crate::jsonrpc::RawJson::from_raw(raw);
         for host in ProtocolVersion::HOST_SUPPORTED {
             for kind in [
                 ResultKind::ToolCall,
                 ResultKind::Prompt,
                 ResultKind::Resource,
             ] {
-                let _ = rewrite_result(raw.clone(), kind, prefix, host);
+                let marks = crate::mcp::marks::Marks::of(raw.as_bytes());
+                let _ = rewrite_result(raw.clone(), kind, prefix, host, marks);
             }
         }
     }

@@ -8,7 +8,6 @@ use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
 use foldhash::{HashMap, HashMapExt};
-use serde_json::value::RawValue;
 use serde_json::{Value, json};
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
@@ -17,7 +16,7 @@ use tracing::Instrument;
 use super::listen;
 use super::modern::{self, EraCache};
 use super::{BackendError, Caller, Link, Mirrored, UpstreamHandler};
-use crate::jsonrpc::{self, ErrorObject, Id};
+use crate::jsonrpc::{self, ErrorObject, Id, RawJson};
 use crate::mcp::{Message, Method, Notification, ProtocolVersion};
 use crate::telemetry::ClientSpan;
 
@@ -54,7 +53,7 @@ pub enum Owner {
 }
 
 struct Pending {
-    tx: oneshot::Sender<Result<Box<RawValue>, ErrorObject>>,
+    tx: oneshot::Sender<Result<RawJson, ErrorObject>>,
     call: Option<Arc<dyn Caller>>,
 }
 
@@ -255,7 +254,7 @@ impl Connection {
         params: Option<Value>,
         call: Option<Arc<dyn Caller>>,
         timeout: Duration,
-    ) -> Result<Box<RawValue>, BackendError> {
+    ) -> Result<RawJson, BackendError> {
         let params = params.map(Cow::Owned);
         self.request_with(method, params, call, timeout).await
     }
@@ -268,7 +267,7 @@ impl Connection {
         mut params: Option<Cow<'_, Value>>,
         call: Option<Arc<dyn Caller>>,
         timeout: Duration,
-    ) -> Result<Box<RawValue>, BackendError> {
+    ) -> Result<RawJson, BackendError> {
         let link = self.link()?;
         if self.closed.is_cancelled() {
             return Err(BackendError::closed(&self.backend, "connection closed"));
@@ -350,8 +349,8 @@ impl Connection {
         method: &Method,
         mirrored: &Mirrored,
         bytes: Vec<u8>,
-        mut rx: oneshot::Receiver<Result<Box<RawValue>, ErrorObject>>,
-    ) -> Result<Box<RawValue>, BackendError> {
+        mut rx: oneshot::Receiver<Result<RawJson, ErrorObject>>,
+    ) -> Result<RawJson, BackendError> {
         let answer = tokio::select! {
             biased;
             got = &mut rx => got,
@@ -586,7 +585,7 @@ impl Drop for PendingGuard<'_> {
 }
 
 /// A CLIENT span's `error.type` and JSON-RPC code for the upstream `result`.
-fn span_outcome(result: &Result<Box<RawValue>, BackendError>) -> (Option<String>, Option<i64>) {
+fn span_outcome(result: &Result<RawJson, BackendError>) -> (Option<String>, Option<i64>) {
     match result {
         Ok(_) => (None, None),
         Err(BackendError::Rpc(e)) => (Some(e.code.to_string()), Some(e.code)),

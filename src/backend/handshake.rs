@@ -61,7 +61,8 @@ impl Connection {
         let raw = self
             .request(&Method::Initialize, Some(params), None, timeout)
             .await?;
-        let result: Value = serde_json::from_str(raw.get())
+        let result: Value = raw
+            .parse()
             .map_err(|e| BackendError::protocol(&self.backend, format!("initialize: {e}")))?;
         let version = result
             .get("protocolVersion")

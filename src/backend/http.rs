@@ -538,7 +538,7 @@ async fn read_events(
         if ev.data.is_empty() || (ev.event != "message" && !ev.event.is_empty()) {
             continue;
         }
-        dispatch_text(conn, ev.data.as_bytes(), related);
+        dispatch_text(conn, &ev.data.into(), related);
         if let Some(id) = related
             && !conn.is_pending(id)
         {

@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use bytes::Bytes;
 use serde_json::value::RawValue;
 
 use super::conn::Connection;
@@ -10,8 +11,9 @@ use crate::jsonrpc;
 
 /// Parses a line or body of JSON text from a backend (one message or a batch, which
 /// 2025-03-26 servers may send) and dispatches every message. Invalid input is
-/// logged with the backend name and skipped.
-pub(super) fn dispatch_text(conn: &Arc<Connection>, text: &[u8], related: Option<u64>) {
+/// logged with the backend name and skipped. A response's result stays a slice
+/// of `text` (`jsonrpc::RawJson`): it reaches the host without a copy.
+pub(super) fn dispatch_text(conn: &Arc<Connection>, text: &Bytes, related: Option<u64>) {
     let trimmed = text.trim_ascii();
     if trimmed.is_empty() {
         return;
@@ -20,7 +22,7 @@ pub(super) fn dispatch_text(conn: &Arc<Connection>, text: &[u8], related: Option
         match serde_json::from_slice::<Vec<&RawValue>>(trimmed) {
             Ok(items) => {
                 for item in items {
-                    match jsonrpc::classify_raw(item) {
+                    match jsonrpc::classify_raw_in(item, Some(text)) {
                         Ok(m) => conn.on_message(m, related),
                         Err(e) => log_bad(conn, item.get().as_bytes(), &e.to_string()),
                     }
@@ -30,7 +32,7 @@ pub(super) fn dispatch_text(conn: &Arc<Connection>, text: &[u8], related: Option
         }
         return;
     }
-    match jsonrpc::parse_message(trimmed) {
+    match jsonrpc::parse_message_in(trimmed, text) {
         Ok(m) => conn.on_message(m, related),
         Err(e) => log_bad(conn, trimmed, &e.to_string()),
     }

@@ -23,11 +23,10 @@ use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 
 use super::{BackendError, Caller, Connection, backoff};
-use crate::jsonrpc::METHOD_NOT_FOUND;
+use crate::jsonrpc::{METHOD_NOT_FOUND, RawJson};
 use crate::mcp::{Changed, META_SUBSCRIPTION_ID, Method, Notification};
 
 /// How long one listen request may stay open before it is renewed.
@@ -139,7 +138,7 @@ pub(super) async fn resource(
     conn: &Arc<Connection>,
     params: Option<&Value>,
     on: bool,
-) -> Result<Box<RawValue>, BackendError> {
+) -> Result<RawJson, BackendError> {
     let Some(uri) = params.and_then(|p| p.get("uri")).and_then(Value::as_str) else {
         return Err(BackendError::Rpc(crate::jsonrpc::ErrorObject::new(
             crate::jsonrpc::INVALID_PARAMS,
@@ -167,7 +166,7 @@ pub(super) async fn resource(
             _ = conn.closed.cancelled() => {}
         }
     }
-    Ok(RawValue::from_string("{}".to_owned()).unwrap_or_default())
+    Ok(RawJson::empty_object())
 }
 
 /// Opens a listen for the current filter (superseding the open ones), or, with

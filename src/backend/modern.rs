@@ -14,11 +14,11 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::Duration;
 
 use reqwest::header::HeaderValue;
-use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
 use super::BackendError;
 use super::conn::InitInfo;
+use crate::jsonrpc::RawJson;
 use crate::mcp::{self, LogLevel, Method, ProtocolVersion};
 
 /// The longest an era probe (`server/discover`) waits, bounded by the backend's
@@ -209,7 +209,7 @@ pub(crate) enum Stateless<'a> {
     /// Send it as this method.
     Send(&'a Method),
     /// Answer it locally with this result.
-    Answer(Box<RawValue>),
+    Answer(RawJson),
     /// `resources/subscribe` (`true`) or `unsubscribe`: the URI joins or leaves
     /// the connection's listen (`backend::listen`).
     Watch(bool),
@@ -222,9 +222,7 @@ pub(crate) enum Stateless<'a> {
 pub(crate) fn stateless(method: &Method) -> Stateless<'_> {
     match method {
         Method::Ping => Stateless::Send(&Method::ServerDiscover),
-        Method::LoggingSetLevel => {
-            Stateless::Answer(RawValue::from_string("{}".to_owned()).unwrap_or_default())
-        }
+        Method::LoggingSetLevel => Stateless::Answer(RawJson::empty_object()),
         Method::ResourcesSubscribe => Stateless::Watch(true),
         Method::ResourcesUnsubscribe => Stateless::Watch(false),
         _ => Stateless::Send(method),
@@ -254,10 +252,11 @@ pub(crate) fn header_value(s: &str) -> Option<HeaderValue> {
 /// when `supportedVersions` does not name `version`.
 pub(crate) fn discover_info(
     backend: &str,
-    raw: &RawValue,
+    raw: &RawJson,
     version: ProtocolVersion,
 ) -> Result<InitInfo, BackendError> {
-    let result: Value = serde_json::from_str(raw.get())
+    let result: Value = raw
+        .parse()
         .map_err(|e| BackendError::protocol(backend, format!("server/discover: {e}")))?;
     let names_ours = result
         .get("supportedVersions")

@@ -174,7 +174,7 @@ async fn listen(
             continue;
         }
         let Some(c) = conn.upgrade() else { return };
-        dispatch_text(&c, ev.data.as_bytes(), None);
+        dispatch_text(&c, &ev.data.into(), None);
     }
     if let Some(c) = conn.upgrade() {
         c.fail_all("the legacy SSE stream ended");

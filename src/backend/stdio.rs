@@ -12,9 +12,10 @@ use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use bytes::{Bytes, BytesMut};
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
-use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, ChildStdin, Command};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -72,10 +73,7 @@ impl StdioLink {
         tracing::info!(backend = %conn.backend, pid = ?pgid, command, "started stdio backend");
         let (tx, rx) = mpsc::channel(1024);
         tokio::spawn(write_loop(stdin, rx));
-        let reader = tokio::spawn(read_loop(
-            conn.downgrade(),
-            BufReader::with_capacity(64 * 1024, stdout),
-        ));
+        let reader = tokio::spawn(read_loop(conn.downgrade(), stdout));
         tokio::spawn(log_stderr(conn.backend.clone(), BufReader::new(stderr)));
         let exited = CancellationToken::new();
         tokio::spawn(watch_exit(conn.downgrade(), child, reader, exited.clone()));
@@ -190,28 +188,87 @@ async fn write_loop(mut stdin: ChildStdin, mut rx: mpsc::Receiver<Vec<u8>>) {
     }
 }
 
-async fn read_loop(
-    conn: std::sync::Weak<Connection>,
-    mut out: BufReader<tokio::process::ChildStdout>,
-) {
-    let mut line = Vec::with_capacity(4096);
+async fn read_loop(conn: std::sync::Weak<Connection>, out: tokio::process::ChildStdout) {
+    let mut lines = Lines::new(out, MAX_LINE);
     loop {
-        line.clear();
-        match read_line_limited(&mut out, &mut line, MAX_LINE).await {
-            Ok(Line::Eof) => return,
-            Ok(Line::Full) => {
+        match lines.next().await {
+            Ok(Some(Some(line))) => {
                 let Some(conn) = conn.upgrade() else { return };
                 dispatch_text(&conn, &line, None);
             }
-            Ok(Line::TooLong) => {
+            Ok(Some(None)) => {
                 if let Some(conn) = conn.upgrade() {
                     tracing::warn!(backend = %conn.backend, limit = MAX_LINE, "backend wrote an over-long line on stdout; skipped");
                 }
             }
-            Err(_) => return,
+            Ok(None) | Err(_) => return,
         }
-        if line.capacity() > 1024 * 1024 {
-            line = Vec::with_capacity(4096);
+    }
+}
+
+/// Newline-delimited messages read straight into one growing buffer (no copy
+/// through a `BufReader`): each line is split off as shared [`Bytes`], so a
+/// response's result reaches the host without being copied
+/// (`jsonrpc::RawJson`).
+struct Lines<R> {
+    r: R,
+    buf: BytesMut,
+    /// Bytes at the start of `buf` known to hold no `\n`.
+    scanned: usize,
+    /// Inside a line longer than `max`: dropped up to its `\n`.
+    skipping: bool,
+    max: usize,
+}
+
+impl<R: AsyncRead + Unpin> Lines<R> {
+    /// Bytes read at least per read (a pipe holds 64 KiB).
+    const CHUNK: usize = 64 * 1024;
+
+    fn new(r: R, max: usize) -> Self {
+        Lines {
+            r,
+            buf: BytesMut::new(),
+            scanned: 0,
+            skipping: false,
+            max,
+        }
+    }
+
+    /// The next line without its `\n` (`Some(Some)`), an over-long line
+    /// skipped (`Some(None)`), or the end (`None`; a last line without `\n`
+    /// counts as a line).
+    ///
+    /// Errors: the read failed.
+    async fn next(&mut self) -> std::io::Result<Option<Option<Bytes>>> {
+        loop {
+            if let Some(i) = memchr::memchr(b'\n', &self.buf[self.scanned..]) {
+                let mut line = self.buf.split_to(self.scanned + i + 1);
+                line.truncate(self.scanned + i);
+                self.scanned = 0;
+                if std::mem::take(&mut self.skipping) {
+                    return Ok(Some(None));
+                }
+                return Ok(Some(Some(line.freeze())));
+            }
+            self.scanned = self.buf.len();
+            if self.buf.len() > self.max {
+                self.skipping = true;
+                self.buf.clear();
+                self.scanned = 0;
+            }
+            if self.buf.capacity() - self.buf.len() < Self::CHUNK / 4 {
+                // Doubling: a long line is copied O(1) times as it grows.
+                self.buf.reserve(Self::CHUNK.max(self.buf.len()));
+            }
+            if self.r.read_buf(&mut self.buf).await? == 0 {
+                let rest = std::mem::take(&mut self.buf);
+                self.scanned = 0;
+                return Ok(match std::mem::take(&mut self.skipping) {
+                    true => Some(None),
+                    false if rest.is_empty() => None,
+                    false => Some(Some(rest.freeze())),
+                });
+            }
         }
     }
 }
@@ -334,5 +391,20 @@ mod tests {
             }
         }
         assert_eq!(seen, ["short", "<long>", "ok", "last"]);
+    }
+
+    /// Stdout lines, read a few bytes at a time: split at each `\n`, an
+    /// over-long one skipped whole, a last line without `\n` kept.
+    #[tokio::test]
+    async fn splits_stdout_lines_and_skips_long_ones() {
+        let data = b"short\nthis line is too long\n\nok\nlast".to_vec();
+        let (mut w, r) = tokio::io::duplex(3);
+        tokio::spawn(async move { w.write_all(&data).await });
+        let mut lines = Lines::new(r, 8);
+        let mut seen = Vec::new();
+        while let Some(line) = lines.next().await.unwrap() {
+            seen.push(line.map_or("<long>".into(), |l| String::from_utf8(l.to_vec()).unwrap()));
+        }
+        assert_eq!(seen, ["short", "<long>", "", "ok", "last"]);
     }
 }

@@ -87,7 +87,8 @@ async fn list_all(
     for _ in 0..MAX_PAGES {
         let params = cursor.as_ref().map(|c| json!({ "cursor": c }));
         let raw = conn.request(method, params, None, conn.timeout()).await?;
-        let mut page: Map<String, Value> = serde_json::from_str(raw.get())
+        let mut page: Map<String, Value> = raw
+            .parse()
             .map_err(|e| BackendError::protocol(&conn.backend, format!("{method}: {e}")))?;
         match page.remove(key) {
             Some(Value::Array(list)) => items.extend(list),

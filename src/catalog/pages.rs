@@ -6,6 +6,7 @@ use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use super::view::View;
+use crate::jsonrpc::RawJson;
 use crate::mcp::ListKind;
 use crate::mcp::ProtocolVersion;
 use crate::mcp::version::{complete_raw_for_modern, downgrade_item};
@@ -67,7 +68,10 @@ impl View {
             for (i, pages) in self.pages.iter().enumerate() {
                 out[i] = pages
                     .iter()
-                    .map(|p| complete_raw_for_modern(p.clone(), true))
+                    .map(|p| {
+                        let done = complete_raw_for_modern(RawJson::from_raw(p.clone()), true);
+                        RawValue::from_string(done.get().to_owned()).unwrap_or_else(|_| p.clone())
+                    })
                     .collect();
             }
             out

@@ -33,7 +33,6 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use prometheus::IntCounterVec;
 use serde::{Deserialize, Serialize};
-use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
 use tokio::task::JoinHandle;
@@ -42,7 +41,7 @@ use crate::auth::PrincipalId;
 use crate::backend::{BackendError, Connection};
 use crate::cluster::{Purpose, Sealer, random_bytes};
 use crate::error::RpcError;
-use crate::jsonrpc::{ErrorObject, INTERNAL_ERROR, Id};
+use crate::jsonrpc::{ErrorObject, INTERNAL_ERROR, Id, RawJson};
 use crate::mcp::{META_SERVER_INFO, Method, implementation};
 use crate::session::{Ask, HostCall};
 
@@ -51,7 +50,7 @@ use crate::session::{Ask, HostCall};
 pub(super) const CONTINUATION: &[u8] = b"mcpgate/requestState/continuation/v1";
 
 /// The upstream request of a continuation, running in its own task.
-pub(super) type UpstreamTask = JoinHandle<Result<Box<RawValue>, BackendError>>;
+pub(super) type UpstreamTask = JoinHandle<Result<RawJson, BackendError>>;
 
 /// A backend call waiting for its host's next round.
 pub(super) struct Continuation {

@@ -9,7 +9,6 @@ use std::borrow::Cow;
 use std::sync::Arc;
 
 use serde_json::Value;
-use serde_json::value::RawValue;
 use tokio::sync::mpsc;
 
 use super::bridge::{self, Continuation};
@@ -18,7 +17,8 @@ use super::shim::{self, ShimError};
 use super::{Call, Dispatch, Reply, Upstream, wrap};
 use crate::backend::{BackendError, Caller};
 use crate::error::RpcError;
-use crate::jsonrpc::{self, Id};
+use crate::jsonrpc::{self, Encoded, Id, RawJson};
+use crate::mcp::marks::Marks;
 use crate::mcp::version::{complete_raw_for_modern, result_for_legacy, shape_error};
 use crate::mcp::{Method, input, names};
 use crate::request::{Outcome, RequestContext};
@@ -81,8 +81,14 @@ impl Dispatch {
             let _upstream = ctx.upstream_call();
             self.call_until_host_gone(&call, &up).await
         };
+        // One pass over the result for every key acted on from here.
+        let mut marks = outcome.as_ref().ok().map(|raw| Marks::of(raw.as_bytes()));
         let outcome = match (&call.host, outcome) {
-            (Host::Legacy(_), Ok(raw)) if up.may_ask() && input::is_input_required(&raw) => {
+            (Host::Legacy(_), Ok(raw))
+                if up.may_ask()
+                    && input::is_input_required(&raw, marks.unwrap_or(Marks::all())) =>
+            {
+                marks = None;
                 self.shim(&ctx, &call, &up, raw).await
             }
             (Host::Legacy(_), outcome) => shim::for_legacy(outcome, up.method == Method::ToolsCall),
@@ -94,25 +100,35 @@ impl Dispatch {
             Host::Modern(_) => true,
         };
         let id = call.id.clone();
-        self.finish_call(ctx, &call, &up, &id, outcome, ours).await;
+        self.finish_call(ctx, &call, &up, &id, outcome, ours, marks)
+            .await;
     }
 
-    /// The respond phase: the result or error in the host's terms, with id `id`.
+    /// The respond phase: the result or error in the host's terms, with id
+    /// `id`; `marks`: those of the result, if already searched.
+    #[allow(clippy::too_many_arguments)]
     async fn finish_call(
         &self,
         mut ctx: RequestContext,
         call: &HostCall,
         up: &Upstream,
         id: &Id,
-        outcome: Result<Box<RawValue>, BackendError>,
+        outcome: Result<RawJson, BackendError>,
         ours: bool,
+        marks: Option<Marks>,
     ) {
+        let marks = match (&outcome, marks) {
+            (_, Some(m)) => m,
+            (Ok(raw), None) => Marks::of(raw.as_bytes()),
+            (Err(_), None) => Marks::all(),
+        };
         let mut asks = false;
         let outcome = match (&call.host, outcome) {
             (Host::Legacy(_), Ok(raw)) => {
-                result_for_legacy(raw, up.method == Method::ToolsCall).map_err(BackendError::Rpc)
+                let tool_call = up.method == Method::ToolsCall;
+                result_for_legacy(raw, tool_call, marks).map_err(BackendError::Rpc)
             }
-            (Host::Modern(m), Ok(raw)) if input::is_input_required(&raw) => {
+            (Host::Modern(m), Ok(raw)) if input::is_input_required(&raw, marks) => {
                 asks = true;
                 let name = &self.catalog.backend(up.backend).spec.name;
                 wrap::pass(&self.bridge, m, up, name, &raw)
@@ -128,14 +144,15 @@ impl Dispatch {
             }
             (_, outcome) => outcome,
         };
-        let bytes = match outcome {
+        let bytes: Encoded = match outcome {
             Err(BackendError::Cancelled) => return ctx.finish(Outcome::Cancelled),
             Ok(raw) => {
                 if up.method == Method::ToolsCall && ctx.is_traced() && is_tool_error(&raw) {
                     ctx.set_tool_error();
                 }
-                let raw = self.shape_result(&call.host, up, raw);
-                let bytes = jsonrpc::result_bytes(id, &raw);
+                let raw = self.shape_result(&call.host, up, raw, marks);
+                // The backend's bytes, not copied: our envelope around them.
+                let bytes = jsonrpc::result_encoded(id, &raw);
                 ctx.set_bytes_out(bytes.len());
                 ctx.finish(if asks {
                     Outcome::InputRequired
@@ -153,11 +170,11 @@ impl Dispatch {
                 let bytes = jsonrpc::error_bytes(Some(id), &error);
                 ctx.set_bytes_out(bytes.len());
                 ctx.finish_error(Outcome::of_backend(&e), error.code);
-                bytes
+                bytes.into()
             }
         };
         if ours {
-            call.finish(bytes.into()).await;
+            call.finish(bytes).await;
         }
     }
 
@@ -185,7 +202,7 @@ impl Dispatch {
     /// closing its stream cancels it.
     async fn drive(&self, ctx: RequestContext, mut cont: Continuation, id: Id) {
         enum Event {
-            Done(Result<Box<RawValue>, BackendError>),
+            Done(Result<RawJson, BackendError>),
             Asked,
             Gone,
         }
@@ -200,7 +217,8 @@ impl Dispatch {
         match event {
             Event::Done(outcome) => {
                 let (call, up) = (cont.call.clone(), cont.upstream.clone());
-                self.finish_call(ctx, &call, &up, &id, outcome, true).await;
+                self.finish_call(ctx, &call, &up, &id, outcome, true, None)
+                    .await;
             }
             Event::Asked => {
                 // Backends often ask several things at once: one round for all.
@@ -286,7 +304,7 @@ impl Dispatch {
         &self,
         call: &Arc<HostCall>,
         up: &Upstream,
-    ) -> Result<Box<RawValue>, BackendError> {
+    ) -> Result<RawJson, BackendError> {
         if matches!(call.host, Host::Legacy(_)) {
             return self.call_backend(call, up).await;
         }
@@ -313,8 +331,8 @@ impl Dispatch {
         ctx: &RequestContext,
         call: &Arc<HostCall>,
         up: &Upstream,
-        first: Box<RawValue>,
-    ) -> Result<Box<RawValue>, BackendError> {
+        first: RawJson,
+    ) -> Result<RawJson, BackendError> {
         let retry = |responses, state| {
             let params = shim::retry_params(&up.params, responses, state);
             async move {
@@ -340,7 +358,7 @@ impl Dispatch {
         &self,
         call: &Arc<HostCall>,
         up: &Upstream,
-    ) -> Result<Box<RawValue>, BackendError> {
+    ) -> Result<RawJson, BackendError> {
         self.send_upstream(call, up, Cow::Borrowed(&up.params))
             .await
     }
@@ -352,7 +370,7 @@ impl Dispatch {
         call: &Arc<HostCall>,
         up: &Upstream,
         params: Cow<'_, Value>,
-    ) -> Result<Box<RawValue>, BackendError> {
+    ) -> Result<RawJson, BackendError> {
         let b = self.catalog.backend(up.backend);
         let _permit = b.acquire().await?;
         let conn = self
@@ -374,9 +392,9 @@ impl Dispatch {
 
     /// The backend's result in the host's namespace and revision; a created task
     /// is registered with the session.
-    fn shape_result(&self, host: &Host, up: &Upstream, raw: Box<RawValue>) -> Box<RawValue> {
+    fn shape_result(&self, host: &Host, up: &Upstream, raw: RawJson, marks: Marks) -> RawJson {
         let b = self.catalog.backend(up.backend);
-        let raw = rewrite_result(raw, up.kind, &b.uri_prefix, host.version());
+        let raw = rewrite_result(raw, up.kind, &b.uri_prefix, host.version(), marks);
         match (host, &up.task) {
             (Host::Modern(_), _) => {
                 complete_raw_for_modern(raw, up.kind == super::ResultKind::Resource)
@@ -396,9 +414,9 @@ impl Dispatch {
         session: &Session,
         backend_name: &str,
         backend: usize,
-        raw: Box<RawValue>,
-    ) -> Box<RawValue> {
-        let Ok(mut v) = serde_json::from_str::<Value>(raw.get()) else {
+        raw: RawJson,
+    ) -> RawJson {
+        let Ok(mut v) = raw.parse::<Value>() else {
             return raw;
         };
         let Some(Value::String(id)) = v.pointer_mut("/task/taskId") else {
@@ -416,7 +434,7 @@ impl Dispatch {
             session.send_unrelated(bytes.into());
         }
         *id = exposed;
-        serde_json::value::to_raw_value(&v).unwrap_or(raw)
+        RawJson::from_value(&v).unwrap_or(raw)
     }
 }
 
@@ -441,11 +459,11 @@ impl Upstream {
 
 /// Whether a `tools/call` result reports a tool error (`"isError": true`,
 /// MCP 2025-11-25 server/tools, error handling).
-fn is_tool_error(raw: &RawValue) -> bool {
+fn is_tool_error(raw: &RawJson) -> bool {
     #[derive(serde::Deserialize)]
     struct Flag {
         #[serde(rename = "isError", default)]
         is_error: bool,
     }
-    serde_json::from_str::<Flag>(raw.get()).is_ok_and(|f| f.is_error)
+    raw.parse::<Flag>().is_ok_and(|f| f.is_error)
 }

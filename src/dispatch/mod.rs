@@ -298,7 +298,7 @@ impl Dispatch {
         let page = view
             .page(kind, cursor, host.version())
             .ok_or(RpcError::InvalidCursor)?;
-        Ok(jsonrpc::result_bytes(id, page).into())
+        Ok(jsonrpc::result_bytes(id, page.get().as_bytes()).into())
     }
 
     /// `tools/call` and `prompts/get`: route by exposed name.
@@ -509,7 +509,7 @@ impl Dispatch {
                 .await;
         }
         match outcome {
-            Ok(raw) => Ok(jsonrpc::result_bytes(id, &raw).into()),
+            Ok(raw) => Ok(jsonrpc::result_bytes(id, raw.as_bytes()).into()),
             Err(e) => {
                 if subscribe {
                     subs.unsubscribe(&b, &original, session);

@@ -4,12 +4,11 @@
 //! namespace, and fields a host's revision does not know are removed (MCP
 //! 2025-11-25 checklist §8.10; the revision rules are in `mcp::version`).
 
+use crate::jsonrpc::{ErrorObject, RawJson};
 use serde_json::Value;
-use serde_json::value::RawValue;
-
-use crate::jsonrpc::{self, ErrorObject};
 
 use crate::mcp::ProtocolVersion;
+use crate::mcp::marks::Marks;
 use crate::mcp::names;
 use crate::mcp::version;
 
@@ -27,24 +26,26 @@ pub enum ResultKind {
 }
 
 /// Rewrites a backend result for a host. Returns the input untouched (no parse)
-/// when nothing can need rewriting.
+/// when nothing can need rewriting. `marks`: the keys `raw`'s text shows
+/// ([`Marks::of`]).
 pub fn rewrite_result(
-    raw: Box<RawValue>,
+    raw: RawJson,
     kind: ResultKind,
     uri_prefix: &str,
     host: ProtocolVersion,
-) -> Box<RawValue> {
+    marks: Marks,
+) -> RawJson {
     let needs_uris = !uri_prefix.is_empty()
         && kind != ResultKind::Opaque
-        // One scan for both keys rewritten: `"uri"` and `"resourceUri"` (a string
-        // ending in `ri` elsewhere only costs a parse).
-        && jsonrpc::raw_contains(raw.get(), "ri\"");
+        // Both keys rewritten, `"uri"` and `"resourceUri"`, end in `ri"` (a
+        // string ending so elsewhere only costs a parse).
+        && marks.uri();
     let needs_downgrade = matches!(kind, ResultKind::ToolCall | ResultKind::Prompt)
-        && version::result_needs_downgrade(host, raw.get());
+        && version::result_needs_downgrade(host, raw.as_bytes());
     if !needs_uris && !needs_downgrade {
         return raw;
     }
-    let Ok(mut v) = serde_json::from_str::<Value>(raw.get()) else {
+    let Ok(mut v) = raw.parse::<Value>() else {
         return raw;
     };
     if needs_uris {
@@ -78,7 +79,7 @@ pub fn rewrite_result(
         ResultKind::Prompt => version::downgrade_prompt_result(&mut v, host),
         ResultKind::Resource | ResultKind::Opaque => {}
     }
-    serde_json::value::to_raw_value(&v).unwrap_or(raw)
+    RawJson::from_value(&v).unwrap_or(raw)
 }
 
 /// A backend's JSON-RPC error, in the host's namespace:
@@ -141,12 +142,14 @@ mod tests {
 
     use super::*;
 
-    fn raw(v: &Value) -> Box<RawValue> {
-        serde_json::value::to_raw_value(v).unwrap()
+    fn raw(v: &Value) -> RawJson {
+        RawJson::from_value(v).unwrap()
     }
 
     fn run(v: &Value, kind: ResultKind, prefix: &str, host: ProtocolVersion) -> Value {
-        serde_json::from_str(rewrite_result(raw(v), kind, prefix, host).get()).unwrap()
+        rewrite_result(raw(v), kind, prefix, host, Marks::all())
+            .parse()
+            .unwrap()
     }
 
     #[test]
@@ -204,8 +207,14 @@ mod tests {
     #[test]
     fn untouched_without_prefix_and_byte_identical() {
         let text = r#"{"contents":[{"uri":"test://x","text":"t"}],"extra":1}"#;
-        let r = RawValue::from_string(text.into()).unwrap();
-        let out = rewrite_result(r, ResultKind::Resource, "", ProtocolVersion::LATEST);
+        let r = RawJson::from_raw(serde_json::value::RawValue::from_string(text.into()).unwrap());
+        let out = rewrite_result(
+            r,
+            ResultKind::Resource,
+            "",
+            ProtocolVersion::LATEST,
+            Marks::all(),
+        );
         assert_eq!(out.get(), text);
     }
 

@@ -26,12 +26,12 @@
 use std::future::Future;
 use std::time::Duration;
 
-use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 
 use crate::backend::BackendError;
-use crate::jsonrpc::{ErrorObject, INTERNAL_ERROR, Id, MISSING_CLIENT_CAPABILITY};
+use crate::jsonrpc::{ErrorObject, INTERNAL_ERROR, Id, MISSING_CLIENT_CAPABILITY, RawJson};
 use crate::mcp::input;
+use crate::mcp::marks::Marks;
 use crate::relay::Relay;
 use crate::session::{HostCall, Session};
 
@@ -59,13 +59,13 @@ pub(super) enum ShimError {
 pub(super) async fn rounds<F, Fut>(
     relay: &Relay,
     call: &HostCall,
-    first: Box<RawValue>,
+    first: RawJson,
     leg: Duration,
     mut retry: F,
-) -> Result<Box<RawValue>, ShimError>
+) -> Result<RawJson, ShimError>
 where
     F: FnMut(Map<String, Value>, Option<String>) -> Fut,
-    Fut: Future<Output = Result<Box<RawValue>, BackendError>>,
+    Fut: Future<Output = Result<RawJson, BackendError>>,
 {
     let Some(session) = call.host.session() else {
         return Err(ShimError::Failed("not a session".into()));
@@ -88,7 +88,7 @@ where
         raw = retry(responses, asked.state)
             .await
             .map_err(ShimError::Backend)?;
-        if !input::is_input_required(&raw) {
+        if !input::is_input_required(&raw, Marks::of(raw.as_bytes())) {
             return Ok(raw);
         }
     }
@@ -121,22 +121,22 @@ pub(super) fn retry_params(
 
 /// A shim failure as the host sees it: an `isError` result for `tools/call`
 /// (`tool_call`), a -32603 error for the others.
-pub(super) fn failed(why: &str, tool_call: bool) -> Result<Box<RawValue>, BackendError> {
+pub(super) fn failed(why: &str, tool_call: bool) -> Result<RawJson, BackendError> {
     if !tool_call {
         return Err(BackendError::Rpc(ErrorObject::new(INTERNAL_ERROR, why)));
     }
     let shown = json!({"content": [{"type": "text", "text": why}], "isError": true});
-    serde_json::value::to_raw_value(&shown)
-        .map_err(|e| BackendError::Rpc(ErrorObject::new(INTERNAL_ERROR, e.to_string())))
+    RawJson::from_value(&shown)
+        .ok_or_else(|| BackendError::Rpc(ErrorObject::new(INTERNAL_ERROR, why)))
 }
 
 /// A 2026-07-28 backend's -32021 (a client capability the request did not
 /// declare) for a legacy host, which has no such code: the same clean failure as
 /// the shim's ([`failed`]), naming what the backend needs. Other outcomes pass.
 pub(super) fn for_legacy(
-    outcome: Result<Box<RawValue>, BackendError>,
+    outcome: Result<RawJson, BackendError>,
     tool_call: bool,
-) -> Result<Box<RawValue>, BackendError> {
+) -> Result<RawJson, BackendError> {
     match outcome {
         Err(BackendError::Rpc(e)) if e.code == MISSING_CLIENT_CAPABILITY => {
             let needed = e

@@ -10,13 +10,12 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
 use crate::backend::BackendError;
 use crate::catalog::Catalog;
 use crate::error::RpcError;
-use crate::jsonrpc::{self, Id};
+use crate::jsonrpc::{self, Id, RawJson};
 use crate::mcp::{META_RELATED_TASK, Method};
 use crate::session::{Host, Session};
 use crate::supervisor::Supervisor;
@@ -24,8 +23,8 @@ use crate::supervisor::Supervisor;
 /// A task-related result (already in the host's namespace otherwise): `taskId`
 /// (tasks/get, tasks/cancel) and the `related-task` `_meta` (tasks/result)
 /// carry the exposed id.
-pub(super) fn expose_task_result(raw: Box<RawValue>, exposed: &str) -> Box<RawValue> {
-    let Ok(mut v) = serde_json::from_str::<Value>(raw.get()) else {
+pub(super) fn expose_task_result(raw: RawJson, exposed: &str) -> RawJson {
+    let Ok(mut v) = raw.parse::<Value>() else {
         return raw;
     };
     if let Some(t) = v.get_mut("taskId") {
@@ -35,7 +34,7 @@ pub(super) fn expose_task_result(raw: Box<RawValue>, exposed: &str) -> Box<RawVa
     if let Some(t) = v.pointer_mut(&pointer) {
         *t = exposed.into();
     }
-    serde_json::value::to_raw_value(&v).unwrap_or(raw)
+    RawJson::from_value(&v).unwrap_or(raw)
 }
 
 /// `tasks/list`: the session's tasks, from every backend it has tasks on.
@@ -93,7 +92,8 @@ async fn list_backend_tasks(
         let raw = conn
             .request(&Method::TasksList, params, None, conn.timeout())
             .await?;
-        let page: Value = serde_json::from_str(raw.get())
+        let page: Value = raw
+            .parse()
             .map_err(|e| BackendError::protocol(&conn.backend, format!("tasks/list: {e}")))?;
         if let Some(items) = page.get("tasks").and_then(Value::as_array) {
             out.extend(items.iter().cloned());

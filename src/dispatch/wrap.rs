@@ -44,7 +44,6 @@
 //! process that issued it (another one answers -32602, never a second execution).
 
 use serde::{Deserialize, Serialize};
-use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 
 use super::Upstream;
@@ -52,7 +51,7 @@ use super::bridge::{Bridge, Kind, call_digest, caller_digest};
 use crate::auth::PrincipalId;
 use crate::backend::BackendError;
 use crate::error::RpcError;
-use crate::jsonrpc::{ErrorObject, INTERNAL_ERROR, MISSING_CLIENT_CAPABILITY};
+use crate::jsonrpc::{ErrorObject, INTERNAL_ERROR, MISSING_CLIENT_CAPABILITY, RawJson};
 use crate::mcp::{Method, input};
 use crate::session::ModernHost;
 
@@ -95,8 +94,8 @@ pub(super) fn pass(
     host: &ModernHost,
     up: &Upstream,
     backend: &str,
-    raw: &RawValue,
-) -> Result<Box<RawValue>, BackendError> {
+    raw: &RawJson,
+) -> Result<RawJson, BackendError> {
     let refuse = |why: String| BackendError::Rpc(ErrorObject::new(INTERNAL_ERROR, why));
     if !up.may_ask() {
         return Err(refuse(format!(
@@ -127,7 +126,7 @@ pub(super) fn pass(
             return Err(BackendError::Rpc(error));
         }
     }
-    let mut v: Map<String, Value> = serde_json::from_str(raw.get()).unwrap_or_default();
+    let mut v: Map<String, Value> = raw.parse().unwrap_or_default();
     let state = Wrapped {
         b: backend.to_owned(),
         p: caller_digest(host.principal.as_ref()),
@@ -140,7 +139,7 @@ pub(super) fn pass(
         "requestState".into(),
         bridge.seal_as(WRAPPED, &state).into(),
     );
-    serde_json::value::to_raw_value(&v).map_err(|e| refuse(e.to_string()))
+    RawJson::from_value(&v).ok_or_else(|| refuse("the result could not be serialized".into()))
 }
 
 /// A legacy backend's URLElicitationRequiredError `error` (-32042, MCP 2025-11-25
@@ -159,7 +158,7 @@ pub(super) fn url_required(
     up: &Upstream,
     backend: &str,
     error: &ErrorObject,
-) -> Result<Box<RawValue>, BackendError> {
+) -> Result<RawJson, BackendError> {
     let refuse = |why: String| BackendError::Rpc(ErrorObject::new(INTERNAL_ERROR, why));
     let listed = error
         .data
@@ -212,7 +211,7 @@ pub(super) fn url_required(
         "inputRequests": requests,
         "requestState": bridge.seal_as(WRAPPED, &state),
     });
-    serde_json::value::to_raw_value(&result).map_err(|e| refuse(e.to_string()))
+    RawJson::from_value(&result).ok_or_else(|| refuse("the result could not be serialized".into()))
 }
 
 /// Opens `request_state` if it is a wrapped one: `None` when it is not (a

@@ -565,7 +565,7 @@ async fn batch(
         let mut finals = Vec::new();
         while let Some(m) = call.recv().await {
             if let Outbound::Final(b) = m {
-                finals.push(b.to_vec());
+                finals.push(b.to_bytes().to_vec());
             }
         }
         finals

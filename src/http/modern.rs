@@ -371,7 +371,7 @@ async fn respond(
     let first = match tokio::time::timeout(window, rx.recv()).await {
         Ok(Some(Outbound::Final(body))) => {
             st.metrics.bytes_out.inc_by(body.len() as u64);
-            return answer(body);
+            return answer(body.to_bytes());
         }
         Ok(Some(m)) => Some(m),
         Ok(None) | Err(_) => None,
@@ -410,7 +410,7 @@ async fn respond(
             Outbound::Message(b) => b,
             Outbound::Final(b) => {
                 s.done = true;
-                b
+                b.to_bytes()
             }
         };
         let mut frame = Vec::with_capacity(data.len() + 8);

@@ -517,7 +517,7 @@ async fn run_one(st: AppState, h: String, sealed: String) {
     let call_of = match reply {
         Reply::Now(bytes) => {
             let (tx, rx) = mpsc::channel(1);
-            let _ = tx.try_send(Outbound::Final(bytes));
+            let _ = tx.try_send(Outbound::Final(bytes.into()));
             Call::from(rx)
         }
         Reply::Stream(rx) => Call::from(rx),

@@ -10,15 +10,17 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::body::Body;
+use axum::body::{Body, HttpBody};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use futures_util::{StreamExt, stream};
+use hyper::body::{Frame, SizeHint};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::cluster::{MirroredEvent, Purpose, Sealer, SharedStore};
 use crate::dispatch::Call;
+use crate::jsonrpc::Encoded;
 use crate::metrics::Metrics;
 use crate::session::{Outbound, Session, StreamSlot};
 use crate::streamable_http::{Attached, EVENT_STREAM, JSON, KEEP_ALIVE};
@@ -29,6 +31,63 @@ pub fn json_response(body: Bytes) -> Response {
     resp.headers_mut()
         .insert(header::CONTENT_TYPE, HeaderValue::from_static(JSON));
     resp
+}
+
+/// A `200 application/json` response whose body is `body`'s pieces, written
+/// one after the other (a large backend result is not copied into one buffer);
+/// its `Content-Length` is their total.
+pub fn json_pieces(body: Encoded) -> Response {
+    let [head, result, tail] = body.into_pieces();
+    if result.is_empty() && tail.is_empty() {
+        return json_response(head);
+    }
+    let left = (head.len() + result.len() + tail.len()) as u64;
+    let pieces = Pieces {
+        pieces: [head, result, tail],
+        next: 0,
+        left,
+    };
+    let mut resp = Response::new(Body::new(pieces));
+    resp.headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(JSON));
+    resp
+}
+
+/// The body of [`json_pieces`]: each non-empty piece is one data frame (hyper
+/// writes them with one vectored write); its exact size is known.
+struct Pieces {
+    pieces: [Bytes; 3],
+    next: usize,
+    left: u64,
+}
+
+impl HttpBody for Pieces {
+    type Data = Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        self: std::pin::Pin<&mut Self>,
+        _cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        let this = self.get_mut();
+        while let Some(piece) = this.pieces.get_mut(this.next) {
+            this.next += 1;
+            let piece = std::mem::take(piece);
+            if !piece.is_empty() {
+                this.left -= piece.len() as u64;
+                return std::task::Poll::Ready(Some(Ok(Frame::data(piece))));
+            }
+        }
+        std::task::Poll::Ready(None)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.left == 0
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        SizeHint::with_exact(self.left)
+    }
 }
 
 /// For a host that accepts only `text/event-stream`: a `200 application/json`
@@ -120,7 +179,7 @@ pub async fn stream_reply(
     let first = match tokio::time::timeout(window, call.recv()).await {
         Ok(Some(Outbound::Final(body))) => {
             metrics.bytes_out.inc_by(body.len() as u64);
-            return json_response(body);
+            return json_pieces(body);
         }
         Ok(Some(m)) => Some(m),
         Ok(None) | Err(_) => None,
@@ -339,6 +398,7 @@ async fn pump(
                 session.events().push(stream, b, false);
             }
             Outbound::Final(b) => {
+                let b = b.to_bytes();
                 if let Some(m) = &mirror {
                     m.write(seq, &b, true).await;
                 }
@@ -361,7 +421,7 @@ pub async fn mirror_only(mut call: Call, mirror: Mirror, stream: u64) {
     loop {
         match call.recv().await {
             Some(Outbound::Message(b)) => writer.write(seq, &b, false).await,
-            Some(Outbound::Final(b)) => return writer.write(seq, &b, true).await,
+            Some(Outbound::Final(b)) => return writer.write(seq, &b.to_bytes(), true).await,
             None => return writer.write(seq, b"", true).await,
         }
         seq += 1;

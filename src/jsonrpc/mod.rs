@@ -5,19 +5,21 @@
 //! MCP vocabulary: a method name is parsed into whatever [`MethodName`] the caller
 //! asks for (the gateway's is `mcp::Method`, see `mcp::Message`); `params`
 //! stay a `serde_json::Value` (small, and the router rewrites a few fields in them)
-//! and a response's `result` stays a [`RawValue`] so that large results pass through
+//! and a response's `result` stays raw text ([`RawJson`], sharing the bytes it
+//! arrived in) so that large results pass through
 //! without being parsed unless the router has to rewrite something inside them.
 
 use std::borrow::Cow;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use serde_json::value::RawValue;
 
 mod id;
 mod parse;
+mod raw;
 pub use id::{Id, LoggedId};
-pub use parse::{classify_raw, parse_message};
+pub use parse::{classify_raw, classify_raw_in, parse_message, parse_message_in};
+pub use raw::{Encoded, RawJson, result_encoded};
 
 /// Parse error: the body is not JSON (JSON-RPC 2.0 §5.1).
 pub const PARSE_ERROR: i64 = -32700;
@@ -115,8 +117,8 @@ pub struct Notification<M> {
 pub struct Response {
     /// The id of the request answered; `None` only for errors about unreadable ids.
     pub id: Option<Id>,
-    /// The result (kept raw) or the error.
-    pub outcome: Result<Box<RawValue>, ErrorObject>,
+    /// The result (kept raw, sharing the bytes it arrived in) or the error.
+    pub outcome: Result<RawJson, ErrorObject>,
 }
 
 /// One JSON-RPC message of any kind, its method parsed into `M`.
@@ -205,26 +207,31 @@ pub fn notification_bytes(method: &str, params: Option<&Value>) -> Vec<u8> {
 /// Whether the JSON text `raw` contains `needle`, byte for byte: the filter
 /// that lets a result nothing needs to touch pass without a parse. Long texts
 /// get a SIMD substring search (`memchr::memmem`, ~0.5 instructions per byte on
-/// a 1 MiB result against ~3 for `str::contains`); short ones `str::contains`,
-/// whose set-up is cheaper than building a `memmem` finder.
-pub fn raw_contains(raw: &str, needle: &str) -> bool {
-    /// Below this many bytes `str::contains` costs less (callgrind).
+/// a 1 MiB result against ~3 for `str::contains`); short ones a `memchr` of the
+/// needle's first byte, whose set-up is cheaper than building a `memmem` finder.
+pub fn raw_contains(raw: &[u8], needle: &str) -> bool {
+    /// Below this many bytes looking for the first byte costs less than
+    /// building a `memmem` finder (callgrind).
     const SIMD_FROM: usize = 4096;
-    if raw.len() < SIMD_FROM {
-        raw.contains(needle)
-    } else {
-        memchr::memmem::find(raw.as_bytes(), needle.as_bytes()).is_some()
+    let needle = needle.as_bytes();
+    match needle.first() {
+        None => true,
+        Some(&first) if raw.len() < SIMD_FROM => {
+            memchr::memchr_iter(first, raw).any(|i| raw[i..].starts_with(needle))
+        }
+        Some(_) => memchr::memmem::find(raw, needle).is_some(),
     }
 }
 
-/// Serializes a success response whose result is already JSON text.
-pub fn result_bytes(id: &Id, result: &RawValue) -> Vec<u8> {
+/// Serializes a success response whose result is already JSON text (`result`:
+/// its bytes).
+pub fn result_bytes(id: &Id, result: &[u8]) -> Vec<u8> {
     let id = serde_json::to_string(id).unwrap_or_default();
-    let mut out = Vec::with_capacity(result.get().len() + id.len() + 32);
+    let mut out = Vec::with_capacity(result.len() + id.len() + 32);
     out.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
     out.extend_from_slice(id.as_bytes());
     out.extend_from_slice(b",\"result\":");
-    out.extend_from_slice(result.get().as_bytes());
+    out.extend_from_slice(result);
     out.push(b'}');
     out
 }
@@ -419,9 +426,9 @@ mod tests {
 
     #[test]
     fn serializes_responses() {
-        let raw = RawValue::from_string(r#"{"ok":true}"#.into()).unwrap();
+        let raw = serde_json::value::RawValue::from_string(r#"{"ok":true}"#.into()).unwrap();
         assert_eq!(
-            String::from_utf8(result_bytes(&Id::Str("7".into()), &raw)).unwrap(),
+            String::from_utf8(result_bytes(&Id::Str("7".into()), raw.get().as_bytes())).unwrap(),
             r#"{"jsonrpc":"2.0","id":"7","result":{"ok":true}}"#
         );
         let e = ErrorObject::new(METHOD_NOT_FOUND, "Method not found");

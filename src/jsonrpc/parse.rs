@@ -4,12 +4,15 @@
 
 use std::borrow::Cow;
 
+use bytes::Bytes;
 use serde::{Deserialize, Deserializer};
 use serde_json::Value;
 use serde_json::error::Category;
 use serde_json::value::RawValue;
 
-use super::{EnvelopeError, ErrorObject, Id, Message, MethodName, Notification, Request, Response};
+use super::{
+    EnvelopeError, ErrorObject, Id, Message, MethodName, Notification, RawJson, Request, Response,
+};
 
 /// Wire shape used only to classify; `id` distinguishes "absent" from `null`.
 /// `jsonrpc` and `method` are borrowed from the text (checked, not kept).
@@ -23,7 +26,10 @@ struct Envelope<'a> {
     #[serde(borrow)]
     method: Option<&'a RawValue>,
     params: Option<Value>,
-    result: Option<Box<RawValue>>,
+    /// Borrowed: kept as a slice of the message's bytes when they are shared
+    /// ([`parse_message_in`]), copied otherwise.
+    #[serde(borrow)]
+    result: Option<&'a RawValue>,
     error: Option<Value>,
 }
 
@@ -39,13 +45,28 @@ fn present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<&'de RawValue>, D::
 /// non-string method, non-object params, a response with both or neither of
 /// `result`/`error`).
 pub fn parse_message<M: MethodName>(text: &[u8]) -> Result<Message<M>, EnvelopeError> {
+    parse(text, None)
+}
+
+/// [`parse_message`] of `text`, a part of `owner`: a response's `result` is
+/// kept as a slice of `owner` ([`RawJson::within`]), not copied.
+///
+/// Errors: as [`parse_message`].
+pub fn parse_message_in<M: MethodName>(
+    text: &[u8],
+    owner: &Bytes,
+) -> Result<Message<M>, EnvelopeError> {
+    parse(text, Some(owner))
+}
+
+fn parse<M: MethodName>(text: &[u8], owner: Option<&Bytes>) -> Result<Message<M>, EnvelopeError> {
     // One pass for a well-formed object; a failure is classified against a
     // skim of the whole text, as if the skim had come first.
     if text.trim_ascii_start().first() != Some(&b'{') {
         return Err(skim(text).err().unwrap_or_else(not_an_object));
     }
     match serde_json::from_slice::<Envelope<'_>>(text) {
-        Ok(env) => classify(env),
+        Ok(env) => classify(env, owner),
         Err(e) => Err(skim(text).err().unwrap_or_else(|| envelope_error(&e))),
     }
 }
@@ -80,15 +101,27 @@ fn envelope_error(e: &serde_json::Error) -> EnvelopeError {
 
 /// Classifies one already-parsed JSON value (used for batch elements).
 pub fn classify_raw<M: MethodName>(raw: &RawValue) -> Result<Message<M>, EnvelopeError> {
+    classify_raw_in(raw, None)
+}
+
+/// [`classify_raw`] of a batch element borrowed from `owner` (its `result`
+/// kept as a slice of it, as in [`parse_message_in`]).
+pub fn classify_raw_in<M: MethodName>(
+    raw: &RawValue,
+    owner: Option<&Bytes>,
+) -> Result<Message<M>, EnvelopeError> {
     // serde's derived struct impl would also take an array of the fields in order.
     if !raw.get().trim_start().starts_with('{') {
         return Err(not_an_object());
     }
     let env: Envelope<'_> = serde_json::from_str(raw.get()).map_err(|e| envelope_error(&e))?;
-    classify(env)
+    classify(env, owner)
 }
 
-fn classify<M: MethodName>(env: Envelope<'_>) -> Result<Message<M>, EnvelopeError> {
+fn classify<M: MethodName>(
+    env: Envelope<'_>,
+    owner: Option<&Bytes>,
+) -> Result<Message<M>, EnvelopeError> {
     let id = match &env.id {
         None => None,
         Some(v) => match Id::from_json(v.get()) {
@@ -146,7 +179,10 @@ fn classify<M: MethodName>(env: Envelope<'_>) -> Result<Message<M>, EnvelopeErro
         _ => return Err(invalid("a response needs an integer or string id")),
     };
     let outcome = match (env.result, env.error) {
-        (Some(r), None) => Ok(r),
+        (Some(r), None) => Ok(match owner {
+            Some(owner) => RawJson::within(owner, r),
+            None => RawJson::from_raw(r.to_owned()),
+        }),
         (None, Some(e)) => Err(serde_json::from_value::<ErrorObject>(e)
             .map_err(|_| invalid("error must be {code, message, data?}"))?),
         (Some(_), Some(_)) => {

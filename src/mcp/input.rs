@@ -7,10 +7,11 @@
 //! or as an entry of `inputRequests` — and which of its capabilities the gateway
 //! can carry to a 2026-07-28 backend on its behalf.
 
-use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 
+use super::marks::Marks;
 use super::{Method, ProtocolVersion};
+use crate::jsonrpc::RawJson;
 
 /// An `InputRequiredResult` (MCP 2026-07-28 basic/patterns/mrtr), parsed.
 #[derive(Debug, Default)]
@@ -22,24 +23,24 @@ pub struct InputRequired {
     pub state: Option<String>,
 }
 
-/// Whether `raw` is an `InputRequiredResult` (`resultType: "input_required"`).
-pub fn is_input_required(raw: &RawValue) -> bool {
+/// Whether `raw` is an `InputRequiredResult` (`resultType: "input_required"`);
+/// `marks`: the keys its text shows ([`Marks::of`]), parsed only if marked.
+pub fn is_input_required(raw: &RawJson, marks: Marks) -> bool {
     #[derive(serde::Deserialize)]
     struct Tagged<'a> {
         #[serde(rename = "resultType", borrow, default)]
         result_type: Option<&'a str>,
     }
-    crate::jsonrpc::raw_contains(raw.get(), "input_required")
-        && serde_json::from_str::<Tagged<'_>>(raw.get())
+    marks.input_required()
+        && serde_json::from_slice::<Tagged<'_>>(raw.as_bytes())
             .is_ok_and(|t| t.result_type == Some("input_required"))
 }
 
 /// Parses an `InputRequiredResult`. Errors (why it is malformed): neither
 /// `inputRequests` nor `requestState`, `inputRequests` not an object of
 /// `{method, params?}` requests of the three kinds, `requestState` not a string.
-pub fn parse_input_required(raw: &RawValue) -> Result<InputRequired, &'static str> {
-    let v: Map<String, Value> =
-        serde_json::from_str(raw.get()).map_err(|_| "the result is not a JSON object")?;
+pub fn parse_input_required(raw: &RawJson) -> Result<InputRequired, &'static str> {
+    let v: Map<String, Value> = raw.parse().map_err(|_| "the result is not a JSON object")?;
     let requests = match v.get("inputRequests") {
         None | Some(Value::Null) => Map::new(),
         Some(Value::Object(m)) => m.clone(),
@@ -185,15 +186,15 @@ mod tests {
     const V11: ProtocolVersion = ProtocolVersion::V2025_11_25;
     const MODERN: ProtocolVersion = ProtocolVersion::MODERN;
 
-    fn raw(v: &Value) -> Box<RawValue> {
-        RawValue::from_string(v.to_string()).unwrap()
+    fn raw(v: &Value) -> RawJson {
+        RawJson::from_value(v).unwrap()
     }
 
     #[test]
     fn input_required_results_are_recognized_and_checked() {
         let ask = json!({"resultType": "input_required",
             "inputRequests": {"a": {"method": "roots/list"}}, "requestState": "s"});
-        assert!(is_input_required(&raw(&ask)));
+        assert!(is_input_required(&raw(&ask), Marks::all()));
         let parsed = parse_input_required(&raw(&ask)).unwrap();
         assert_eq!(parsed.state.as_deref(), Some("s"));
         assert_eq!(parsed.requests.len(), 1);
@@ -205,7 +206,7 @@ mod tests {
                 .is_empty()
         );
         let text = json!({"content": [{"type": "text", "text": "input_required"}]});
-        assert!(!is_input_required(&raw(&text)));
+        assert!(!is_input_required(&raw(&text), Marks::all()));
         for bad in [
             json!({"resultType": "input_required"}),
             json!({"resultType": "input_required", "inputRequests": []}),

@@ -8,6 +8,7 @@
 //! notification) and MCP 2026-07-28 (`server/discover`, `subscriptions/listen`).
 
 pub(crate) mod input;
+pub(crate) mod marks;
 pub(crate) mod names;
 pub(crate) mod version;
 

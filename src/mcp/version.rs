@@ -223,7 +223,7 @@ fn array_mut<'a>(v: &'a mut Value, key: &str) -> impl Iterator<Item = &'a mut Va
 /// Whether a `tools/call` or `prompts/get` result (its JSON text `raw`) may hold
 /// something `host`'s revision lacks: a cheap scan for the names in [`ADDED`] and
 /// [`ADDED_BLOCKS`], so that most results are passed on without a parse.
-pub fn result_needs_downgrade(host: ProtocolVersion, raw: &str) -> bool {
+pub fn result_needs_downgrade(host: ProtocolVersion, raw: &[u8]) -> bool {
     host < ProtocolVersion::V2025_11_25
         && (ADDED.iter().any(|&(since, place, name)| {
             host < since
@@ -311,14 +311,14 @@ pub fn complete_for_modern(v: &mut serde_json::Map<String, Value>, cacheable: bo
 /// [`complete_for_modern`] on a raw result; a result that is not an object is
 /// returned as is.
 pub fn complete_raw_for_modern(
-    raw: Box<serde_json::value::RawValue>,
+    raw: crate::jsonrpc::RawJson,
     cacheable: bool,
-) -> Box<serde_json::value::RawValue> {
-    let Ok(mut v) = serde_json::from_str::<serde_json::Map<String, Value>>(raw.get()) else {
+) -> crate::jsonrpc::RawJson {
+    let Ok(mut v) = raw.parse::<serde_json::Map<String, Value>>() else {
         return raw;
     };
     complete_for_modern(&mut v, cacheable);
-    serde_json::value::to_raw_value(&v).unwrap_or(raw)
+    crate::jsonrpc::RawJson::from_value(&v).unwrap_or(raw)
 }
 
 /// Result fields only the 2026-07-28 wire has (MCP 2026-07-28 basic/index
@@ -332,18 +332,17 @@ const MODERN_ONLY: [&str; 3] = ["resultType", "ttlMs", "cacheScope"];
 /// host before this; anywhere else (a request that cannot carry one) a
 /// `tools/call` (`tool_call`) gets an `isError` result saying so, other methods
 /// a -32603 error. A result without modern fields is returned untouched (legacy
-/// backends).
+/// backends); `marks` ([`Marks::of`] of `raw`) tells which may have them.
 pub fn result_for_legacy(
-    raw: Box<serde_json::value::RawValue>,
+    raw: crate::jsonrpc::RawJson,
     tool_call: bool,
-) -> Result<Box<serde_json::value::RawValue>, crate::jsonrpc::ErrorObject> {
-    if !MODERN_ONLY
-        .iter()
-        .any(|k| crate::jsonrpc::raw_contains(raw.get(), k))
-    {
+    marks: super::marks::Marks,
+) -> Result<crate::jsonrpc::RawJson, crate::jsonrpc::ErrorObject> {
+    // The marks search exactly `MODERN_ONLY`.
+    if !marks.modern() {
         return Ok(raw);
     }
-    let Ok(mut v) = serde_json::from_str::<serde_json::Map<String, Value>>(raw.get()) else {
+    let Ok(mut v) = raw.parse::<serde_json::Map<String, Value>>() else {
         return Ok(raw);
     };
     if v.get("resultType").and_then(Value::as_str) == Some("input_required") {
@@ -356,7 +355,7 @@ pub fn result_for_legacy(
             ));
         }
         let shown = json!({"content": [{"type": "text", "text": why}], "isError": true});
-        return Ok(serde_json::value::to_raw_value(&shown).unwrap_or(raw));
+        return Ok(crate::jsonrpc::RawJson::from_value(&shown).unwrap_or(raw));
     }
     for k in MODERN_ONLY {
         v.remove(k);
@@ -367,7 +366,7 @@ pub fn result_for_legacy(
             v.remove("_meta");
         }
     }
-    Ok(serde_json::value::to_raw_value(&v).unwrap_or(raw))
+    Ok(crate::jsonrpc::RawJson::from_value(&v).unwrap_or(raw))
 }
 
 /// A JSON-RPC error shaped for a host of revision `host`: 2026-07-28 has no
@@ -415,21 +414,29 @@ mod tests {
 
     #[test]
     fn modern_fields_never_reach_legacy_hosts() {
-        let raw = |v: Value| serde_json::value::to_raw_value(&v).unwrap();
+        let raw = |v: Value| crate::jsonrpc::RawJson::from_value(&v).unwrap();
+        let all = super::super::marks::Marks::all();
         let done = raw(json!({"contents": [], "resultType": "complete", "ttlMs": 5,
             "cacheScope": "public", "_meta": {"io.modelcontextprotocol/serverInfo": {}}}));
         let shown: Value =
-            serde_json::from_str(result_for_legacy(done, false).unwrap().get()).unwrap();
+            serde_json::from_str(result_for_legacy(done, false, all).unwrap().get()).unwrap();
         assert_eq!(shown, json!({"contents": []}));
         let ask = json!({"resultType": "input_required", "inputRequests": {}});
-        let tool: Value =
-            serde_json::from_str(result_for_legacy(raw(ask.clone()), true).unwrap().get()).unwrap();
+        let tool: Value = serde_json::from_str(
+            result_for_legacy(raw(ask.clone()), true, all)
+                .unwrap()
+                .get(),
+        )
+        .unwrap();
         assert_eq!(tool["isError"], true);
         assert!(tool.get("resultType").is_none());
-        assert_eq!(result_for_legacy(raw(ask), false).unwrap_err().code, -32603);
+        assert_eq!(
+            result_for_legacy(raw(ask), false, all).unwrap_err().code,
+            -32603
+        );
         let legacy = raw(json!({"content": [{"type": "text", "text": "ttlMs"}]}));
         assert_eq!(
-            result_for_legacy(legacy.clone(), true).unwrap().get(),
+            result_for_legacy(legacy.clone(), true, all).unwrap().get(),
             legacy.get()
         );
     }
@@ -484,13 +491,22 @@ mod tests {
         let link = json!({"type": "resource_link", "uri": "a+x://1", "name": "one",
             "icons": [{"src": "i"}], "annotations": {"priority": 1, "lastModified": "t"}});
         let raw = json!({"content": [link.clone()], "structuredContent": {}}).to_string();
-        assert!(!result_needs_downgrade(ProtocolVersion::V2025_11_25, &raw));
-        assert!(!result_needs_downgrade(ProtocolVersion::LATEST, &raw));
-        assert!(result_needs_downgrade(ProtocolVersion::V2025_06_18, &raw));
+        assert!(!result_needs_downgrade(
+            ProtocolVersion::V2025_11_25,
+            raw.as_bytes()
+        ));
+        assert!(!result_needs_downgrade(
+            ProtocolVersion::LATEST,
+            raw.as_bytes()
+        ));
+        assert!(result_needs_downgrade(
+            ProtocolVersion::V2025_06_18,
+            raw.as_bytes()
+        ));
         let plain = json!({"content": [{"type": "text", "text": "hi"}]}).to_string();
         assert!(!result_needs_downgrade(
             ProtocolVersion::V2025_03_26,
-            &plain
+            plain.as_bytes()
         ));
 
         let mut mid = link.clone();

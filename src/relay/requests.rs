@@ -319,7 +319,7 @@ impl Relay {
         };
         let outcome = r
             .outcome
-            .map(|raw| serde_json::from_str::<Value>(raw.get()).unwrap_or(Value::Null));
+            .map(|raw| raw.parse::<Value>().unwrap_or(Value::Null));
         match entry {
             ClientRequest::Backend { conn, upstream_id } => {
                 if let Some(conn) = conn.upgrade() {
@@ -351,7 +351,7 @@ impl Relay {
             return false;
         };
         let message = match &r.outcome {
-            Ok(raw) => jsonrpc::result_bytes(id, raw),
+            Ok(raw) => jsonrpc::result_bytes(id, raw.as_bytes()),
             Err(e) => jsonrpc::error_bytes(Some(id), e),
         };
         let message = String::from_utf8_lossy(&message).into_owned();

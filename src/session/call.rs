@@ -15,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 use super::Host;
 use crate::backend::{Caller, Connection};
 use crate::jsonrpc::ErrorObject;
-use crate::jsonrpc::Id;
+use crate::jsonrpc::{Encoded, Id};
 use crate::mcp::Method;
 use crate::streamable_http::ParamHeaders;
 
@@ -41,8 +41,9 @@ pub enum Outbound {
     /// A notification or request related to the host request (goes before the
     /// response on its stream).
     Message(Bytes),
-    /// The response that ends the host request's stream.
-    Final(Bytes),
+    /// The response that ends the host request's stream (in pieces when it
+    /// carries a large backend result: [`Encoded`]).
+    Final(Encoded),
 }
 
 /// One host request being served by a backend.
@@ -176,7 +177,7 @@ impl HostCall {
 
     /// Sends the response (of this round); returns false if the host no longer
     /// listens.
-    pub async fn finish(&self, msg: Bytes) -> bool {
+    pub async fn finish(&self, msg: Encoded) -> bool {
         let Some(sink) = self.sink() else {
             return false;
         };
@@ -253,7 +254,7 @@ impl HostCall {
     /// (the JSON answer or the SSE pump let go of the call's queue), so closing
     /// the session right after cannot cut the response off.
     pub async fn finish_flushed(&self, msg: Bytes, limit: std::time::Duration) -> bool {
-        let sent = self.finish(msg).await;
+        let sent = self.finish(msg.into()).await;
         if let Some(sink) = self.sink() {
             let _ = tokio::time::timeout(limit, sink.closed()).await;
         }

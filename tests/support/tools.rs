@@ -300,14 +300,31 @@ pub async fn call_tool<P: Peer>(
             .await,
         )),
         "ask_roots" => Ok(asked(peer.ask("roots/list", json!({})).await)),
-        "links" => Ok(json!({"content": [
-            {"type": "resource_link", "uri": "fx://static", "name": "static"},
-            {"type": "resource", "resource": {"uri": "fx://item/7", "text": "item 7"}}
-        ], "_meta": {"ui": {"resourceUri": "fx://item/8"}}})),
+        "links" => Ok(links(arg_f64(&args, "pad", 0.0) as usize)),
         "whoami" => Ok(text(catalog.label.clone())),
         other if catalog.is_extra(other) => Ok(text(format!("called {other}"))),
         other => Err((-32602, format!("Unknown tool: {other}"))),
     }
+}
+
+/// The `links` tool's result: a resource link, an embedded resource and an MCP
+/// Apps `resourceUri`; with `pad` > 0 also a text block of `pad` bytes that
+/// quotes a resource link (not one: it is text) and an embedded text of `pad`
+/// bytes.
+fn links(pad: usize) -> Value {
+    if pad == 0 {
+        return json!({"content": [
+            {"type": "resource_link", "uri": "fx://static", "name": "static"},
+            {"type": "resource", "resource": {"uri": "fx://item/7", "text": "item 7"}}
+        ], "_meta": {"ui": {"resourceUri": "fx://item/8"}}});
+    }
+    let quoted = r#"{"type": "resource_link", "uri": "fx://in-text"} é \ "#;
+    let said: String = quoted.chars().cycle().take(pad).collect();
+    json!({"content": [
+        {"type": "text", "text": said},
+        {"type": "resource_link", "uri": "fx://static", "name": "static"},
+        {"type": "resource", "resource": {"uri": "fx://item/7", "text": "7".repeat(pad)}}
+    ], "_meta": {"ui": {"resourceUri": "fx://item/8"}}})
 }
 
 /// A server→client answer as tool text: `answer: {json}` or `error: {json}`.
