@@ -16,10 +16,13 @@ use crate::jsonrpc::{self, ErrorObject};
 /// Most characters of a host-sent name repeated in an error message.
 const ECHO_MAX: usize = 128;
 
-/// `name` as an error message repeats it: whole up to [`ECHO_MAX`] characters,
-/// else cut there with its length in bytes (a host that sends a 500 KB name is not
-/// sent 500 KB back).
-fn clip(name: &str) -> Cow<'_, str> {
+/// `name` as an error message or a log line repeats it: whole up to
+/// [`ECHO_MAX`] characters, else cut there with its length in bytes (a host that
+/// sends a 500 KB name is not sent 500 KB back, nor logged whole).
+pub(crate) fn clip(name: &str) -> Cow<'_, str> {
+    if name.len() <= ECHO_MAX {
+        return Cow::Borrowed(name);
+    }
     match name.char_indices().nth(ECHO_MAX) {
         None => Cow::Borrowed(name),
         Some((at, _)) => Cow::Owned(format!("{}… ({} bytes)", &name[..at], name.len())),

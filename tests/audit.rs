@@ -554,3 +554,37 @@ async fn a_huge_request_id_is_bounded_in_the_log() {
         .collect();
     assert!(long.is_empty(), "log lines over 4 KiB: {long:?}");
 }
+
+/// An unknown tool name or a routed URI as long as the body is not copied
+/// whole into the log either (the access line's `name`, the span's `tool` /
+/// `uri`): cut at 128 characters with its length.
+#[tokio::test]
+async fn a_huge_name_or_uri_is_bounded_in_the_log() {
+    let (served, c) = debug_logged().await;
+    let name = "n".repeat(300_000);
+    let call = json!({"jsonrpc": "2.0", "id": "big-name", "method": "tools/call",
+        "params": {"name": name, "arguments": {}}});
+    let r = c.post(&[], call.to_string()).await;
+    assert!(r.json()["error"].is_object(), "{:?}", r.json());
+    let listed = c.request("resources/list", json!({})).await;
+    let routed = listed.result()["resources"][0]["uri"].as_str().unwrap();
+    let uri = format!("{routed}{}", "u".repeat(300_000));
+    let read = json!({"jsonrpc": "2.0", "id": "big-uri", "method": "resources/read",
+        "params": {"uri": uri}});
+    c.post(&[], read.to_string()).await;
+    line_for(&served, "\"big-name\"").await;
+    line_for(&served, "\"big-uri\"").await;
+    let long: Vec<usize> = served
+        .log()
+        .lines()
+        .map(str::len)
+        .filter(|n| *n > 4096)
+        .collect();
+    assert!(long.is_empty(), "log lines over 4 KiB: {long:?}");
+    let told = served.log().matches("bytes)").count();
+    assert!(
+        told >= 2,
+        "the lengths are told:\n{}",
+        &served.log()[..4096]
+    );
+}

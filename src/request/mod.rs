@@ -191,7 +191,7 @@ impl RequestContext {
     /// The exposed name, URI or task id the request is about, where the
     /// backend is not known here (named by the replica that routes it).
     pub fn set_target(&mut self, target: &str) {
-        self.target = Some(target.to_owned());
+        self.target = Some(crate::error::clip(target).into_owned());
     }
 
     /// The frame phase read a body of `n` bytes.
@@ -273,6 +273,9 @@ impl RequestContext {
 
     /// The route phase chose `backend` for the exposed name or URI `target`.
     pub fn set_route(&mut self, backend: &Arc<str>, target: Option<&str>) {
+        // A routed URI may be as long as the body: logged and traced bounded.
+        let target = target.map(crate::error::clip);
+        let target = target.as_deref();
         self.backend = Some(backend.clone());
         self.series = Some(self.metrics.series.get(Some(backend)));
         self.target = target.map(str::to_owned);

@@ -16,7 +16,7 @@ pub fn record_target(method: &Method, target: &str) {
         Method::ResourcesRead | Method::ResourcesSubscribe | Method::ResourcesUnsubscribe => "uri",
         _ => return,
     };
-    tracing::Span::current().record(field, target);
+    tracing::Span::current().record(field, &*crate::error::clip(target));
 }
 
 /// Names the routed `backend` in the current `request` span, and `target` under
