@@ -307,3 +307,40 @@ async fn a_response_with_both_result_and_error_is_told_what_is_wrong() {
         "{message}"
     );
 }
+
+/// `params._meta` that is not an object is -32602 naming it, on every method
+/// a session routes, and never reaches a backend (it was forwarded, and the
+/// backend's confused answer came back: "Server not initialized").
+#[tokio::test]
+async fn a_meta_that_is_not_an_object_is_invalid_params_and_not_forwarded() {
+    let gw = TestGateway::start(FX_LOGGED).await;
+    let log = gw.dir.path("fx.log");
+    let s = gw.session().await;
+    for meta in [json!("x"), json!([]), json!(5), Value::Null] {
+        let asks = [
+            (
+                "tools/call",
+                json!({"name": "fx__echo", "arguments": {"text": "t"}, "_meta": meta}),
+            ),
+            ("prompts/get", json!({"name": "fx__greet", "_meta": meta})),
+            ("tools/list", json!({"_meta": meta})),
+        ];
+        for (method, params) in asks {
+            let r = s.request(method, params).await;
+            assert_eq!(
+                r.error_code(),
+                Some(-32602),
+                "{method} {meta}: {}",
+                r.response
+            );
+            let message = r.response["error"]["message"].as_str().unwrap_or_default();
+            assert!(message.contains("_meta"), "{message}");
+        }
+    }
+    assert!(
+        common::logged_calls(&log, "echo").is_empty(),
+        "not forwarded"
+    );
+    let ok = s.call_tool("fx__echo", json!({"text": "still fine"})).await;
+    assert_eq!(text_of(&ok.response), "still fine");
+}

@@ -164,6 +164,12 @@ impl Dispatch {
     ) -> Reply {
         let Request { id, method, params } = req;
         let params = params.unwrap_or_else(|| json!({}));
+        // `_meta` is an object wherever MCP puts it (2025-11-25 basic, `_meta`):
+        // anything else is refused here, not handed to a backend.
+        if params.get("_meta").is_some_and(|m| !m.is_object()) {
+            let e = RpcError::invalid_params("params._meta must be an object");
+            return error_reply(ctx, host, &id, &e);
+        }
         // A retry after input_required: of a call relayed to a 2026-07-28
         // backend (its state wrapped in ours: routed again, unwrapped below),
         // else of a bridged call parked here.
