@@ -207,13 +207,16 @@ impl BackendState {
         !self.unroutable_reported.swap(true, Ordering::AcqRel)
     }
 
-    /// Fails when `max_connections` per-session connections are open.
+    /// Fails when `max_connections` connections other than the shared one are
+    /// open (sessions' own connections and the stateless pool's together).
     pub fn check_connection_limit(&self) -> Result<(), BackendError> {
         let limit = self.spec.config.max_connections;
         if self.per_session_open.load(Ordering::Acquire) >= limit {
             return Err(BackendError::Busy {
                 backend: self.spec.name.to_string(),
-                reason: format!("{limit} per-session connections are open (max_connections)"),
+                reason: format!(
+                    "{limit} connections are open (sessions' own and the stateless pool's; max_connections)"
+                ),
             });
         }
         Ok(())
