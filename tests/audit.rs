@@ -532,6 +532,17 @@ async fn the_request_span_names_the_tool_once() {
     }
 }
 
+/// Every log line so far is at most 4 KiB.
+fn assert_no_line_over_4_kib(served: &Served) {
+    let long: Vec<usize> = served
+        .log()
+        .lines()
+        .map(str::len)
+        .filter(|n| *n > 4096)
+        .collect();
+    assert!(long.is_empty(), "log lines over 4 KiB: {long:?}");
+}
+
 /// A huge request id is not copied whole into the log: each line stays small
 /// (it was written twice per access line, `request{id=…}` and `rpc_id=`: a
 /// 1 MB id gave a 2 MB line), and the answer still echoes it exactly.
@@ -546,13 +557,7 @@ async fn a_huge_request_id_is_bounded_in_the_log() {
         )
         .await;
     assert_eq!(r.json()["id"], json!(id), "the answer echoes the id");
-    let long: Vec<usize> = served
-        .log()
-        .lines()
-        .map(str::len)
-        .filter(|n| *n > 4096)
-        .collect();
-    assert!(long.is_empty(), "log lines over 4 KiB: {long:?}");
+    assert_no_line_over_4_kib(&served);
 }
 
 /// An unknown tool name or a routed URI as long as the body is not copied
@@ -574,13 +579,7 @@ async fn a_huge_name_or_uri_is_bounded_in_the_log() {
     c.post(&[], read.to_string()).await;
     line_for(&served, "\"big-name\"").await;
     line_for(&served, "\"big-uri\"").await;
-    let long: Vec<usize> = served
-        .log()
-        .lines()
-        .map(str::len)
-        .filter(|n| *n > 4096)
-        .collect();
-    assert!(long.is_empty(), "log lines over 4 KiB: {long:?}");
+    assert_no_line_over_4_kib(&served);
     let told = served.log().matches("bytes)").count();
     assert!(
         told >= 2,

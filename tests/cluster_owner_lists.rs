@@ -10,7 +10,6 @@
 
 mod common;
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use common::served::Served;
@@ -105,26 +104,6 @@ fn record(redis: &TestRedis) -> String {
     keys[0].clone()
 }
 
-/// Redis commands executed so far, by name, heartbeats (`SET`, `PUBSUB
-/// NUMSUB`) and inbox reads aside.
-fn commands(redis: &TestRedis) -> BTreeMap<String, u64> {
-    let background = [
-        "set",
-        "xread",
-        "info",
-        "ping",
-        "subscribe",
-        "pubsub|numsub",
-        "hello",
-        "client",
-    ];
-    redis
-        .command_calls()
-        .into_iter()
-        .filter(|(name, _)| !background.contains(&name.as_str()))
-        .collect()
-}
-
 /// Polls until `f` says the bonus is (`on`) or is not in every list, up to
 /// 2 s: the broadcast reaches the other replica a moment after the
 /// announcement may reach the host.
@@ -136,6 +115,16 @@ async fn lists_become(clients: &[&McpClient], on: bool) -> [bool; 3] {
             return seen;
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Asks every list of [`LISTS`] through each of `clients`; each answers a result.
+async fn list_all(clients: &[&McpClient]) {
+    for c in clients {
+        for (method, _) in LISTS {
+            let r = c.request(method, json!({})).await;
+            assert!(r.result().is_object(), "{}", r.response);
+        }
     }
 }
 
@@ -177,14 +166,13 @@ async fn every_replica_lists_what_the_owners_child_lists_for_the_session() {
 
     // No lists of its own: a list costs no Redis command on either replica.
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let before = commands(&redis);
-    for c in [&on_b, &s] {
-        for (method, _) in LISTS {
-            let r = c.request(method, json!({})).await;
-            assert!(r.result().is_object(), "{}", r.response);
-        }
-    }
-    assert_eq!(commands(&redis), before, "lists cost no store command");
+    let before = redis.request_commands();
+    list_all(&[&on_b, &s]).await;
+    assert_eq!(
+        redis.request_commands(),
+        before,
+        "lists cost no store command"
+    );
     let mut fresh = McpClient::new(&b.url);
     fresh.initialize(json!({})).await;
     let fresh_on_a = at(&fresh, &a);
@@ -192,14 +180,9 @@ async fn every_replica_lists_what_the_owners_child_lists_for_the_session() {
     let r = fresh_on_a.request("ping", json!({})).await;
     assert!(r.result().is_object(), "{}", r.response);
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let before = commands(&redis);
-    for c in [&fresh, &fresh_on_a] {
-        for (method, _) in LISTS {
-            let r = c.request(method, json!({})).await;
-            assert!(r.result().is_object(), "{}", r.response);
-        }
-    }
-    assert_eq!(commands(&redis), before, "a new session's lists");
+    let before = redis.request_commands();
+    list_all(&[&fresh, &fresh_on_a]).await;
+    assert_eq!(redis.request_commands(), before, "a new session's lists");
 }
 
 #[tokio::test]

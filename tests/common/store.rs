@@ -108,6 +108,25 @@ impl TestRedis {
             .collect()
     }
 
+    /// [`TestRedis::command_calls`] by name, heartbeats (`SET`, `PUBSUB
+    /// NUMSUB`), inbox reads and connection set-up aside: what requests cost.
+    pub fn request_commands(&self) -> std::collections::BTreeMap<String, u64> {
+        let background = [
+            "set",
+            "xread",
+            "info",
+            "ping",
+            "subscribe",
+            "pubsub|numsub",
+            "hello",
+            "client",
+        ];
+        self.command_calls()
+            .into_iter()
+            .filter(|(name, _)| !background.contains(&name.as_str()))
+            .collect()
+    }
+
     /// How many times Redis executed `command` so far.
     pub fn calls(&self, command: &str) -> u64 {
         self.command_calls().get(command).copied().unwrap_or(0)
