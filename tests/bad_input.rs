@@ -127,10 +127,12 @@ async fn numbers_in_arguments_reach_the_backend_unchanged() {
     }
 }
 
-/// `initialize` params of the wrong JSON type are -32602 naming the field, and
-/// no session is opened (MCP 2025-11-25 basic/lifecycle: `protocolVersion` a
-/// string, `capabilities` a `ClientCapabilities` object, `clientInfo` an
-/// `Implementation` with string `name` and `version`).
+/// `initialize` params missing or of the wrong JSON type are -32602 naming the
+/// field, and no session is opened (MCP 2025-11-25 basic/lifecycle and schema
+/// `InitializeRequestParams`: `protocolVersion` a string, `capabilities` a
+/// `ClientCapabilities` object, `clientInfo` an `Implementation` with string
+/// `name` and `version`, all required; the official TypeScript and Python SDK
+/// servers refuse such an `initialize` too).
 #[tokio::test]
 async fn initialize_params_of_the_wrong_type_are_invalid_params_naming_the_field() {
     let gw = TestGateway::start(FX).await;
@@ -139,8 +141,21 @@ async fn initialize_params_of_the_wrong_type_are_invalid_params_naming_the_field
         json!({"protocolVersion": "2025-11-25", "capabilities": {},
                "clientInfo": {"name": "n", "version": "1"}})
     };
-    let cases: [(&str, Value, &str); 7] = [
+    let cases: [(&str, Value, &str); 11] = [
         ("capabilities", json!("x"), "params.capabilities"),
+        // Absent (`Value::Null` below removes the member): required by the schema.
+        ("capabilities", Value::Null, "params.capabilities"),
+        ("clientInfo", Value::Null, "params.clientInfo"),
+        (
+            "clientInfo",
+            json!({"version": "1"}),
+            "params.clientInfo.name",
+        ),
+        (
+            "clientInfo",
+            json!({"name": "n"}),
+            "params.clientInfo.version",
+        ),
         ("capabilities", json!([]), "params.capabilities"),
         ("clientInfo", json!("x"), "params.clientInfo"),
         (
@@ -158,7 +173,11 @@ async fn initialize_params_of_the_wrong_type_are_invalid_params_naming_the_field
     ];
     for (field, value, named) in cases {
         let mut params = good();
-        params[field] = value.clone();
+        if value.is_null() {
+            params.as_object_mut().unwrap().remove(field);
+        } else {
+            params[field] = value.clone();
+        }
         let body = json!({"jsonrpc": "2.0", "id": "i", "method": "initialize", "params": params});
         let r = c.post(&[], body.to_string()).await;
         let v = r.json();

@@ -398,13 +398,15 @@ async fn initialize(
 }
 
 /// The `initialize` params a session is opened with: `protocolVersion` (a
-/// string), `capabilities` (an object; `{}` when absent) and `clientInfo` (an
-/// object whose `name` and `version`, when present, are strings; `null` when
-/// absent), as MCP 2025-11-25 basic/lifecycle and its schema
-/// (`InitializeRequestParams`, `ClientCapabilities`, `Implementation`) type them.
+/// string), `capabilities` (an object) and `clientInfo` (an object with string
+/// `name` and `version`), all required, as MCP 2025-11-25 basic/lifecycle and its
+/// schema (`InitializeRequestParams`, `ClientCapabilities`, `Implementation`)
+/// type them; the official TypeScript and Python SDK servers refuse an
+/// `initialize` without them too.
 ///
-/// Errors: which field has the wrong type, e.g. `params.capabilities must be an
-/// object, not a string` (answered -32602 Invalid params).
+/// Errors: which field is missing or has the wrong type, e.g.
+/// `params.capabilities must be an object, not a string` or `params.clientInfo
+/// must be an object, not missing` (answered -32602 Invalid params).
 fn initialize_params(params: Option<&Value>) -> Result<(&str, Value, Value), String> {
     let field = |name: &str| params.and_then(|p| p.get(name));
     let Some(requested) = field("protocolVersion").and_then(Value::as_str) else {
@@ -415,22 +417,21 @@ fn initialize_params(params: Option<&Value>) -> Result<(&str, Value, Value), Str
         ));
     };
     let capabilities = match field("capabilities") {
-        None => json!({}),
         Some(c) if c.is_object() => c.clone(),
-        Some(other) => return Err(wrong_type("params.capabilities", "an object", Some(other))),
+        other => return Err(wrong_type("params.capabilities", "an object", other)),
     };
     let client_info = match field("clientInfo") {
-        None => Value::Null,
         Some(Value::Object(info)) => {
             for key in ["name", "version"] {
-                if let Some(v) = info.get(key).filter(|v| !v.is_string()) {
+                let v = info.get(key);
+                if !v.is_some_and(Value::is_string) {
                     let name = format!("params.clientInfo.{key}");
-                    return Err(wrong_type(&name, "a string", Some(v)));
+                    return Err(wrong_type(&name, "a string", v));
                 }
             }
             Value::Object(info.clone())
         }
-        Some(other) => return Err(wrong_type("params.clientInfo", "an object", Some(other))),
+        other => return Err(wrong_type("params.clientInfo", "an object", other)),
     };
     Ok((requested, capabilities, client_info))
 }
