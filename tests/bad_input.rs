@@ -363,3 +363,28 @@ async fn a_meta_that_is_not_an_object_is_invalid_params_and_not_forwarded() {
     let ok = s.call_tool("fx__echo", json!({"text": "still fine"})).await;
     assert_eq!(text_of(&ok.response), "still fine");
 }
+
+/// `tasks/get`, `tasks/result` and `tasks/cancel` name their task with a string
+/// `taskId` (MCP 2025-11-25 schema, `GetTaskRequest` and its kin): any other type,
+/// or none, is -32602 "params.taskId must be a string", not "Unknown task: ".
+#[tokio::test]
+async fn a_task_id_that_is_not_a_string_is_invalid_params() {
+    let gw = TestGateway::start(FX).await;
+    let s = gw.session().await;
+    for method in ["tasks/get", "tasks/result", "tasks/cancel"] {
+        for params in [json!({"taskId": 5}), json!({"taskId": null}), json!({})] {
+            let r = s.request(method, params.clone()).await;
+            assert_eq!(
+                r.error_code(),
+                Some(-32602),
+                "{method} {params}: {}",
+                r.response
+            );
+            let message = r.response["error"]["message"].as_str().unwrap_or_default();
+            assert!(
+                message.contains("taskId must be a string"),
+                "{method} {params}: {message}"
+            );
+        }
+    }
+}

@@ -532,11 +532,9 @@ impl Dispatch {
         method: &Method,
         mut params: Value,
     ) -> Result<Routed, RpcError> {
-        let exposed = params
-            .get("taskId")
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_owned();
+        // A string (MCP 2025-11-25 schema, `GetTaskRequest` and its kin):
+        // another type is the host's error, not an unknown task.
+        let exposed = str_param(&params, "taskId")?.to_owned();
         let unknown = || RpcError::UnknownTask(exposed.clone());
         let route = session.task(&exposed).ok_or_else(unknown)?;
         let b = self
