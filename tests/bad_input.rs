@@ -364,6 +364,40 @@ async fn a_meta_that_is_not_an_object_is_invalid_params_and_not_forwarded() {
     assert_eq!(text_of(&ok.response), "still fine");
 }
 
+/// `_meta.progressToken` is a string or an integer (MCP 2025-11-25
+/// basic/utilities/progress: "MUST be a string or integer value"); any other
+/// JSON type is -32602 naming it, and the request is not forwarded.
+#[tokio::test]
+async fn a_progress_token_neither_string_nor_integer_is_invalid_params() {
+    let gw = TestGateway::start(FX_LOGGED).await;
+    let log = gw.dir.path("fx.log");
+    let s = gw.session().await;
+    for token in [
+        json!(1.5),
+        json!(true),
+        Value::Null,
+        json!({}),
+        json!(["t"]),
+    ] {
+        let params = json!({"name": "fx__echo", "arguments": {"text": "t"},
+                            "_meta": {"progressToken": token}});
+        let r = s.request("tools/call", params).await;
+        assert_eq!(r.error_code(), Some(-32602), "{token}: {}", r.response);
+        let message = r.response["error"]["message"].as_str().unwrap_or_default();
+        assert!(message.contains("progressToken"), "{token}: {message}");
+    }
+    assert!(
+        common::logged_calls(&log, "echo").is_empty(),
+        "not forwarded"
+    );
+    for token in [json!("tok"), json!(7)] {
+        let params = json!({"name": "fx__echo", "arguments": {"text": "ok"},
+                            "_meta": {"progressToken": token}});
+        let r = s.request("tools/call", params).await;
+        assert_eq!(text_of(&r.response), "ok", "{token}: {}", r.response);
+    }
+}
+
 /// `tasks/get`, `tasks/result` and `tasks/cancel` name their task with a string
 /// `taskId` (MCP 2025-11-25 schema, `GetTaskRequest` and its kin): any other type,
 /// or none, is -32602 "params.taskId must be a string", not "Unknown task: ".

@@ -170,6 +170,16 @@ impl Dispatch {
             let e = RpcError::invalid_params("params._meta must be an object");
             return error_reply(ctx, host, &id, &e);
         }
+        // MCP 2025-11-25 basic/utilities/progress: "Progress tokens MUST be a
+        // string or integer value".
+        if params.pointer("/_meta/progressToken").is_some()
+            && jsonrpc::progress_token(Some(&params)).is_none()
+        {
+            let e = RpcError::invalid_params(
+                "params._meta.progressToken must be a string or an integer",
+            );
+            return error_reply(ctx, host, &id, &e);
+        }
         // A retry after input_required: of a call relayed to a 2026-07-28
         // backend (its state wrapped in ours: routed again, unwrapped below),
         // else of a bridged call parked here.
