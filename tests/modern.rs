@@ -291,6 +291,38 @@ async fn a_wrong_typed_meta_field_says_what_type_it_must_be() {
     }
 }
 
+/// `subscriptions/listen` takes a `SubscriptionFilter` object in `notifications`
+/// (MCP 2026-07-28 basic/patterns/subscriptions): a filter or member of the wrong
+/// type is -32602 naming it, not acknowledged.
+#[tokio::test]
+async fn a_listen_filter_of_the_wrong_type_is_invalid_params() {
+    let gw = TestGateway::start(&demo()).await;
+    let c = gw.client();
+    for (params, named) in [
+        (json!({"notifications": "x"}), "params.notifications"),
+        (json!({}), "params.notifications"),
+        (
+            json!({"notifications": {"toolsListChanged": "yes"}}),
+            "params.notifications.toolsListChanged",
+        ),
+        (
+            json!({"notifications": {"resourceSubscriptions": "demo://x"}}),
+            "params.notifications.resourceSubscriptions",
+        ),
+        (
+            json!({"notifications": {"resourceSubscriptions": [1]}}),
+            "params.notifications.resourceSubscriptions",
+        ),
+    ] {
+        let (body, h) = modern(json!("L"), "subscriptions/listen", params.clone());
+        let v = common::modern_host::answer(&c, &body, &h).await;
+        assert_eq!(v["error"]["code"], -32602, "{params}: {v}");
+        assert_eq!(v["id"], "L", "{v}");
+        let message = v["error"]["message"].as_str().unwrap_or_default();
+        assert!(message.contains(named), "{params}: {message}");
+    }
+}
+
 #[tokio::test]
 async fn the_claim_wins_over_a_session_header_and_never_touches_the_session() {
     let gw = TestGateway::start(&demo()).await;

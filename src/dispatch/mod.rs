@@ -194,6 +194,9 @@ impl Dispatch {
             }
         }
         if method == Method::SubscriptionsListen && host.version().is_modern() {
+            if let Err(e) = modern::check_listen(&params) {
+                return error_reply(ctx, host, &id, &e);
+            }
             ctx.finish(Outcome::Ok);
             return modern::listen(&self.catalog, &self.relay, host, &id, &params);
         }
