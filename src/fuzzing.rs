@@ -24,7 +24,7 @@ use crate::streamable_http::EventLog;
 /// and re-read as the same message) or a batch.
 pub fn jsonrpc_body(data: &[u8]) {
     if data.trim_ascii_start().first() == Some(&b'[') {
-        let _ = crate::http::mcp::parse_batch(data);
+        let _ = crate::http::batch::parse(data);
         return;
     }
     match jsonrpc::parse_message(data) {

@@ -127,10 +127,12 @@ async fn numbers_in_arguments_reach_the_backend_unchanged() {
     }
 }
 
-/// `initialize` params of the wrong JSON type are -32602 naming the field, and
-/// no session is opened (MCP 2025-11-25 basic/lifecycle: `protocolVersion` a
-/// string, `capabilities` a `ClientCapabilities` object, `clientInfo` an
-/// `Implementation` with string `name` and `version`).
+/// `initialize` params missing or of the wrong JSON type are -32602 naming the
+/// field, and no session is opened (MCP 2025-11-25 basic/lifecycle and schema
+/// `InitializeRequestParams`: `protocolVersion` a string, `capabilities` a
+/// `ClientCapabilities` object, `clientInfo` an `Implementation` with string
+/// `name` and `version`, all required; the official TypeScript and Python SDK
+/// servers refuse such an `initialize` too).
 #[tokio::test]
 async fn initialize_params_of_the_wrong_type_are_invalid_params_naming_the_field() {
     let gw = TestGateway::start(FX).await;
@@ -139,8 +141,21 @@ async fn initialize_params_of_the_wrong_type_are_invalid_params_naming_the_field
         json!({"protocolVersion": "2025-11-25", "capabilities": {},
                "clientInfo": {"name": "n", "version": "1"}})
     };
-    let cases: [(&str, Value, &str); 7] = [
+    let cases: [(&str, Value, &str); 11] = [
         ("capabilities", json!("x"), "params.capabilities"),
+        // Absent (`Value::Null` below removes the member): required by the schema.
+        ("capabilities", Value::Null, "params.capabilities"),
+        ("clientInfo", Value::Null, "params.clientInfo"),
+        (
+            "clientInfo",
+            json!({"version": "1"}),
+            "params.clientInfo.name",
+        ),
+        (
+            "clientInfo",
+            json!({"name": "n"}),
+            "params.clientInfo.version",
+        ),
         ("capabilities", json!([]), "params.capabilities"),
         ("clientInfo", json!("x"), "params.clientInfo"),
         (
@@ -158,7 +173,11 @@ async fn initialize_params_of_the_wrong_type_are_invalid_params_naming_the_field
     ];
     for (field, value, named) in cases {
         let mut params = good();
-        params[field] = value.clone();
+        if value.is_null() {
+            params.as_object_mut().unwrap().remove(field);
+        } else {
+            params[field] = value.clone();
+        }
         let body = json!({"jsonrpc": "2.0", "id": "i", "method": "initialize", "params": params});
         let r = c.post(&[], body.to_string()).await;
         let v = r.json();
@@ -343,4 +362,63 @@ async fn a_meta_that_is_not_an_object_is_invalid_params_and_not_forwarded() {
     );
     let ok = s.call_tool("fx__echo", json!({"text": "still fine"})).await;
     assert_eq!(text_of(&ok.response), "still fine");
+}
+
+/// `_meta.progressToken` is a string or an integer (MCP 2025-11-25
+/// basic/utilities/progress: "MUST be a string or integer value"); any other
+/// JSON type is -32602 naming it, and the request is not forwarded.
+#[tokio::test]
+async fn a_progress_token_neither_string_nor_integer_is_invalid_params() {
+    let gw = TestGateway::start(FX_LOGGED).await;
+    let log = gw.dir.path("fx.log");
+    let s = gw.session().await;
+    for token in [
+        json!(1.5),
+        json!(true),
+        Value::Null,
+        json!({}),
+        json!(["t"]),
+    ] {
+        let params = json!({"name": "fx__echo", "arguments": {"text": "t"},
+                            "_meta": {"progressToken": token}});
+        let r = s.request("tools/call", params).await;
+        assert_eq!(r.error_code(), Some(-32602), "{token}: {}", r.response);
+        let message = r.response["error"]["message"].as_str().unwrap_or_default();
+        assert!(message.contains("progressToken"), "{token}: {message}");
+    }
+    assert!(
+        common::logged_calls(&log, "echo").is_empty(),
+        "not forwarded"
+    );
+    for token in [json!("tok"), json!(7)] {
+        let params = json!({"name": "fx__echo", "arguments": {"text": "ok"},
+                            "_meta": {"progressToken": token}});
+        let r = s.request("tools/call", params).await;
+        assert_eq!(text_of(&r.response), "ok", "{token}: {}", r.response);
+    }
+}
+
+/// `tasks/get`, `tasks/result` and `tasks/cancel` name their task with a string
+/// `taskId` (MCP 2025-11-25 schema, `GetTaskRequest` and its kin): any other type,
+/// or none, is -32602 "params.taskId must be a string", not "Unknown task: ".
+#[tokio::test]
+async fn a_task_id_that_is_not_a_string_is_invalid_params() {
+    let gw = TestGateway::start(FX).await;
+    let s = gw.session().await;
+    for method in ["tasks/get", "tasks/result", "tasks/cancel"] {
+        for params in [json!({"taskId": 5}), json!({"taskId": null}), json!({})] {
+            let r = s.request(method, params.clone()).await;
+            assert_eq!(
+                r.error_code(),
+                Some(-32602),
+                "{method} {params}: {}",
+                r.response
+            );
+            let message = r.response["error"]["message"].as_str().unwrap_or_default();
+            assert!(
+                message.contains("taskId must be a string"),
+                "{method} {params}: {message}"
+            );
+        }
+    }
 }

@@ -1,7 +1,8 @@
 //! JSON-RPC batches are refused on 2025-06-18+ sessions without forwarding
 //! anything; on 2025-03-26 sessions they work, and `initialize` inside is refused
 //! (with or without a session); a repeated request id is refused; a cancel in a
-//! batch takes effect as a standalone one does.
+//! batch takes effect as a standalone one does; a batch runs at most 16 of its
+//! requests at a time and holds at most 1,000 messages.
 
 mod common;
 
@@ -9,6 +10,7 @@ use std::time::Duration;
 
 use common::{TestGateway, logged_calls, read_log, wait_for};
 use serde_json::{Value, json};
+use tokio::time::Instant;
 
 const FX: &str = r#"
 [backends.fx]
@@ -214,4 +216,63 @@ async fn a_cancel_in_a_batch_reaches_the_backend_for_its_own_or_an_earlier_reque
             "no answer for a cancelled request: {m}"
         );
     }
+}
+
+/// A batch's requests run at most 16 at a time (`http/mcp.rs`, `BATCH_CONCURRENCY`):
+/// 48 calls of 300 ms take at least three rounds, and every answer comes back in
+/// the one batch response.
+#[tokio::test]
+async fn a_batch_runs_at_most_16_requests_at_once_and_answers_every_one() {
+    let gw = TestGateway::start(FX).await;
+    let mut s = gw.client();
+    s.initialize_version("2025-03-26", json!({})).await;
+    let calls: Vec<Value> = (0..48)
+        .map(|i| {
+            json!({"jsonrpc": "2.0", "id": i, "method": "tools/call",
+            "params": {"name": "fx__delay_echo", "arguments": {"ms": 300, "tag": format!("t{i}")}}})
+        })
+        .collect();
+    let started = Instant::now();
+    let r = s.post(&[], Value::from(calls).to_string()).await;
+    let took = started.elapsed();
+    assert_eq!(r.status, 200, "{r:?}");
+    let answers: Vec<Value> = serde_json::from_value(r.json()).unwrap();
+    assert_eq!(answers.len(), 48);
+    for i in 0..48 {
+        let a = answers.iter().find(|a| a["id"] == i).unwrap();
+        assert_eq!(a["result"]["content"][0]["text"], format!("t{i}"), "{a}");
+    }
+    assert!(
+        took >= Duration::from_millis(900),
+        "48 calls of 300 ms at most 16 at a time take 3 rounds, not {took:?}"
+    );
+}
+
+/// A batch of more than 1,000 messages is refused whole: 400 with -32600 naming
+/// the limit, nothing of it run; 1,000 are served.
+#[tokio::test]
+async fn a_batch_over_1000_messages_is_refused_whole() {
+    let gw = TestGateway::start(FX).await;
+    let log = gw.dir.path("fx.log");
+    let mut s = gw.client();
+    s.initialize_version("2025-03-26", json!({})).await;
+    let echo = json!({"jsonrpc": "2.0", "id": "e", "method": "tools/call",
+        "params": {"name": "fx__echo", "arguments": {"text": "x"}}});
+    let mut items: Vec<Value> = (0..1000)
+        .map(|i| json!({"jsonrpc": "2.0", "id": i, "method": "ping"}))
+        .collect();
+    items.push(echo);
+    let r = s.post(&[], Value::from(items.clone()).to_string()).await;
+    assert_eq!(r.status, 400, "a batch of 1001 is not served");
+    let v = r.json();
+    assert_eq!(v["error"]["code"], -32600, "{v}");
+    let message = v["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("1000"), "{message}");
+    assert!(logged_calls(&log, "echo").is_empty(), "nothing of it ran");
+    items.remove(0);
+    let r = s.post(&[], Value::from(items).to_string()).await;
+    assert_eq!(r.status, 200, "a batch of 1000 is served");
+    let answers: Vec<Value> = serde_json::from_value(r.json()).unwrap();
+    assert_eq!(answers.len(), 1000);
+    assert_eq!(logged_calls(&log, "echo").len(), 1);
 }

@@ -291,6 +291,80 @@ async fn a_wrong_typed_meta_field_says_what_type_it_must_be() {
     }
 }
 
+/// A body whose routed member (`params.name`, `params.uri`) is missing or not a
+/// string is -32602 naming it, before the headers are compared with it: no
+/// header can mirror a value of the wrong type, so the body is what is wrong
+/// (not -32020).
+#[tokio::test]
+async fn a_routed_member_of_the_wrong_type_is_invalid_params_before_the_headers() {
+    let gw = TestGateway::start(&demo()).await;
+    let c = gw.client();
+    for (method, params, named, mcp_name) in [
+        (
+            "tools/call",
+            json!({"name": 5, "arguments": {}}),
+            "params.name",
+            None,
+        ),
+        ("tools/call", json!({"name": 5}), "params.name", Some("5")),
+        (
+            "tools/call",
+            json!({"arguments": {}}),
+            "params.name",
+            Some("demo__echo"),
+        ),
+        ("prompts/get", json!({"name": ["p"]}), "params.name", None),
+        ("resources/read", json!({"uri": 5}), "params.uri", Some("5")),
+    ] {
+        let (body, mut h) = modern(json!("t"), method, params.clone());
+        if let Some(n) = mcp_name {
+            h.push(("mcp-name".to_owned(), n.to_owned()));
+        }
+        let r = send(&c, &body, &h).await;
+        let v = r.json();
+        assert_eq!(
+            (r.status.as_u16(), v["error"]["code"].clone()),
+            (400, json!(-32602)),
+            "{method} {params}: {v}"
+        );
+        assert_eq!(v["id"], "t", "{v}");
+        let message = v["error"]["message"].as_str().unwrap_or_default();
+        assert!(message.contains(named), "{method} {params}: {message}");
+    }
+}
+
+/// `subscriptions/listen` takes a `SubscriptionFilter` object in `notifications`
+/// (MCP 2026-07-28 basic/patterns/subscriptions): a filter or member of the wrong
+/// type is -32602 naming it, not acknowledged.
+#[tokio::test]
+async fn a_listen_filter_of_the_wrong_type_is_invalid_params() {
+    let gw = TestGateway::start(&demo()).await;
+    let c = gw.client();
+    for (params, named) in [
+        (json!({"notifications": "x"}), "params.notifications"),
+        (json!({}), "params.notifications"),
+        (
+            json!({"notifications": {"toolsListChanged": "yes"}}),
+            "params.notifications.toolsListChanged",
+        ),
+        (
+            json!({"notifications": {"resourceSubscriptions": "demo://x"}}),
+            "params.notifications.resourceSubscriptions",
+        ),
+        (
+            json!({"notifications": {"resourceSubscriptions": [1]}}),
+            "params.notifications.resourceSubscriptions",
+        ),
+    ] {
+        let (body, h) = modern(json!("L"), "subscriptions/listen", params.clone());
+        let v = common::modern_host::answer(&c, &body, &h).await;
+        assert_eq!(v["error"]["code"], -32602, "{params}: {v}");
+        assert_eq!(v["id"], "L", "{v}");
+        let message = v["error"]["message"].as_str().unwrap_or_default();
+        assert!(message.contains(named), "{params}: {message}");
+    }
+}
+
 #[tokio::test]
 async fn the_claim_wins_over_a_session_header_and_never_touches_the_session() {
     let gw = TestGateway::start(&demo()).await;

@@ -170,6 +170,16 @@ impl Dispatch {
             let e = RpcError::invalid_params("params._meta must be an object");
             return error_reply(ctx, host, &id, &e);
         }
+        // MCP 2025-11-25 basic/utilities/progress: "Progress tokens MUST be a
+        // string or integer value".
+        if params.pointer("/_meta/progressToken").is_some()
+            && jsonrpc::progress_token(Some(&params)).is_none()
+        {
+            let e = RpcError::invalid_params(
+                "params._meta.progressToken must be a string or an integer",
+            );
+            return error_reply(ctx, host, &id, &e);
+        }
         // A retry after input_required: of a call relayed to a 2026-07-28
         // backend (its state wrapped in ours: routed again, unwrapped below),
         // else of a bridged call parked here.
@@ -184,6 +194,9 @@ impl Dispatch {
             }
         }
         if method == Method::SubscriptionsListen && host.version().is_modern() {
+            if let Err(e) = modern::check_listen(&params) {
+                return error_reply(ctx, host, &id, &e);
+            }
             ctx.finish(Outcome::Ok);
             return modern::listen(&self.catalog, &self.relay, host, &id, &params);
         }
@@ -489,9 +502,22 @@ impl Dispatch {
                 "Resource subscriptions are not supported for this resource".into(),
             ));
         }
+        let subscribe = *method == Method::ResourcesSubscribe;
+        // A URI its backend neither lists nor has a template for is not found,
+        // as `resources/read` would answer (backends tend to accept any URI).
+        // Unsubscribing stays harmless whatever the URI.
+        if subscribe
+            && !self
+                .catalog
+                .lists_for_session(session.id(), backend)
+                .is_some_and(|c| c.serves_uri(&original))
+        {
+            return Err(RpcError::ResourceNotFound {
+                uri: uri.to_owned(),
+            });
+        }
         let subs = self.relay.subscriptions();
         let shared = b.shares_with(session.created());
-        let subscribe = *method == Method::ResourcesSubscribe;
         let upstream_needed = if subscribe {
             subs.subscribe(&b, &original, session) || !shared
         } else {
@@ -532,11 +558,9 @@ impl Dispatch {
         method: &Method,
         mut params: Value,
     ) -> Result<Routed, RpcError> {
-        let exposed = params
-            .get("taskId")
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_owned();
+        // A string (MCP 2025-11-25 schema, `GetTaskRequest` and its kin):
+        // another type is the host's error, not an unknown task.
+        let exposed = str_param(&params, "taskId")?.to_owned();
         let unknown = || RpcError::UnknownTask(exposed.clone());
         let route = session.task(&exposed).ok_or_else(unknown)?;
         let b = self

@@ -57,10 +57,47 @@ pub(super) fn capabilities(union: &Value) -> Value {
     Value::Object(caps)
 }
 
+/// The `list_changed` members of a `SubscriptionFilter` and what each watches.
+const LIST_FLAGS: [(&str, Changed); 3] = [
+    ("toolsListChanged", Changed::Tools),
+    ("promptsListChanged", Changed::Prompts),
+    ("resourcesListChanged", Changed::Resources),
+];
+
+/// Checks a `subscriptions/listen`'s `params.notifications`, a
+/// `SubscriptionFilter` (MCP 2026-07-28 basic/patterns/subscriptions and schema):
+/// an object, whose `*ListChanged` members, when present, are booleans and whose
+/// `resourceSubscriptions`, when present, is an array of strings. Other members
+/// are left alone.
+///
+/// Errors: -32602 naming the member, e.g. `params.notifications must be an object`.
+pub(super) fn check_listen(params: &Value) -> Result<(), RpcError> {
+    let Some(filter) = params.get("notifications").and_then(Value::as_object) else {
+        return Err(RpcError::invalid_params(
+            "params.notifications must be an object (a SubscriptionFilter)",
+        ));
+    };
+    for (key, _) in LIST_FLAGS {
+        if filter.get(key).is_some_and(|v| !v.is_boolean()) {
+            return Err(RpcError::invalid_params(format!(
+                "params.notifications.{key} must be a boolean"
+            )));
+        }
+    }
+    match filter.get("resourceSubscriptions") {
+        None => Ok(()),
+        Some(Value::Array(uris)) if uris.iter().all(Value::is_string) => Ok(()),
+        Some(_) => Err(RpcError::invalid_params(
+            "params.notifications.resourceSubscriptions must be an array of strings",
+        )),
+    }
+}
+
 /// `subscriptions/listen` (MCP 2026-07-28 basic/patterns/subscriptions): opens the
 /// stream, acknowledging the subset served — the `list_changed` kinds asked for,
 /// and the resources whose backend supports subscriptions — and subscribes those
-/// resources at their backends until the host closes the stream.
+/// resources at their backends until the host closes the stream. `params` passed
+/// [`check_listen`].
 pub(super) fn listen(
     catalog: &Arc<Catalog>,
     relay: &Arc<Relay>,
@@ -71,11 +108,7 @@ pub(super) fn listen(
     let asked = params.get("notifications").cloned().unwrap_or_default();
     let flag = |k: &str| asked.get(k).and_then(Value::as_bool).unwrap_or(false);
     let mut filter = Filter::default();
-    for (key, kind) in [
-        ("toolsListChanged", Changed::Tools),
-        ("promptsListChanged", Changed::Prompts),
-        ("resourcesListChanged", Changed::Resources),
-    ] {
+    for (key, kind) in LIST_FLAGS {
         if flag(key) {
             filter.changed.push(kind);
         }

@@ -1,20 +1,19 @@
 //! `POST /mcp`: the frame phase of a host message (MCP 2025-11-25
 //! basic/transports, Streamable HTTP, sending messages to the server), the
-//! `initialize` handshake that opens a session, 2025-03-26 batches, and the
-//! answer as one JSON body or an SSE stream.
+//! `initialize` handshake that opens a session, the frame and session phases of
+//! 2025-03-26 batches (served by `batch.rs`), and the answer as one JSON body or
+//! an SSE stream.
 //!
 //! Phases, in order: accept + authenticate (`accept.rs`), frame (Content-Type
 //! 415, Accept 406, the JSON-RPC envelope 400), session (`session.rs`: 400/404),
 //! route and forward (the dispatch), respond (`sse.rs`).
 
-use std::collections::HashSet;
 use std::sync::Arc;
 
 use axum::body::Bytes;
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
 use super::accept::{accept, decode_body, read_body};
@@ -25,12 +24,12 @@ use super::sse::{Mirror, json_response, stream_reply};
 use super::{AppState, HttpError};
 use crate::auth::Principal;
 use crate::config::ModernFace;
-use crate::dispatch::{Call, Reply};
+use crate::dispatch::Reply;
 use crate::jsonrpc::{self, EnvelopeError, ErrorObject};
 use crate::mcp::version::shape_capabilities;
 use crate::mcp::{Message, Method, ProtocolVersion, Request as RpcRequest};
 use crate::request::{Outcome, Rejection, RequestContext, request_span};
-use crate::session::{Host, Identity, Outbound, Session, SessionToken, StreamSlot};
+use crate::session::{Host, Identity, Session, SessionToken, StreamSlot};
 use crate::streamable_http::SESSION_ID;
 
 /// What the frame and session phases found in a POST body.
@@ -81,7 +80,7 @@ async fn serve_post(st: AppState, req: Request, accept: Result<PostAccept, HttpE
         Framed::Batch(session, items) => {
             st.supervisor.wait_loaded(modern::LOAD_WAIT).await;
             ctx.finish(Outcome::Ok);
-            Box::pin(batch(&st, &session, items)).await
+            Box::pin(super::batch::serve(&st, &session, items)).await
         }
         Framed::One(session, Message::Notification(n)) => {
             st.relay.handle_notification(&session, &n);
@@ -193,7 +192,7 @@ async fn frame_batch(
     body: &[u8],
     principal: Option<Arc<Principal>>,
 ) -> Result<(Framed, Option<Arc<Principal>>), HttpError> {
-    let items = parse_batch(body)?;
+    let items = super::batch::parse(body)?;
     if items
         .iter()
         .any(|i| i.as_ref().is_ok_and(|m| modern::claim(m).is_some()))
@@ -221,7 +220,7 @@ async fn frame_batch(
 
 /// 2025-03-26 basic/lifecycle: "The initialization phase MUST be the first
 /// interaction" and its request MUST NOT be part of a JSON-RPC batch.
-const INITIALIZE_IN_BATCH: &str = "initialize must not be part of a batch";
+pub(super) const INITIALIZE_IN_BATCH: &str = "initialize must not be part of a batch";
 
 fn is_initialize(item: &Result<Message, EnvelopeError>) -> bool {
     match item {
@@ -231,21 +230,11 @@ fn is_initialize(item: &Result<Message, EnvelopeError>) -> bool {
     }
 }
 
-fn invalid(reason: &'static str) -> HttpError {
+pub(super) fn invalid(reason: &'static str) -> HttpError {
     HttpError::envelope(&EnvelopeError::Invalid {
         id: None,
         reason: reason.into(),
     })
-}
-
-/// The elements of a batch, each classified.
-pub(crate) fn parse_batch(body: &[u8]) -> Result<Vec<Result<Message, EnvelopeError>>, HttpError> {
-    let items: Vec<&RawValue> = serde_json::from_slice(body)
-        .map_err(|e| HttpError::envelope(&EnvelopeError::Parse(e.to_string())))?;
-    if items.is_empty() {
-        return Err(invalid("an empty batch is not a request"));
-    }
-    Ok(items.into_iter().map(jsonrpc::classify_raw).collect())
 }
 
 /// The route, forward and respond phases of a request on a session.
@@ -398,13 +387,15 @@ async fn initialize(
 }
 
 /// The `initialize` params a session is opened with: `protocolVersion` (a
-/// string), `capabilities` (an object; `{}` when absent) and `clientInfo` (an
-/// object whose `name` and `version`, when present, are strings; `null` when
-/// absent), as MCP 2025-11-25 basic/lifecycle and its schema
-/// (`InitializeRequestParams`, `ClientCapabilities`, `Implementation`) type them.
+/// string), `capabilities` (an object) and `clientInfo` (an object with string
+/// `name` and `version`), all required, as MCP 2025-11-25 basic/lifecycle and its
+/// schema (`InitializeRequestParams`, `ClientCapabilities`, `Implementation`)
+/// type them; the official TypeScript and Python SDK servers refuse an
+/// `initialize` without them too.
 ///
-/// Errors: which field has the wrong type, e.g. `params.capabilities must be an
-/// object, not a string` (answered -32602 Invalid params).
+/// Errors: which field is missing or has the wrong type, e.g.
+/// `params.capabilities must be an object, not a string` or `params.clientInfo
+/// must be an object, not missing` (answered -32602 Invalid params).
 fn initialize_params(params: Option<&Value>) -> Result<(&str, Value, Value), String> {
     let field = |name: &str| params.and_then(|p| p.get(name));
     let Some(requested) = field("protocolVersion").and_then(Value::as_str) else {
@@ -415,22 +406,21 @@ fn initialize_params(params: Option<&Value>) -> Result<(&str, Value, Value), Str
         ));
     };
     let capabilities = match field("capabilities") {
-        None => json!({}),
         Some(c) if c.is_object() => c.clone(),
-        Some(other) => return Err(wrong_type("params.capabilities", "an object", Some(other))),
+        other => return Err(wrong_type("params.capabilities", "an object", other)),
     };
     let client_info = match field("clientInfo") {
-        None => Value::Null,
         Some(Value::Object(info)) => {
             for key in ["name", "version"] {
-                if let Some(v) = info.get(key).filter(|v| !v.is_string()) {
+                let v = info.get(key);
+                if !v.is_some_and(Value::is_string) {
                     let name = format!("params.clientInfo.{key}");
-                    return Err(wrong_type(&name, "a string", Some(v)));
+                    return Err(wrong_type(&name, "a string", v));
                 }
             }
             Value::Object(info.clone())
         }
-        Some(other) => return Err(wrong_type("params.clientInfo", "an object", Some(other))),
+        other => return Err(wrong_type("params.clientInfo", "an object", other)),
     };
     Ok((requested, capabilities, client_info))
 }
@@ -493,97 +483,4 @@ async fn open_session(
             .with_header(header::RETRY_AFTER, session_cap_retry_after(st)));
     }
     Ok(session)
-}
-
-/// A JSON-RPC batch: only for sessions that negotiated 2025-03-26, where the spec
-/// required receivers to accept them. Each element is handled like a single
-/// message (each request with its own context), in order, and the requests then
-/// run together (JSON-RPC 2.0 §6: in any order, in parallel), so a
-/// `notifications/cancelled` in the batch acts at once, on a request of the
-/// batch or one in flight, as a standalone one does. `initialize` may not be part
-/// of one; a request id repeated within the batch is refused for the later
-/// request (-32600: ids are unique within a session, MCP basic/index).
-async fn batch(
-    st: &AppState,
-    session: &Arc<Session>,
-    items: Vec<Result<Message, EnvelopeError>>,
-) -> Response {
-    /// One answer of the batch, in the order of its requests.
-    enum Answer {
-        Ready(Vec<u8>),
-        Running(Call),
-    }
-    let host = Host::Legacy(session.clone());
-    let mut pending = Vec::new();
-    let mut ids = HashSet::new();
-    for item in items {
-        let msg = match item {
-            Ok(m) => m,
-            Err(e) => {
-                let b = jsonrpc::error_bytes(e.id(), &e.to_error_object());
-                pending.push(Answer::Ready(b));
-                continue;
-            }
-        };
-        match msg {
-            Message::Request(req) if req.method == Method::Initialize => {
-                let e = ErrorObject::new(jsonrpc::INVALID_REQUEST, INITIALIZE_IN_BATCH);
-                pending.push(Answer::Ready(jsonrpc::error_bytes(Some(&req.id), &e)));
-            }
-            Message::Request(req) if !ids.insert(req.id.clone()) => {
-                let e = ErrorObject::new(
-                    jsonrpc::INVALID_REQUEST,
-                    format!(
-                        "request id {} is repeated in this batch: only the first request with it is run",
-                        req.id
-                    ),
-                );
-                pending.push(Answer::Ready(jsonrpc::error_bytes(Some(&req.id), &e)));
-            }
-            Message::Request(req) => {
-                let mut ctx = RequestContext::new(&st.metrics);
-                ctx.set_request(&req.method);
-                ctx.set_rpc_id(&req.id);
-                ctx.set_session(session.log_id());
-                ctx.set_revision(session.version());
-                pending.push(match st.dispatch.handle(ctx, &host, req).await {
-                    Reply::Now(b) => Answer::Ready(b.to_vec()),
-                    Reply::Stream(rx) => Answer::Running(Call::from(rx)),
-                    Reply::Call(call) => Answer::Running(call),
-                });
-            }
-            Message::Notification(n) => st.relay.handle_notification(session, &n),
-            Message::Response(r) => st.relay.handle_response(session, r),
-        }
-    }
-    let answers = futures_util::future::join_all(pending.into_iter().map(|a| async move {
-        let mut call = match a {
-            Answer::Ready(b) => return vec![b],
-            Answer::Running(call) => call,
-        };
-        // A cancelled call ends without a final message: no answer is due.
-        let mut finals = Vec::new();
-        while let Some(m) = call.recv().await {
-            if let Outbound::Final(b) = m {
-                finals.push(b.to_bytes().to_vec());
-            }
-        }
-        finals
-    }))
-    .await;
-    let answers: Vec<Vec<u8>> = answers.into_iter().flatten().collect();
-    if answers.is_empty() {
-        return StatusCode::ACCEPTED.into_response();
-    }
-    let mut out =
-        Vec::with_capacity(answers.iter().map(Vec::len).sum::<usize>() + answers.len() + 2);
-    out.push(b'[');
-    for (i, a) in answers.iter().enumerate() {
-        if i > 0 {
-            out.push(b',');
-        }
-        out.extend_from_slice(a);
-    }
-    out.push(b']');
-    json_response(Bytes::from(out))
 }

@@ -4,6 +4,7 @@
 mod accept;
 pub mod admin;
 mod auth;
+pub(crate) mod batch;
 pub(crate) mod client;
 mod error;
 mod handed;

@@ -7,7 +7,9 @@
 //! on this path); so is a body without the claim under a modern
 //! `MCP-Protocol-Version` header (it then fails the first rung below). A modern
 //! request climbs the validation ladder, first failure wins, every error echoing
-//! its id: the `_meta` fields (400/-32602), the headers against the body
+//! its id: the `_meta` fields (400/-32602), the routed body member (`params.name`
+//! or `params.uri` a string, 400/-32602: a type error in the body wins over a
+//! header that cannot mirror it), the headers against the body
 //! (400/-32020), the revision (400/-32022 with `data.supported`), the method
 //! (404/-32601); then the dispatch serves it as a [`Host::Modern`]. The answer is
 //! JSON, or an SSE stream without event ids (not resumable) whose close cancels
@@ -36,7 +38,7 @@ use crate::mcp::{
 };
 use crate::request::{Outcome, Rejection, RequestContext, request_span};
 use crate::session::{Host, ModernHost, Outbound};
-use crate::streamable_http::{PROTOCOL_VERSION, SESSION_ID, check_metadata};
+use crate::streamable_http::{PROTOCOL_VERSION, SESSION_ID, check_metadata, name_param};
 
 /// How long a request waits for backends still loading at start (until every
 /// backend's first connection attempt is over): `initialize`, and any request
@@ -198,6 +200,23 @@ fn validate(
     let capabilities = field(META_CLIENT_CAPABILITIES)
         .filter(|c| c.is_object())
         .ok_or_else(|| invalid(META_CLIENT_CAPABILITIES, "an object"))?;
+    // The body's own type error wins over a header that cannot mirror it.
+    if served(&req.method)
+        && let Some(member) = name_param(&req.method)
+        && !req
+            .params
+            .as_ref()
+            .and_then(|p| p.get(member))
+            .is_some_and(Value::is_string)
+    {
+        return Err(refuse(
+            Rejection::ModernEnvelope,
+            StatusCode::BAD_REQUEST,
+            jsonrpc::INVALID_PARAMS,
+            id,
+            format!("Invalid params: params.{member} must be a string"),
+        ));
+    }
     check_headers(h, req, requested)?;
     let version = ProtocolVersion::parse(requested)
         .filter(|v| v.is_modern())
