@@ -1,8 +1,7 @@
 //! Resource subscriptions, including to a URI no backend owns: refcounted per
 //! (backend, URI) on a shared backend — subscribed once, unsubscribed with the last
 //! subscriber or when sessions end —, `notifications/resources/updated` only to
-//! subscribed sessions with the gateway-visible URI, -32002 for URIs nobody owns
-//! (nor their backend's list or templates),
+//! subscribed sessions with the gateway-visible URI, -32002 for URIs nobody owns,
 //! -32601 for a backend without `resources.subscribe`.
 
 mod common;
@@ -192,14 +191,7 @@ async fn session_expiry_unsubscribes_the_last_subscriber() {
 async fn bad_subscriptions_get_the_spec_errors_and_reach_no_backend() {
     let gw = TestGateway::start(CONFIG).await;
     let s = gw.session().await;
-    // The last is routed to `sub` by its prefix, but `sub` neither lists it nor
-    // has a template for it: as `resources/read` would be, it is not found.
-    for uri in [
-        "zz+fx://static",
-        "file:///nowhere",
-        "fx://static",
-        "sub+fx://nowhere",
-    ] {
+    for uri in ["zz+fx://static", "file:///nowhere", "fx://static"] {
         let r = sub(&s, "resources/subscribe", uri).await;
         assert_eq!(r["error"]["code"], -32002, "{uri}: {r}");
         assert_eq!(r["error"]["data"]["uri"], uri, "{r}");

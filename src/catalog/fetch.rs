@@ -28,24 +28,6 @@ pub struct BackendCatalog {
     pub templates: Vec<Value>,
 }
 
-impl BackendCatalog {
-    /// Whether the backend offers resource `uri` (its own URI): one it lists, or
-    /// one a template of its covers, read as the routing does, by the template's
-    /// literal text before its first `{` (a template without one covers itself).
-    pub fn serves_uri(&self, uri: &str) -> bool {
-        let str_at = |v: &Value, key: &str| v.get(key).and_then(Value::as_str).map(str::to_owned);
-        self.resources
-            .iter()
-            .any(|r| str_at(r, "uri").is_some_and(|u| u == uri))
-            || self.templates.iter().any(|t| {
-                str_at(t, "uriTemplate").is_some_and(|tpl| match tpl.split_once('{') {
-                    Some((literal, _)) => uri.starts_with(literal),
-                    None => tpl == uri,
-                })
-            })
-    }
-}
-
 /// Fetches every list the backend's capabilities promise. A list that fails is
 /// logged and left empty; the others are kept.
 pub async fn fetch(conn: &Arc<Connection>) -> Result<BackendCatalog, BackendError> {

@@ -110,24 +110,6 @@ impl Catalog {
         out
     }
 
-    /// The lists session `owner` sees of backend `idx`: those of its own live
-    /// connection when they differ ([`Catalog::install_own`]), else the backend's
-    /// catalogue (`None` until fetched).
-    pub fn lists_for_session(&self, owner: &str, idx: usize) -> Option<Arc<BackendCatalog>> {
-        if self.own_sessions.load(Ordering::Relaxed) > 0 {
-            let all = self.own.sessions.read().unwrap_or_else(|e| e.into_inner());
-            let live = |c: &Weak<Connection>| c.upgrade().is_some_and(|c| c.is_alive());
-            if let Some((_, lists)) = all
-                .get(owner)
-                .and_then(|own| own.lists.get(&idx))
-                .filter(|(c, _)| live(c))
-            {
-                return Some(lists.clone());
-            }
-        }
-        self.backend(idx).catalog()
-    }
-
     /// Forgets session `owner`'s own lists (the session ended).
     pub fn forget_own(&self, owner: &str) {
         if self.own_sessions.load(Ordering::Relaxed) == 0 {

@@ -502,22 +502,9 @@ impl Dispatch {
                 "Resource subscriptions are not supported for this resource".into(),
             ));
         }
-        let subscribe = *method == Method::ResourcesSubscribe;
-        // A URI its backend neither lists nor has a template for is not found,
-        // as `resources/read` would answer (backends tend to accept any URI).
-        // Unsubscribing stays harmless whatever the URI.
-        if subscribe
-            && !self
-                .catalog
-                .lists_for_session(session.id(), backend)
-                .is_some_and(|c| c.serves_uri(&original))
-        {
-            return Err(RpcError::ResourceNotFound {
-                uri: uri.to_owned(),
-            });
-        }
         let subs = self.relay.subscriptions();
         let shared = b.shares_with(session.created());
+        let subscribe = *method == Method::ResourcesSubscribe;
         let upstream_needed = if subscribe {
             subs.subscribe(&b, &original, session) || !shared
         } else {
