@@ -396,3 +396,64 @@ pub(super) fn view_inputs<'a>(
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use std::net::{IpAddr, Ipv4Addr};
+    use std::path::Path;
+    use std::time::Duration;
+
+    use super::*;
+    use crate::config::Config;
+
+    fn backend(extra: &str) -> Arc<BackendState> {
+        let text = format!(
+            "[backends.ps]\ntype = \"stdio\"\ncommand = \"x\"\nmode = \"per_session\"\n{extra}"
+        );
+        let config = Config::parse(&text, Path::new("t.toml"), &|_| None).expect("valid");
+        let b = &config.backends["ps"];
+        Arc::new(BackendState::new(0, "ps", b, Duration::from_secs(5)))
+    }
+
+    fn at(last: u8) -> ClientKey {
+        ClientKey::Address(IpAddr::V4(Ipv4Addr::new(192, 0, 2, last)))
+    }
+
+    #[test]
+    fn a_clients_share_is_a_quarter_of_max_connections_by_default() {
+        let b = backend("max_connections = 8");
+        let (one, two) = (at(1), at(2));
+        let held: Vec<_> = (0..2)
+            .map(|_| b.reserve_connection(Some(&one)).expect("within its share"))
+            .collect();
+        let refused = b.reserve_connection(Some(&one)).err().expect("over 8/4");
+        assert_eq!(refused.reason(), "per_client");
+        assert!(
+            refused
+                .into_error()
+                .to_string()
+                .contains("max_connections_per_client")
+        );
+        let other = b.reserve_connection(Some(&two)).expect("another client");
+        drop(held);
+        assert!(
+            b.reserve_connection(Some(&one)).is_ok(),
+            "a dropped ticket frees"
+        );
+        drop(other);
+    }
+
+    #[test]
+    fn the_backends_budget_bounds_every_client_together() {
+        let b = backend("max_connections = 2\nmax_connections_per_client = 2");
+        let _a = b.reserve_connection(Some(&at(1))).expect("first");
+        let _b = b
+            .reserve_connection(None)
+            .expect("an unknown client counts in the total");
+        let refused = b
+            .reserve_connection(Some(&at(3)))
+            .err()
+            .expect("at max_connections");
+        assert_eq!(refused.reason(), "max_connections");
+    }
+}
