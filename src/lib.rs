@@ -468,13 +468,18 @@ struct Reaping {
 }
 
 /// How often idle sessions and connections are looked for: a quarter of the
-/// shortest idle limit, within 100 ms to 30 s.
+/// shortest idle limit (sessions', per-session connections', pooled ones' of
+/// backends that may pool), within 100 ms to 30 s.
 fn idle_period(catalog: &Catalog, session_idle_timeout: Duration) -> Duration {
+    let pools = |b: &crate::catalog::BackendState| {
+        (b.mode != crate::config::ConnectionMode::Shared).then_some(b.spec.config.pool_idle_timeout)
+    };
     let shortest = catalog
         .backends()
         .active()
         .iter()
-        .filter_map(|b| b.spec.config.idle_timeout)
+        .flat_map(|b| [b.spec.config.idle_timeout, pools(b)])
+        .flatten()
         .fold(session_idle_timeout, Duration::min);
     (shortest / 4).clamp(Duration::from_millis(100), Duration::from_secs(30))
 }

@@ -26,6 +26,7 @@ async fn per_session_children_are_capped() {
         args = ["--log", "${TEST_DIR}/ps.log"]
         mode = "per_session"
         max_connections = 2
+        max_connections_per_client = 2
         "#,
     )
     .await;

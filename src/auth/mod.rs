@@ -130,6 +130,41 @@ pub struct PrincipalId {
     pub subject: Arc<str>,
 }
 
+/// Who holds a per-session backend's connections, for
+/// `max_connections_per_client`: the principal, or on an open endpoint the
+/// client's address.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum ClientKey {
+    /// An authenticated caller.
+    Principal(PrincipalId),
+    /// A caller on an open endpoint, by address.
+    Address(std::net::IpAddr),
+}
+
+impl ClientKey {
+    /// The principal if there is one, else the address; `None` when neither is
+    /// known (a session restored without its client's address): not capped.
+    pub fn of(
+        principal: Option<&PrincipalId>,
+        client: Option<std::net::IpAddr>,
+    ) -> Option<ClientKey> {
+        match (principal, client) {
+            (Some(p), _) => Some(ClientKey::Principal(p.clone())),
+            (None, Some(ip)) => Some(ClientKey::Address(ip)),
+            (None, None) => None,
+        }
+    }
+}
+
+impl std::fmt::Display for ClientKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ClientKey::Principal(p) => write!(f, "principal {} {}", p.issuer, p.subject),
+            ClientKey::Address(ip) => write!(f, "address {ip}"),
+        }
+    }
+}
+
 /// Validates bearer tokens for the MCP endpoint.
 pub struct Authenticator {
     issuers: Vec<Arc<Issuer>>,

@@ -23,7 +23,7 @@ use std::sync::{Arc, RwLock};
 pub use curation::inject as inject_overrides;
 pub use describe::describe;
 pub use fetch::{BackendCatalog, fetch};
-pub use registry::{BackendState, Backends};
+pub use registry::{BackendState, Backends, ConnectionRefusal, ConnectionTicket};
 pub use view::View;
 
 use crate::cluster::Sealer;

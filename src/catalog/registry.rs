@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use super::curation::ToolFilterSet;
 use super::fetch::BackendCatalog;
 use super::health::BackendHealth;
+use crate::auth::ClientKey;
 use crate::backend::{BackendError, BackendSpec, Connection, Slot};
 use crate::config::{BackendConfig, ConnectionMode, ToolOverride, uri_prefix};
 
@@ -37,8 +38,9 @@ pub struct BackendState {
     /// Set for backends added by a reload: their first catalogue is news to the
     /// sessions already running, so it is announced with `list_changed`.
     late: AtomicBool,
-    /// Open per-session connections (bounded by `max_connections`).
-    per_session_open: std::sync::atomic::AtomicUsize,
+    /// Per-session and pooled connections open or opening, in all and by client
+    /// (bounded by `max_connections` and `max_connections_per_client`).
+    open: Mutex<OpenCounts>,
     /// When the backend first sent, on its shared connection, what only one host
     /// can use (a server→client request, or a log no single call was in flight
     /// for): it keeps state per client.
@@ -75,7 +77,7 @@ impl BackendState {
                 .map(|n| Arc::new(tokio::sync::Semaphore::new(n))),
             removed: AtomicBool::new(false),
             late: AtomicBool::new(false),
-            per_session_open: std::sync::atomic::AtomicUsize::new(0),
+            open: Mutex::default(),
             stateful_since: OnceLock::new(),
             unroutable_reported: AtomicBool::new(false),
             health: BackendHealth::default(),
@@ -207,30 +209,116 @@ impl BackendState {
         !self.unroutable_reported.swap(true, Ordering::AcqRel)
     }
 
-    /// Fails when `max_connections` connections other than the shared one are
-    /// open (sessions' own connections and the stateless pool's together).
-    pub fn check_connection_limit(&self) -> Result<(), BackendError> {
-        let limit = self.spec.config.max_connections;
-        if self.per_session_open.load(Ordering::Acquire) >= limit {
-            return Err(BackendError::Busy {
-                backend: self.spec.name.to_string(),
-                reason: format!(
-                    "{limit} connections are open (sessions' own and the stateless pool's; max_connections)"
-                ),
-            });
+    /// Counts a connection about to open for `client` against `max_connections`
+    /// and the client's `max_connections_per_client` (`None`: an unknown
+    /// client, counted in the total only). The ticket keeps it counted: hand
+    /// it to [`BackendState::count_connection`] once the connection is open;
+    /// dropping it (the attempt failed) uncounts it.
+    ///
+    /// Errors: [`BackendError::Busy`] with which limit refused it.
+    pub fn reserve_connection(
+        self: &Arc<Self>,
+        client: Option<&ClientKey>,
+    ) -> Result<ConnectionTicket, ConnectionRefusal> {
+        let config = &self.spec.config;
+        let busy = |reason: String| BackendError::Busy {
+            backend: self.spec.name.to_string(),
+            reason,
+        };
+        let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
+        if open.total >= config.max_connections {
+            let limit = config.max_connections;
+            return Err(ConnectionRefusal::Backend(busy(format!(
+                "{limit} connections are open (sessions' own and the stateless pool's; max_connections)"
+            ))));
         }
-        Ok(())
+        if let Some(c) = client {
+            let limit = config.max_connections_per_client;
+            let held = open.by_client.entry(c.clone()).or_default();
+            if *held >= limit {
+                return Err(ConnectionRefusal::Client(busy(format!(
+                    "this client holds {limit} of its connections (max_connections_per_client)"
+                ))));
+            }
+            *held += 1;
+        }
+        open.total += 1;
+        Ok(ConnectionTicket {
+            backend: self.clone(),
+            client: client.cloned(),
+        })
     }
 
-    /// Counts a new per-session connection until it closes.
-    pub fn count_connection(self: &Arc<Self>, conn: &Arc<Connection>) {
-        self.per_session_open.fetch_add(1, Ordering::AcqRel);
-        let b = self.clone();
+    /// Keeps `ticket` (the connection counted) until `conn` closes.
+    pub fn count_connection(conn: &Arc<Connection>, ticket: ConnectionTicket) {
         let closed = conn.closed.clone();
         tokio::spawn(async move {
             closed.cancelled().await;
-            b.per_session_open.fetch_sub(1, Ordering::AcqRel);
+            drop(ticket);
         });
+    }
+}
+
+/// Connections of a per-session backend open or opening.
+#[derive(Default)]
+struct OpenCounts {
+    total: usize,
+    by_client: std::collections::HashMap<ClientKey, usize>,
+}
+
+/// One connection counted by [`BackendState::reserve_connection`]; uncounted
+/// when dropped.
+pub struct ConnectionTicket {
+    backend: Arc<BackendState>,
+    client: Option<ClientKey>,
+}
+
+impl Drop for ConnectionTicket {
+    fn drop(&mut self) {
+        let mut open = self.backend.open.lock().unwrap_or_else(|e| e.into_inner());
+        open.total = open.total.saturating_sub(1);
+        if let Some(c) = &self.client
+            && let Some(held) = open.by_client.get_mut(c)
+        {
+            *held = held.saturating_sub(1);
+            if *held == 0 {
+                open.by_client.remove(c);
+            }
+        }
+    }
+}
+
+/// Why a per-session backend's connection was not opened for a call: the
+/// backend's `max_connections` or the client's `max_connections_per_client`
+/// ([`BackendState::reserve_connection`]), or the pool's wait.
+#[derive(Debug)]
+pub enum ConnectionRefusal {
+    /// The backend is at `max_connections`.
+    Backend(BackendError),
+    /// The client is at `max_connections_per_client`.
+    Client(BackendError),
+    /// No pooled connection was ready or free in time (`queue_timeout`).
+    Pool(BackendError),
+}
+
+impl ConnectionRefusal {
+    /// The metric label of the limit (`max_connections`, `per_client`,
+    /// `pool_wait`).
+    pub fn reason(&self) -> &'static str {
+        match self {
+            ConnectionRefusal::Backend(_) => "max_connections",
+            ConnectionRefusal::Client(_) => "per_client",
+            ConnectionRefusal::Pool(_) => "pool_wait",
+        }
+    }
+
+    /// The error the call gets.
+    pub fn into_error(self) -> BackendError {
+        match self {
+            ConnectionRefusal::Backend(e)
+            | ConnectionRefusal::Client(e)
+            | ConnectionRefusal::Pool(e) => e,
+        }
     }
 }
 
@@ -307,4 +395,65 @@ pub(super) fn view_inputs<'a>(
             }
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::{IpAddr, Ipv4Addr};
+    use std::path::Path;
+    use std::time::Duration;
+
+    use super::*;
+    use crate::config::Config;
+
+    fn backend(extra: &str) -> Arc<BackendState> {
+        let text = format!(
+            "[backends.ps]\ntype = \"stdio\"\ncommand = \"x\"\nmode = \"per_session\"\n{extra}"
+        );
+        let config = Config::parse(&text, Path::new("t.toml"), &|_| None).expect("valid");
+        let b = &config.backends["ps"];
+        Arc::new(BackendState::new(0, "ps", b, Duration::from_secs(5)))
+    }
+
+    fn at(last: u8) -> ClientKey {
+        ClientKey::Address(IpAddr::V4(Ipv4Addr::new(192, 0, 2, last)))
+    }
+
+    #[test]
+    fn a_clients_share_is_a_quarter_of_max_connections_by_default() {
+        let b = backend("max_connections = 8");
+        let (one, two) = (at(1), at(2));
+        let held: Vec<_> = (0..2)
+            .map(|_| b.reserve_connection(Some(&one)).expect("within its share"))
+            .collect();
+        let refused = b.reserve_connection(Some(&one)).err().expect("over 8/4");
+        assert_eq!(refused.reason(), "per_client");
+        assert!(
+            refused
+                .into_error()
+                .to_string()
+                .contains("max_connections_per_client")
+        );
+        let other = b.reserve_connection(Some(&two)).expect("another client");
+        drop(held);
+        assert!(
+            b.reserve_connection(Some(&one)).is_ok(),
+            "a dropped ticket frees"
+        );
+        drop(other);
+    }
+
+    #[test]
+    fn the_backends_budget_bounds_every_client_together() {
+        let b = backend("max_connections = 2\nmax_connections_per_client = 2");
+        let _a = b.reserve_connection(Some(&at(1))).expect("first");
+        let _b = b
+            .reserve_connection(None)
+            .expect("an unknown client counts in the total");
+        let refused = b
+            .reserve_connection(Some(&at(3)))
+            .err()
+            .expect("at max_connections");
+        assert_eq!(refused.reason(), "max_connections");
+    }
 }

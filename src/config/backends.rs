@@ -36,15 +36,27 @@ pub struct BackendConfig {
     /// per_session mode: most connections (child processes, backend sessions) open
     /// at once; sessions beyond it get a "busy" error. Default 256.
     pub max_connections: usize,
-    /// Connections of a per_session backend (or an auto one once it serves
-    /// sessions their own), stdio or http, unused this long are closed; they
-    /// reopen on the next call. Default (`None`) differs by kind: a session's
-    /// own connection lives as long as its session (when set, it is reopened
-    /// with the session's log level and subscriptions, and one holding the
-    /// session's subscriptions or tasks is kept); a pooled one (stateless
-    /// 2026-07-28 requests) closes after `server.session_idle_timeout`. Never
-    /// below `server.session_idle_timeout`. The shared connection (`shared`, or
-    /// `auto` before the switch) is never closed for idleness.
+    /// per_session mode: most of those connections one client holds (its
+    /// sessions' own and its stateless pool's): the principal (`iss`, `sub`), or
+    /// on an open endpoint the client address (`server.trusted_proxies`). Default
+    /// a quarter of `max_connections`, rounded up.
+    pub max_connections_per_client: usize,
+    /// per_session mode, stateless 2026-07-28 requests: most pooled connections
+    /// of one pool key (backend, caller, declared capabilities) starting at once;
+    /// other requests of the key wait (up to `queue_timeout`) for one to be
+    /// ready or free. Default 2.
+    pub pool_max_starting: usize,
+    /// per_session mode: a pooled connection (stateless 2026-07-28 requests)
+    /// unused this long is closed. Default 60 s.
+    pub pool_idle_timeout: Duration,
+    /// A session's own connection to a per_session backend (or an auto one
+    /// once it serves sessions their own), stdio or http, unused this long is
+    /// closed; it reopens on the next call. Default (`None`): it lives as long
+    /// as its session. When set, it is reopened with the session's log level
+    /// and subscriptions, and one holding the session's subscriptions or tasks
+    /// is kept. Never below `server.session_idle_timeout`. Pooled connections
+    /// follow `pool_idle_timeout`; the shared connection (`shared`, or `auto`
+    /// before the switch) is never closed for idleness.
     pub idle_timeout: Option<Duration>,
     /// http: a file of `Name: value` header lines (mounted secrets), read at
     /// each connect and merged over `headers`.
@@ -157,14 +169,31 @@ pub struct RawBackend {
     pub queue_timeout: Option<Duration>,
     /// per_session mode: most connections open at once. Default 256.
     pub max_connections: Option<usize>,
+    /// per_session mode: most connections one client holds (its sessions' own and
+    /// its stateless pool's), so that one client cannot take the whole
+    /// `max_connections` budget. The client is the principal (`iss`, `sub`), or on
+    /// an open endpoint the client address (behind a proxy, set
+    /// `server.trusted_proxies`). Over it, the call that would open a session's
+    /// connection gets a "busy" error (-32603). Default a quarter of
+    /// `max_connections`, rounded up.
+    pub max_connections_per_client: Option<usize>,
+    /// per_session mode, stateless 2026-07-28 requests: most pooled connections of
+    /// one pool key (backend, caller, declared capabilities) starting at once;
+    /// other requests of the key wait, up to `queue_timeout`, for one to be ready
+    /// or free. Default 2.
+    pub pool_max_starting: Option<usize>,
+    /// per_session mode: a pooled connection (stateless 2026-07-28 requests)
+    /// unused this long is closed. Default 60 s.
+    #[serde(default, with = "humantime_serde")]
+    #[schemars(schema_with = "schema::duration")]
+    pub pool_idle_timeout: Option<Duration>,
     /// per_session (and auto, once it serves sessions their own) backends, stdio
-    /// or http: an unused connection is closed after this and reopens on the next
-    /// call. At least `server.session_idle_timeout`. Default when unset: a
-    /// session's own connection lives as long as its session; a pooled one
-    /// (stateless 2026-07-28 requests) closes after `server.session_idle_timeout`.
-    /// When set, a session's own connection is reopened with the session's log
-    /// level and subscriptions, and one holding subscriptions or tasks is kept.
-    /// The shared connection is never closed for idleness.
+    /// or http: a session's own connection unused this long is closed and reopens
+    /// on the next call. At least `server.session_idle_timeout`. Default when
+    /// unset: it lives as long as its session. When set, it is reopened with the
+    /// session's log level and subscriptions, and one holding subscriptions or
+    /// tasks is kept. Pooled connections follow `pool_idle_timeout`; the shared
+    /// connection is never closed for idleness.
     #[serde(default, with = "humantime_serde")]
     #[schemars(schema_with = "schema::duration")]
     pub idle_timeout: Option<Duration>,

@@ -142,6 +142,13 @@ pub(super) fn build(raw: RawConfig, p: &mut Vec<ConfigProblem>) -> Config {
             max_concurrency: b.max_concurrency,
             queue_timeout: b.queue_timeout.unwrap_or(std::time::Duration::from_secs(5)),
             max_connections: b.max_connections.unwrap_or(256),
+            max_connections_per_client: b
+                .max_connections_per_client
+                .unwrap_or_else(|| b.max_connections.unwrap_or(256).div_ceil(4)),
+            pool_max_starting: b.pool_max_starting.unwrap_or(2),
+            pool_idle_timeout: b
+                .pool_idle_timeout
+                .unwrap_or(std::time::Duration::from_secs(60)),
             idle_timeout: b.idle_timeout,
             headers_file: b.headers_file,
             upstream_auth: b.auth,
@@ -270,10 +277,19 @@ pub fn validate(c: &Config) -> Vec<ConfigProblem> {
                 format!("prefix {prefix:?} is also used by backend {other:?}"),
             ));
         }
-        if b.max_connections == 0 {
+        for (field, v) in [
+            ("max_connections", b.max_connections),
+            ("max_connections_per_client", b.max_connections_per_client),
+            ("pool_max_starting", b.pool_max_starting),
+        ] {
+            if v == 0 {
+                p.push(ConfigProblem::new(at(field), "must be at least 1"));
+            }
+        }
+        if b.pool_idle_timeout.is_zero() {
             p.push(ConfigProblem::new(
-                at("max_connections"),
-                "must be at least 1",
+                at("pool_idle_timeout"),
+                "must be more than 0",
             ));
         }
         if let Some(idle) = b.idle_timeout

@@ -353,6 +353,7 @@ mod tests {
             log_level: None,
             principal: None,
             view_key: Default::default(),
+            client: None,
         };
         let error = ErrorObject::new(-32042, "go there first").with_data(json!({"elicitations": [
             {"mode": "url", "url": "https://a.example/", "message": "A", "elicitationId": "up:1"},

@@ -175,7 +175,7 @@ async fn frame(
     {
         return Err(modern_probe_refused(&req.id, "server/discover"));
     }
-    let session = lookup(st, h, principal.as_ref(), ctx.endpoint()).await?;
+    let session = lookup(st, h, principal.as_ref(), ctx.endpoint(), ctx.client()).await?;
     ctx.set_session(session.log_id());
     ctx.set_revision(session.version());
     headers::protocol_version(h)?;
@@ -205,7 +205,7 @@ async fn frame_batch(
         return Err(invalid(INITIALIZE_IN_BATCH));
     }
     ctx.set_legacy();
-    let session = lookup(st, h, principal.as_ref(), ctx.endpoint()).await?;
+    let session = lookup(st, h, principal.as_ref(), ctx.endpoint(), ctx.client()).await?;
     ctx.set_session(session.log_id());
     ctx.set_revision(session.version());
     headers::protocol_version(h)?;
@@ -465,8 +465,9 @@ async fn open_session(
         &capabilities,
     );
     let id = token.seal(&st.sealer, &endpoint).into();
-    let session =
-        Session::new(id, identity, version, capabilities, client_info).at_endpoint(endpoint);
+    let session = Session::new(id, identity, version, capabilities, client_info)
+        .at_endpoint(endpoint)
+        .opened_by(ctx.client());
     let session = Arc::new(session.with_principal(p, key));
     count_drops(st, &session);
     super::standalone::wire(st, &session);

@@ -127,7 +127,7 @@ pub async fn serve(
             return reject(ctx, e);
         }
     };
-    let host = match validate(st, h, &req, principal.as_ref(), ctx.endpoint()) {
+    let host = match validate(st, h, &req, principal.as_ref(), &ctx) {
         Ok(host) => host,
         Err(e) => return reject(ctx, e),
     };
@@ -166,8 +166,9 @@ fn validate(
     h: &HeaderMap,
     req: &Request,
     principal: Option<&Arc<Principal>>,
-    endpoint: &str,
+    ctx: &RequestContext,
 ) -> Result<ModernHost, HttpError> {
+    let endpoint = ctx.endpoint();
     let id = &req.id;
     let meta = req.params.as_ref().and_then(|p| p.get("_meta"));
     if meta.is_some_and(|m| !m.is_object()) {
@@ -248,6 +249,7 @@ fn validate(
         log_level,
         principal: principal.map(|p| p.id()),
         view_key: st.catalog.view_key_at(endpoint, principal.map(|p| &**p)),
+        client: ctx.client(),
     })
 }
 

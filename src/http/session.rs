@@ -39,6 +39,7 @@ pub(super) async fn lookup(
     h: &HeaderMap,
     principal: Option<&Arc<Principal>>,
     endpoint: &str,
+    client: Option<std::net::IpAddr>,
 ) -> Result<Arc<Session>, HttpError> {
     match h.get_all(SESSION_ID).iter().count() {
         0 => return Err(HttpError::missing_session()),
@@ -59,7 +60,7 @@ pub(super) async fn lookup(
         Some(held) if held.endpoint() != endpoint => return Err(HttpError::unknown_session()),
         Some(held) => held,
         // Boxed: rare, and large (the shared store's futures).
-        None => Box::pin(restore(st, id, principal, endpoint)).await?,
+        None => Box::pin(restore(st, id, principal, endpoint, client)).await?,
     };
     super::auth::bind(st, &session, principal)?;
     if let Some(store) = st.supervisor.shared()
@@ -88,6 +89,7 @@ async fn restore(
     id: &str,
     principal: Option<&Arc<Principal>>,
     endpoint: &str,
+    client: Option<std::net::IpAddr>,
 ) -> Result<Arc<Session>, HttpError> {
     let count = |result: &str| {
         st.metrics
@@ -135,6 +137,7 @@ async fn restore(
     };
     let session = Session::new(id.into(), token.identity, token.version, caps, info)
         .at_endpoint(endpoint.into())
+        .opened_by(client)
         .with_principal(p, st.catalog.view_key_at(endpoint, p));
     if let Some(level) = level {
         session.set_log_level(level);
@@ -276,7 +279,7 @@ async fn open_stream(
     }
     ctx.set_legacy();
     headers::check_get_accept(h)?;
-    let session = lookup(st, h, a.principal.as_ref(), ctx.endpoint()).await?;
+    let session = lookup(st, h, a.principal.as_ref(), ctx.endpoint(), ctx.client()).await?;
     ctx.set_session(session.log_id());
     ctx.set_revision(session.version());
     headers::protocol_version(h)?;
@@ -352,7 +355,14 @@ pub async fn delete(State(st): State<AppState>, req: Request) -> Response {
             return Err(e);
         }
         ctx.set_legacy();
-        let session = lookup(&st, &a.parts.headers, a.principal.as_ref(), ctx.endpoint()).await?;
+        let session = lookup(
+            &st,
+            &a.parts.headers,
+            a.principal.as_ref(),
+            ctx.endpoint(),
+            ctx.client(),
+        )
+        .await?;
         headers::protocol_version(&a.parts.headers)?;
         Ok::<_, HttpError>(session)
     };

@@ -53,6 +53,12 @@ pub struct Metrics {
     /// body_too_large, body_timeout, session_missing, session_unknown, version, rate_limited,
     /// too_many_sessions, too_many_streams, backend_busy).
     pub rejections: IntCounterVec,
+    /// Connections to per-session backends not opened for a call, by backend
+    /// and the limit that refused it (`max_connections`, `per_client`:
+    /// `max_connections_per_client`, `pool_wait`: no pooled connection was
+    /// ready or free within `queue_timeout`). Each such call is also a
+    /// `backend_busy` rejection.
+    pub backend_connection_refusals: IntCounterVec,
     /// Messages toward hosts that were dropped, by reason.
     pub dropped_messages: IntCounterVec,
     /// Request body bytes received from hosts.
@@ -272,6 +278,12 @@ impl Metrics {
                 "mcpgate_rejections_total",
                 "Host requests refused before routing, by reason and protocol era (unknown: refused before the body was read).",
                 &["reason", "era"],
+            ),
+            backend_connection_refusals: counter_vec(
+                &r,
+                "mcpgate_backend_connection_refusals_total",
+                "Connections to per-session backends refused for a call, by backend and limit (max_connections, per_client, pool_wait).",
+                &["backend", "reason"],
             ),
             dropped_messages: counter_vec(
                 &r,

@@ -4,13 +4,14 @@
 //! basic/index, per-request fields). The dispatch and the relay work on [`Host`],
 //! so one request path serves both eras.
 
+use std::net::IpAddr;
 use std::sync::Arc;
 
 use serde_json::Value;
 
 use super::Session;
-use crate::auth::PrincipalId;
 use crate::auth::policy::ViewKey;
+use crate::auth::{ClientKey, PrincipalId};
 use crate::mcp::{LogLevel, ProtocolVersion};
 
 /// What a 2026-07-28 request declares about its client, for this request only.
@@ -27,6 +28,9 @@ pub struct ModernHost {
     pub principal: Option<PrincipalId>,
     /// The caller's authorization view.
     pub view_key: ViewKey,
+    /// The client's address (the peer, or behind `server.trusted_proxies` what
+    /// they forwarded); `None` when unknown.
+    pub client: Option<IpAddr>,
 }
 
 /// The originator of a host request.
@@ -83,6 +87,15 @@ impl Host {
         match self {
             Host::Legacy(s) => s.log_level(),
             Host::Modern(m) => m.log_level,
+        }
+    }
+
+    /// Who holds the connections this host's requests open
+    /// (`max_connections_per_client`).
+    pub fn client_key(&self) -> Option<ClientKey> {
+        match self {
+            Host::Legacy(s) => ClientKey::of(s.principal(), s.client()),
+            Host::Modern(m) => ClientKey::of(m.principal.as_ref(), m.client),
         }
     }
 

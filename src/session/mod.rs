@@ -103,6 +103,8 @@ pub struct Session {
     /// broadcasts name sessions by it.
     store_key: String,
     principal: Option<PrincipalId>,
+    /// The address of the client that opened (or restored) it, if known.
+    client: Option<std::net::IpAddr>,
     /// The `[endpoints.NAME]` it was opened at (`""`: `server.path`); it is
     /// unknown at every other endpoint.
     endpoint: Arc<str>,
@@ -141,6 +143,7 @@ impl Session {
             id,
             identity,
             principal: None,
+            client: None,
             endpoint: Arc::from(""),
             version,
             client_capabilities,
@@ -178,6 +181,17 @@ impl Session {
     pub fn at_endpoint(mut self, endpoint: Arc<str>) -> Self {
         self.endpoint = endpoint;
         self
+    }
+
+    /// Records the address of the client that opened (or restored) it.
+    pub fn opened_by(mut self, client: Option<std::net::IpAddr>) -> Self {
+        self.client = client;
+        self
+    }
+
+    /// The client's address, if known ([`Session::opened_by`]).
+    pub fn client(&self) -> Option<std::net::IpAddr> {
+        self.client
     }
 
     /// The endpoint the session belongs to (`""`: `server.path`).

@@ -11,6 +11,7 @@ mod cluster;
 mod listener;
 mod owner;
 mod pace;
+mod pool;
 mod reload;
 mod sessions;
 mod upstream;
@@ -58,7 +59,7 @@ pub struct Supervisor {
     opened: Mutex<HashMap<SessionBackend, std::sync::Weak<Connection>>>,
     /// Per-session backends' connections for stateless requests, by (backend,
     /// caller and declared capabilities); see `sessions.rs`.
-    pool: Mutex<HashMap<(usize, String), Arc<crate::backend::Slot>>>,
+    pool: pool::Pool,
     /// The shared session store (`[cluster] redis`), if any: shutdown then
     /// drains instead of ending sessions (`cluster.rs`).
     shared: Option<Arc<SharedStore>>,
@@ -446,12 +447,7 @@ impl Supervisor {
                 conn.close().await;
             }
         }
-        let pooled: Vec<_> = self
-            .pool
-            .lock()
-            .map(|mut p| p.drain().filter_map(|(_, s)| s.take()).collect())
-            .unwrap_or_default();
-        for conn in pooled {
+        for conn in self.pool.drain() {
             conn.close().await;
         }
     }

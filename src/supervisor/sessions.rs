@@ -6,9 +6,10 @@
 //! sets `idle_timeout` (never below `server.session_idle_timeout`, checked in
 //! config); even then one holding the session's subscriptions or tasks on that
 //! backend is not closed. One that replaces an earlier connection of the session
-//! (closed for idleness, or lost) is given the session's state again. Pooled
-//! connections hold no host state: they close after `idle_timeout`, by default
-//! `server.session_idle_timeout`.
+//! (closed for idleness, or lost) is given the session's state again. A
+//! session's first connection to a backend is counted against the backend's
+//! `max_connections` and its client's `max_connections_per_client`; over
+//! either, the call gets "busy". Pooled connections are `pool.rs`'s.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,13 +17,11 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use super::Supervisor;
-use crate::backend::Slot;
 use crate::backend::{BackendError, Connection, Owner};
 use crate::catalog::BackendState;
-use crate::config::Transport;
 use crate::jsonrpc;
 use crate::mcp::Method;
-use crate::session::{Host, ModernHost, Session, SessionRecord, UpstreamSession};
+use crate::session::{Host, Session, SessionRecord, UpstreamSession};
 
 /// How long ending a session waits for a backend to take a cancel (or a host
 /// stream to take its last answer) before going on.
@@ -92,7 +91,10 @@ impl Supervisor {
         if let Some(conn) = slot.current() {
             return Ok(conn);
         }
-        b.check_connection_limit()?;
+        let client = host.client_key();
+        let ticket = b
+            .reserve_connection(client.as_ref())
+            .map_err(|r| self.refuse(&b, client.as_ref(), r))?;
         let caps = client_capabilities_for_backend(session.client_capabilities());
         let owner = Owner::Exclusive(session.id().clone());
         let resume = match &self.upstreams {
@@ -121,7 +123,7 @@ impl Supervisor {
             // A concurrent first use opened it and sets it up.
             return Ok(conn);
         };
-        b.count_connection(&conn);
+        BackendState::count_connection(&conn, ticket);
         if session.is_ended() {
             self.forget_opened(session);
             conn.close().await;
@@ -216,71 +218,6 @@ impl Supervisor {
             resubscribed,
             "per-session backend connection replaced; log level and subscriptions set again, any other state the backend kept for this session is gone"
         );
-    }
-
-    /// A per-session backend's connection for a stateless request: backend sessions
-    /// are pooled by (backend, caller, the client capabilities the request
-    /// declared among roots, sampling and elicitation), so a backend never sends a
-    /// request for a capability this host request did not declare, and one
-    /// principal's backend session is never another's (MCP 2026-07-28 bridging:
-    /// capabilities are per request on one side and per session on the other).
-    /// Pooled HTTP connections serve many requests at once: what a backend sends
-    /// is tied to a request by the stream it arrives on. A legacy stdio child has
-    /// only its pipe, so it serves one call at a time: a key has lanes, and a call
-    /// takes the first whose connection nobody holds (a parked bridge
-    /// continuation holds its own), opening a sibling child when all are busy
-    /// (bounded by `max_connections`).
-    async fn pooled_connection(
-        &self,
-        idx: usize,
-        host: &ModernHost,
-    ) -> Result<Arc<Connection>, BackendError> {
-        let b = self.catalog.backend(idx);
-        let caps = client_capabilities_for_backend(&host.capabilities);
-        let principal = host
-            .principal
-            .as_ref()
-            .map(|p| format!("{}\u{0}{}", p.issuer, p.subject))
-            .unwrap_or_default();
-        let one_call = matches!(b.spec.config.transport, Transport::Stdio { .. });
-        let slot = {
-            let Ok(mut pool) = self.pool.lock() else {
-                return Err(BackendError::closed(
-                    &b.spec.name,
-                    "connection pool poisoned",
-                ));
-            };
-            let mut lane = 0u32;
-            loop {
-                let key = (idx, format!("{principal}\u{0}{caps}\u{0}{lane}"));
-                let slot = pool
-                    .entry(key)
-                    .or_insert_with(|| Arc::new(Slot::default()))
-                    .clone();
-                // Held by the pool and by `slot` here: nobody else connects through it.
-                let connecting = Arc::strong_count(&slot) > 2;
-                if let Some(conn) = slot.current().filter(|c| c.is_retired()) {
-                    // It holds another host's roots: out of the pool, closed once
-                    // its calls are done; this lane gets a new one.
-                    slot.take();
-                    tokio::spawn(close_when_done(conn));
-                    continue;
-                }
-                match slot.current() {
-                    // Held by the slot and by `conn` here: nobody uses it.
-                    Some(conn) if !one_call || conn.modern().is_some() => return Ok(conn),
-                    Some(conn) if Arc::strong_count(&conn) == 2 => return Ok(conn),
-                    None if !one_call || !connecting => break slot,
-                    _ => lane += 1,
-                }
-            }
-        };
-        b.check_connection_limit()?;
-        let conn = slot
-            .get(&b.spec, Owner::Shared, self.relay.handler(), caps)
-            .await?;
-        b.count_connection(&conn);
-        Ok(conn)
     }
 
     /// Ends a session: forgets it, cancels its calls upstream and closes its
@@ -387,26 +324,18 @@ impl Supervisor {
     }
 
     /// Closes backend connections unused for longer than their backend's
-    /// `idle_timeout` (they reopen on the next call): a session's own only if the
-    /// backend sets one and the session holds no subscriptions or tasks there;
-    /// pooled ones also by default, after `server.session_idle_timeout`.
+    /// idle limit (they reopen on the next call): a session's own only if the
+    /// backend sets `idle_timeout` and the session holds no subscriptions or
+    /// tasks there; pooled ones after `pool_idle_timeout`.
     async fn close_idle_connections(&self) {
-        let mut idle = Vec::new();
-        let pooled: Vec<(usize, Arc<Slot>)> = self
+        let pooled = self
             .pool
-            .lock()
-            .map(|p| p.iter().map(|((i, _), s)| (*i, s.clone())).collect())
-            .unwrap_or_default();
-        for (idx, slot) in pooled {
-            let limit = self.catalog.backend(idx).spec.config.idle_timeout;
-            let limit = limit.unwrap_or(self.server.load().session_idle_timeout);
-            if let Some(c) = slot.current()
-                && c.in_flight() == 0
-                && c.idle_for() > limit
-            {
-                idle.push((slot.clone(), c, false));
-            }
+            .take_idle(|idx| self.catalog.backend(idx).spec.config.pool_idle_timeout);
+        for conn in pooled {
+            tracing::info!(backend = %conn.backend, "closing an idle pooled connection (pool_idle_timeout)");
+            conn.close().await;
         }
+        let mut idle = Vec::new();
         for s in self.sessions.all() {
             let mut record = None;
             for (idx, slot) in s.slots() {
@@ -419,25 +348,21 @@ impl Supervisor {
                     && c.idle_for() > limit
                     && !holds_state(record.get_or_insert_with(|| s.record()), &b.spec.name)
                 {
-                    idle.push((slot.clone(), c, true));
+                    idle.push((slot.clone(), c));
                 }
             }
         }
-        for (slot, conn, own) in idle {
+        for (slot, conn) in idle {
             if slot.current().is_some_and(|c| Arc::ptr_eq(&c, &conn)) {
                 slot.take();
                 tracing::info!(backend = %conn.backend, "closing an idle per-session connection (idle_timeout)");
                 // With a store, a session's HTTP backend session is shared:
                 // it stays for the other replicas and for the next connection.
-                match own && self.shared.is_some() {
+                match self.shared.is_some() {
                     true => conn.release().await,
                     false => conn.close().await,
                 }
             }
-        }
-        // Empty pool slots go, unless a request is connecting through one.
-        if let Ok(mut pool) = self.pool.lock() {
-            pool.retain(|_, slot| slot.current().is_some() || Arc::strong_count(slot) > 1);
         }
     }
 
@@ -518,16 +443,6 @@ fn holds_state(record: &SessionRecord, backend: &str) -> bool {
         || record.tasks.values().any(|t| t.backend == backend)
 }
 
-/// Closes a connection taken out of the pool once no request is in flight on
-/// it (each ends by its answer, its cancel or the backend's call timeout).
-async fn close_when_done(conn: Arc<Connection>) {
-    while conn.is_alive() && conn.in_flight() > 0 {
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    tracing::debug!(backend = %conn.backend, "closing a pooled connection that holds a host's roots");
-    conn.close().await;
-}
-
 /// The client capabilities a backend's shared connection (shared and auto mode)
 /// and a per-session backend's catalogue connection declare: everything the
 /// gateway relays, so that backends offer every feature that needs a host. On a
@@ -543,7 +458,7 @@ pub(super) fn shared_capabilities() -> Value {
 
 /// The client capabilities a per-session backend connection declares: only those
 /// the host declared and the gateway relays (MCP 2025-11-25 checklist §8.5).
-fn client_capabilities_for_backend(host: &Value) -> Value {
+pub(super) fn client_capabilities_for_backend(host: &Value) -> Value {
     let mut caps = serde_json::Map::new();
     for key in ["roots", "sampling", "elicitation"] {
         if let Some(v) = host.get(key).filter(|v| v.is_object()) {
