@@ -316,3 +316,19 @@ async fn a_get_stream_reopened_after_many_updates_gets_each_update_once() {
         );
     }
 }
+
+/// A resource link in a tool result need not appear in `resources/list` (MCP
+/// 2025-11-25, server/tools, resource links), so a subscription to a URI the
+/// backend does not list is the backend's to answer: forwarded, not refused.
+#[tokio::test]
+async fn a_subscription_to_a_uri_the_backend_does_not_list_is_forwarded() {
+    let gw = TestGateway::start(CONFIG).await;
+    let s = gw.session().await;
+    let r = sub(&s, "resources/subscribe", "sub+fx://unlisted/7").await;
+    assert_eq!(r["result"], json!({}), "{r}");
+    assert_eq!(
+        upstream(&gw, "resources/subscribe"),
+        ["fx://unlisted/7"],
+        "the backend's own URI reaches it"
+    );
+}
