@@ -92,19 +92,22 @@ impl Subscriptions {
     }
 
     /// Drops every subscription of `session`; returns the (backend, URI) pairs that
-    /// lost their last subscriber through the shared connection.
-    fn forget_session(&self, session: &str) -> Vec<(usize, String)> {
+    /// lost their last subscriber through the shared connection, and whether
+    /// the session had any subscription here.
+    fn forget_session(&self, session: &str) -> (Vec<(usize, String)>, bool) {
         let Ok(mut m) = self.map.lock() else {
-            return Vec::new();
+            return (Vec::new(), false);
         };
-        let mut emptied = Vec::new();
+        let (mut emptied, mut any) = (Vec::new(), false);
         m.retain(|key, set| {
-            if set.remove(session) == Some(true) && !set.values().any(|s| *s) {
+            let was = set.remove(session);
+            any |= was.is_some();
+            if was == Some(true) && !set.values().any(|s| *s) {
                 emptied.push(key.clone());
             }
             !set.is_empty()
         });
-        emptied
+        (emptied, any)
     }
 }
 
@@ -177,9 +180,10 @@ impl Subscriptions {
     }
 
     /// Forgets a session's subscriptions, unsubscribing shared connections from
-    /// URIs nobody else watches through them.
-    pub fn drop_session(&self, catalog: &Catalog, session: &Session) {
-        for (backend, uri) in self.forget_session(session.id()) {
+    /// URIs nobody else watches through them; whether it had any here.
+    pub fn drop_session(&self, catalog: &Catalog, session: &Session) -> bool {
+        let (emptied, any) = self.forget_session(session.id());
+        for (backend, uri) in emptied {
             let b = catalog.backend(backend);
             if let Some(conn) = b.shared().current() {
                 tokio::spawn(async move {
@@ -191,6 +195,7 @@ impl Subscriptions {
                 });
             }
         }
+        any
     }
 
     /// A shared backend's connection was replaced (restart): the new one is
@@ -261,7 +266,10 @@ mod tests {
         assert_eq!(subs.subscribers(0, "x://1"), vec![(b.clone(), true)]);
         assert!(subs.remove(0, "x://1", "b"));
         assert!(!subs.remove(0, "x://1", "b"), "already gone");
-        assert_eq!(subs.forget_session("a"), vec![(1, "x://1".to_string())]);
+        assert_eq!(
+            subs.forget_session("a"),
+            (vec![(1, "x://1".to_string())], true)
+        );
     }
 
     #[test]
@@ -283,6 +291,7 @@ mod tests {
             "last through the shared one"
         );
         assert!(subs.uris_of(0).is_empty());
-        assert!(subs.forget_session("own").is_empty());
+        assert_eq!(subs.forget_session("own"), (Vec::new(), true));
+        assert_eq!(subs.forget_session("own"), (Vec::new(), false));
     }
 }

@@ -1,0 +1,157 @@
+//! Resource subscriptions on a shared backend held cluster-wide (`[cluster]
+//! redis`, issue 11): the record names the replica holding each, so a
+//! subscription outlives that replica (`kill -9`: the replica the host's GET
+//! re-attaches to takes it over), a second subscribe on another replica is
+//! not made twice (one `resources/updated` per update, not two), and an
+//! unsubscribe on another replica ends the holder's. A real `redis-server`,
+//! two `mcpgate serve` replicas with the same keys, and one `mcpgate
+//! demo-server --http` as backend `demo` in `shared` mode (each replica
+//! keeps its own backend session; `bump_counter` notifies every backend
+//! session subscribed to `demo://counter` and says how many it notified).
+
+mod common;
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use common::served::Served;
+use common::store::{TestRedis, at, replica};
+use common::{McpClient, SseStream, text_of, wait_for};
+use nix::sys::signal::Signal;
+use serde_json::json;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+
+const COUNTER: &str = "demo+demo://counter";
+
+/// `mcpgate demo-server --http` on a free port: the process (killed when
+/// dropped) and its endpoint URL.
+async fn demo_server() -> (Child, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_mcpgate"))
+        .args(["demo-server", "--http", "127.0.0.1:0"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn mcpgate demo-server --http");
+    let stdout = child.stdout.take().expect("stdout");
+    let mut lines = BufReader::new(stdout).lines();
+    let url = tokio::time::timeout(Duration::from_secs(10), lines.next_line())
+        .await
+        .expect("demo server listening in time")
+        .expect("read stdout")
+        .expect("endpoint URL on stdout");
+    (child, url)
+}
+
+/// Redis, the demo server and two replicas reaching it as shared backend
+/// `demo`.
+async fn setup() -> (TestRedis, Child, Served, Served) {
+    let redis = TestRedis::start().await;
+    let (demo, url) = demo_server().await;
+    let backend = format!("[backends.demo]\ntype = \"http\"\nurl = \"{url}\"\nmode = \"shared\"\n");
+    let a = replica(Some(&redis), &backend).await;
+    let b = replica(Some(&redis), &backend).await;
+    (redis, demo, a, b)
+}
+
+/// `resources/subscribe` (or `unsubscribe`) of the counter through `c`.
+async fn sub(c: &McpClient, method: &str) {
+    let r = c.request(method, json!({ "uri": COUNTER })).await;
+    assert_eq!(r.response["result"], json!({}), "{}", r.response);
+}
+
+/// Bumps the counter through `c`: how many backend sessions the demo server
+/// notified.
+async fn bump(c: &McpClient) -> String {
+    let r = c.call_tool("demo__bump_counter", json!({})).await;
+    let text = text_of(&r.response).to_owned();
+    assert!(text.starts_with("Counter is now"), "{}", r.response);
+    text
+}
+
+/// The `resources/updated` URIs on `stream` until none comes for 1.5 s.
+async fn updates(stream: &mut SseStream) -> Vec<String> {
+    let mut got = Vec::new();
+    while let Some(m) = stream.next(Duration::from_millis(1500)).await {
+        if m["method"] == "notifications/resources/updated" {
+            got.push(m["params"]["uri"].as_str().unwrap_or_default().to_owned());
+        }
+    }
+    got
+}
+
+#[tokio::test]
+async fn a_subscription_outlives_the_replica_that_made_it() {
+    let (redis, _demo, a, b) = setup().await;
+    let mut s = McpClient::new(&a.url);
+    s.initialize(json!({})).await;
+    let mut on_a = s.get_stream().await;
+    sub(&s, "resources/subscribe").await;
+    let fields = redis.keys("mcpg:*:rec");
+    let record = redis.cli(&["HGETALL", &fields[0]]);
+    assert!(record.contains("ss:demo:demo://counter"), "{record}");
+    bump(&s).await;
+    assert_eq!(updates(&mut on_a).await, [COUNTER], "{}", a.log());
+
+    a.signal(Signal::SIGKILL);
+    drop(a);
+    // The host re-attaches its GET on B, which takes the subscription over
+    // once A's heartbeat key is gone.
+    let on_b = at(&s, &b);
+    let mut stream = on_b.get_stream().await;
+    assert!(
+        wait_for(Duration::from_secs(5), || b
+            .logged_message("subscription taken over"))
+        .await,
+        "{}",
+        b.log()
+    );
+    // (The demo server keeps A's backend session: it counts it as notified.)
+    bump(&on_b).await;
+    assert_eq!(updates(&mut stream).await, [COUNTER], "{}", b.log());
+    let record = redis.cli(&["HGETALL", &fields[0]]);
+    assert!(record.contains("ss:demo:demo://counter"), "{record}");
+}
+
+#[tokio::test]
+async fn a_subscription_made_again_elsewhere_notifies_once() {
+    let (_redis, _demo, a, b) = setup().await;
+    let mut s = McpClient::new(&a.url);
+    s.initialize(json!({})).await;
+    let mut stream = s.get_stream().await;
+    sub(&s, "resources/subscribe").await;
+    sub(&at(&s, &b), "resources/subscribe").await;
+    for _ in 0..2 {
+        let said = bump(&at(&s, &b)).await;
+        assert!(said.contains("(1 subscribed"), "one upstream: {said}");
+        assert_eq!(updates(&mut stream).await, [COUNTER], "{}", b.log());
+    }
+}
+
+#[tokio::test]
+async fn an_unsubscribe_elsewhere_ends_the_holders_subscription() {
+    let (redis, _demo, a, b) = setup().await;
+    let mut s = McpClient::new(&a.url);
+    s.initialize(json!({})).await;
+    let mut stream = s.get_stream().await;
+    sub(&s, "resources/subscribe").await;
+    sub(&at(&s, &b), "resources/unsubscribe").await;
+    let records = redis.keys("mcpg:*:rec");
+    let record = redis.cli(&["HGETALL", &records[0]]);
+    assert!(!record.contains("ss:"), "{record}");
+    assert!(
+        wait_for(Duration::from_secs(3), || a
+            .logged_message("subscription ended here"))
+        .await,
+        "{}",
+        a.log()
+    );
+    let said = bump(&s).await;
+    assert!(
+        said.contains("(0 subscribed"),
+        "unsubscribed upstream: {said}"
+    );
+    assert_eq!(updates(&mut stream).await, Vec::<String>::new());
+}
