@@ -16,11 +16,12 @@ use std::time::Duration;
 
 use common::served::Served;
 use common::store::{TestRedis, at, replica};
-use common::{McpClient, SseStream, text_of, wait_for};
+use common::{McpClient, SseStream, text_of};
 use nix::sys::signal::Signal;
 use serde_json::json;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
+use tokio::time::Instant;
 
 const COUNTER: &str = "demo+demo://counter";
 
@@ -48,9 +49,14 @@ async fn demo_server() -> (Child, String) {
 /// Redis, the demo server and two replicas reaching it as shared backend
 /// `demo`.
 async fn setup() -> (TestRedis, Child, Served, Served) {
+    setup_in("shared").await
+}
+
+/// [`setup`] with the backend in connection mode `mode`.
+async fn setup_in(mode: &str) -> (TestRedis, Child, Served, Served) {
     let redis = TestRedis::start().await;
     let (demo, url) = demo_server().await;
-    let backend = format!("[backends.demo]\ntype = \"http\"\nurl = \"{url}\"\nmode = \"shared\"\n");
+    let backend = format!("[backends.demo]\ntype = \"http\"\nurl = \"{url}\"\nmode = \"{mode}\"\n");
     let a = replica(Some(&redis), &backend).await;
     let b = replica(Some(&redis), &backend).await;
     (redis, demo, a, b)
@@ -84,35 +90,75 @@ async fn updates(stream: &mut SseStream) -> Vec<String> {
 
 #[tokio::test]
 async fn a_subscription_outlives_the_replica_that_made_it() {
-    let (redis, _demo, a, b) = setup().await;
+    outlives("shared").await;
+}
+
+#[tokio::test]
+async fn a_per_session_http_subscription_outlives_the_replica_that_made_it() {
+    outlives("per_session").await;
+}
+
+/// Subscribe through A (backend in `mode`), kill A, the GET re-attached on
+/// B: one update per bump again within a few seconds.
+async fn outlives(mode: &str) {
+    let (redis, _demo, a, b) = setup_in(mode).await;
     let mut s = McpClient::new(&a.url);
     s.initialize(json!({})).await;
     let mut on_a = s.get_stream().await;
     sub(&s, "resources/subscribe").await;
-    let fields = redis.keys("mcpg:*:rec");
-    let record = redis.cli(&["HGETALL", &fields[0]]);
-    assert!(record.contains("ss:demo:demo://counter"), "{record}");
     bump(&s).await;
     assert_eq!(updates(&mut on_a).await, [COUNTER], "{}", a.log());
 
     a.signal(Signal::SIGKILL);
     drop(a);
     // The host re-attaches its GET on B, which takes the subscription over
-    // once A's heartbeat key is gone.
+    // once A's heartbeat key is gone (600 ms): an update reaches the host
+    // within a few seconds, once per bump. (The demo server keeps A's
+    // backend session: it counts it as notified.)
     let on_b = at(&s, &b);
     let mut stream = on_b.get_stream().await;
-    assert!(
-        wait_for(Duration::from_secs(5), || b
-            .logged_message("subscription taken over"))
-        .await,
-        "{}",
-        b.log()
-    );
-    // (The demo server keeps A's backend session: it counts it as notified.)
+    let end = Instant::now() + Duration::from_secs(5);
+    let mut got = Vec::new();
+    while got.is_empty() && Instant::now() < end {
+        bump(&on_b).await;
+        got = updates(&mut stream).await;
+    }
+    assert_eq!(got, [COUNTER], "{}", b.log());
     bump(&on_b).await;
     assert_eq!(updates(&mut stream).await, [COUNTER], "{}", b.log());
-    let record = redis.cli(&["HGETALL", &fields[0]]);
+    assert!(b.logged_message("subscription taken over"), "{}", b.log());
+    let records = redis.keys("mcpg:*:rec");
+    let record = redis.cli(&["HGETALL", &records[0]]);
     assert!(record.contains("ss:demo:demo://counter"), "{record}");
+}
+
+#[tokio::test]
+async fn a_replica_caching_the_session_takes_over_when_the_holder_dies() {
+    let (_redis, _demo, a, b) = setup().await;
+    let mut s = McpClient::new(&a.url);
+    s.initialize(json!({})).await;
+    // The host's GET is on B from the start; A holds the subscription.
+    let on_b = at(&s, &b);
+    let mut stream = on_b.get_stream().await;
+    sub(&s, "resources/subscribe").await;
+    bump(&s).await;
+    assert_eq!(updates(&mut stream).await, [COUNTER], "{}", a.log());
+
+    // A dies; the GET stays where it is. B, which heard A took it, sees A's
+    // heartbeat key go and takes it over.
+    a.signal(Signal::SIGKILL);
+    drop(a);
+    let end = Instant::now() + Duration::from_secs(5);
+    let mut got = Vec::new();
+    while got.is_empty() && Instant::now() < end {
+        bump(&on_b).await;
+        got = updates(&mut stream).await;
+    }
+    assert_eq!(got, [COUNTER], "{}", b.log());
+    bump(&on_b).await;
+    assert_eq!(updates(&mut stream).await, [COUNTER], "{}", b.log());
+    let gone = "a replica holding subscriptions of a session here is gone";
+    assert!(b.logged_message(gone), "{}", b.log());
 }
 
 #[tokio::test]
@@ -125,8 +171,8 @@ async fn a_subscription_made_again_elsewhere_notifies_once() {
     sub(&at(&s, &b), "resources/subscribe").await;
     for _ in 0..2 {
         let said = bump(&at(&s, &b)).await;
-        assert!(said.contains("(1 subscribed"), "one upstream: {said}");
         assert_eq!(updates(&mut stream).await, [COUNTER], "{}", b.log());
+        assert!(said.contains("(1 subscribed"), "one upstream: {said}");
     }
 }
 
@@ -138,20 +184,38 @@ async fn an_unsubscribe_elsewhere_ends_the_holders_subscription() {
     let mut stream = s.get_stream().await;
     sub(&s, "resources/subscribe").await;
     sub(&at(&s, &b), "resources/unsubscribe").await;
-    let records = redis.keys("mcpg:*:rec");
-    let record = redis.cli(&["HGETALL", &records[0]]);
-    assert!(!record.contains("ss:"), "{record}");
-    assert!(
-        wait_for(Duration::from_secs(3), || a
-            .logged_message("subscription ended here"))
-        .await,
-        "{}",
-        a.log()
-    );
-    let said = bump(&s).await;
+    // A hears of it through the store and unsubscribes its backend session.
+    let end = Instant::now() + Duration::from_secs(3);
+    let mut said = bump(&s).await;
+    while !said.contains("(0 subscribed") && Instant::now() < end {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        said = bump(&s).await;
+    }
     assert!(
         said.contains("(0 subscribed"),
         "unsubscribed upstream: {said}"
     );
+    assert!(a.logged_message("subscription ended here"), "{}", a.log());
+    // What the bumps before it sent aside, nothing more comes.
+    updates(&mut stream).await;
+    bump(&s).await;
     assert_eq!(updates(&mut stream).await, Vec::<String>::new());
+    let records = redis.keys("mcpg:*:rec");
+    let record = redis.cli(&["HGETALL", &records[0]]);
+    assert!(!record.contains("ss:"), "{record}");
+}
+
+#[tokio::test]
+async fn a_per_session_http_update_reaches_the_host_from_the_listening_replica() {
+    let (_redis, _demo, a, b) = setup_in("per_session").await;
+    let mut s = McpClient::new(&a.url);
+    s.initialize(json!({})).await;
+    let mut stream = s.get_stream().await;
+    // B opens the backend session (and listens on it); A subscribes on it.
+    bump(&at(&s, &b)).await;
+    sub(&s, "resources/subscribe").await;
+    // The backend announces on B's GET: B hands it to A's standalone stream.
+    let said = bump(&s).await;
+    assert!(said.contains("(1 subscribed"), "{said}");
+    assert_eq!(updates(&mut stream).await, [COUNTER], "{}", b.log());
 }

@@ -216,9 +216,13 @@ impl Subscriptions {
         }
     }
 
-    /// `notifications/resources/updated` from backend `backend`: to its
-    /// subscribers only (only to the owner, for a per-session connection), with
-    /// the URI in the host's namespace.
+    /// `notifications/resources/updated` from backend `backend`, with the URI
+    /// in the host's namespace: on a shared connection to its subscribers
+    /// through it; on a per-session connection to its session (its backend
+    /// session announces what that session subscribed to, on whichever
+    /// replica: with a shared store, a per-session HTTP backend's session
+    /// is subscribed by one replica and listened to by another, and a
+    /// per-session stdio child is subscribed again by its next owner).
     pub fn updated(
         &self,
         catalog: &Catalog,
@@ -232,12 +236,14 @@ impl Subscriptions {
         };
         params["uri"] = names::expose_uri(&catalog.backend(backend).uri_prefix, &uri).into();
         let bytes = jsonrpc::notification_bytes(Method::ResourcesUpdated.as_str(), Some(&params));
+        if let Some(o) = owner {
+            if let Some(session) = sessions.get(o) {
+                session.send_unrelated(bytes.into());
+            }
+            return;
+        }
         for (sid, shared) in self.subscribers(backend, &uri) {
-            let from_its_connection = match owner {
-                Some(o) => o == &*sid,
-                None => shared,
-            };
-            if !from_its_connection {
+            if !shared {
                 continue;
             }
             if let Some(session) = sessions.get(&sid) {
