@@ -47,16 +47,20 @@ async fn demo_server() -> (Child, String) {
 }
 
 /// Redis, the demo server and two replicas reaching it as shared backend
-/// `demo`.
+/// `demo`, spoken to in the legacy era (`initialize`, GET stream,
+/// `resources/subscribe`).
 async fn setup() -> (TestRedis, Child, Served, Served) {
-    setup_in("shared").await
+    setup_in("shared", "legacy").await
 }
 
-/// [`setup`] with the backend in connection mode `mode`.
-async fn setup_in(mode: &str) -> (TestRedis, Child, Served, Served) {
+/// [`setup`] with the backend in connection mode `mode` and era `era`
+/// (`modern`: stateless, subscriptions through `subscriptions/listen`).
+async fn setup_in(mode: &str, era: &str) -> (TestRedis, Child, Served, Served) {
     let redis = TestRedis::start().await;
     let (demo, url) = demo_server().await;
-    let backend = format!("[backends.demo]\ntype = \"http\"\nurl = \"{url}\"\nmode = \"{mode}\"\n");
+    let backend = format!(
+        "[backends.demo]\ntype = \"http\"\nurl = \"{url}\"\nmode = \"{mode}\"\nera = \"{era}\"\n"
+    );
     let a = replica(Some(&redis), &backend).await;
     let b = replica(Some(&redis), &backend).await;
     (redis, demo, a, b)
@@ -90,18 +94,23 @@ async fn updates(stream: &mut SseStream) -> Vec<String> {
 
 #[tokio::test]
 async fn a_subscription_outlives_the_replica_that_made_it() {
-    outlives("shared").await;
+    outlives("shared", "legacy").await;
+}
+
+#[tokio::test]
+async fn a_modern_backends_subscription_outlives_the_replica_that_made_it() {
+    outlives("shared", "modern").await;
 }
 
 #[tokio::test]
 async fn a_per_session_http_subscription_outlives_the_replica_that_made_it() {
-    outlives("per_session").await;
+    outlives("per_session", "legacy").await;
 }
 
-/// Subscribe through A (backend in `mode`), kill A, the GET re-attached on
-/// B: one update per bump again within a few seconds.
-async fn outlives(mode: &str) {
-    let (redis, _demo, a, b) = setup_in(mode).await;
+/// Subscribe through A (backend in `mode` and `era`), kill A, the GET
+/// re-attached on B: one update per bump again within a few seconds.
+async fn outlives(mode: &str, era: &str) {
+    let (redis, _demo, a, b) = setup_in(mode, era).await;
     let mut s = McpClient::new(&a.url);
     s.initialize(json!({})).await;
     let mut on_a = s.get_stream().await;
@@ -207,13 +216,16 @@ async fn an_unsubscribe_elsewhere_ends_the_holders_subscription() {
 
 #[tokio::test]
 async fn a_per_session_http_update_reaches_the_host_from_the_listening_replica() {
-    let (_redis, _demo, a, b) = setup_in("per_session").await;
+    let (redis, _demo, a, b) = setup_in("per_session", "legacy").await;
     let mut s = McpClient::new(&a.url);
     s.initialize(json!({})).await;
     let mut stream = s.get_stream().await;
     // B opens the backend session (and listens on it); A subscribes on it.
     bump(&at(&s, &b)).await;
     sub(&s, "resources/subscribe").await;
+    let records = redis.keys("mcpg:*:rec");
+    let record = redis.cli(&["HGETALL", &records[0]]);
+    assert!(record.contains("gl:demo"), "B listens: {record}");
     // The backend announces on B's GET: B hands it to A's standalone stream.
     let said = bump(&s).await;
     assert!(said.contains("(1 subscribed"), "{said}");
