@@ -14,9 +14,10 @@ mod common;
 use std::process::Stdio;
 use std::time::Duration;
 
+use common::proxy::RedisProxy;
 use common::served::Served;
-use common::store::{TestRedis, at, replica};
-use common::{McpClient, SseStream, text_of};
+use common::store::{TestRedis, at, replica, replica_at};
+use common::{McpClient, SseStream, text_of, wait_for};
 use nix::sys::signal::Signal;
 use serde_json::json;
 use tokio::io::{AsyncBufReadExt, BufReader};
@@ -229,5 +230,44 @@ async fn a_per_session_http_update_reaches_the_host_from_the_listening_replica()
     // The backend announces on B's GET: B hands it to A's standalone stream.
     let said = bump(&s).await;
     assert!(said.contains("(1 subscribed"), "{said}");
+    assert_eq!(updates(&mut stream).await, [COUNTER], "{}", b.log());
+}
+
+#[tokio::test]
+async fn a_fenced_holder_ends_a_subscription_taken_meanwhile() {
+    let redis = TestRedis::start().await;
+    let proxy = RedisProxy::start(redis.port).await;
+    let (_demo, url) = demo_server().await;
+    let backend = format!(
+        "[backends.demo]\ntype = \"http\"\nurl = \"{url}\"\nmode = \"shared\"\nera = \"legacy\"\n"
+    );
+    let a = replica_at(Some(&proxy.url), &backend).await;
+    let b = replica_at(Some(&redis.url()), &backend).await;
+    let mut s = McpClient::new(&a.url);
+    s.initialize(json!({})).await;
+    sub(&s, "resources/subscribe").await;
+    // A's heartbeats see B listening (a replica that could take over).
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    proxy.cut();
+    let fenced = wait_for(Duration::from_secs(5), || a.logged_message("fenced:")).await;
+    assert!(fenced, "{}", a.log());
+    // The host's GET lands on B, which takes the subscription over.
+    let on_b = at(&s, &b);
+    let mut stream = on_b.get_stream().await;
+    let taken = || b.logged_message("subscription taken over");
+    assert!(wait_for(Duration::from_secs(5), taken).await, "{}", b.log());
+    // A answers the store again: it ends its own share.
+    proxy.heal();
+    let ended = || a.logged_message("while this one was fenced: ended here");
+    assert!(wait_for(Duration::from_secs(5), ended).await, "{}", a.log());
+    let end = Instant::now() + Duration::from_secs(3);
+    let mut said = bump(&on_b).await;
+    while !said.contains("(1 subscribed") && Instant::now() < end {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        said = bump(&on_b).await;
+    }
+    assert!(said.contains("(1 subscribed"), "B's alone: {said}");
+    updates(&mut stream).await;
+    bump(&on_b).await;
     assert_eq!(updates(&mut stream).await, [COUNTER], "{}", b.log());
 }

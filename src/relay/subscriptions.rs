@@ -91,6 +91,26 @@ impl Subscriptions {
             .unwrap_or_default()
     }
 
+    /// Whether `session` is subscribed here to `uri` of backend `backend`.
+    pub fn contains(&self, backend: usize, uri: &str, session: &str) -> bool {
+        let Ok(m) = self.map.lock() else {
+            return false;
+        };
+        m.get(&(backend, uri.to_owned()))
+            .is_some_and(|set| set.contains_key(session))
+    }
+
+    /// Every (backend, URI, subscriber) subscribed here.
+    pub fn entries(&self) -> Vec<(usize, String, Arc<str>)> {
+        let Ok(m) = self.map.lock() else {
+            return Vec::new();
+        };
+        let each = m
+            .iter()
+            .flat_map(|((b, u), set)| set.keys().map(move |sid| (*b, u.clone(), sid.clone())));
+        each.collect()
+    }
+
     /// Drops every subscription of `session`; returns the (backend, URI) pairs that
     /// lost their last subscriber through the shared connection, and whether
     /// the session had any subscription here.

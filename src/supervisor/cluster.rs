@@ -92,7 +92,10 @@ pub async fn follow_cluster(sup: Arc<Supervisor>, mut events: mpsc::UnboundedRec
             Ctl::Fenced => sup.fence(),
             Ctl::Unfenced => {
                 let sup = sup.clone();
-                tokio::spawn(async move { sup.unfence().await });
+                tokio::spawn(async move {
+                    sup.unfence().await;
+                    sup.recheck_holds().await;
+                });
             }
         }
     }

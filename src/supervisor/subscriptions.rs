@@ -149,26 +149,65 @@ impl Supervisor {
     }
 
     /// The host of `session` unsubscribed on another replica from `uri` of
-    /// backend `backend`, held here: this replica's share ends (upstream on
-    /// a shared connection with its last subscriber; a session's own
-    /// connection was unsubscribed by that replica).
+    /// backend `backend`, held here: this replica's share ends.
     pub(super) fn unsubscribe_forwarded(&self, session: &Session, backend: &str, uri: &str) {
-        let Some(b) = self.catalog.backends().by_name(backend) else {
+        if self.end_share(session, backend, uri) {
+            tracing::info!(session = %session.log_id(), backend,
+                "subscription ended here: the host unsubscribed on another replica");
+        }
+    }
+
+    /// After a fence: each subscription held here that another replica took
+    /// meanwhile (this one's heartbeat key had expired) ends here, so that
+    /// only its new holder is subscribed (one `EVAL` each).
+    pub(super) async fn recheck_holds(self: &Arc<Self>) {
+        let Some(store) = &self.shared else {
             return;
         };
-        let subs = self.relay.subscriptions();
-        if !subs.unsubscribe(&b, uri, session) {
-            return;
+        for (idx, uri, sid) in self.relay.subscriptions().entries() {
+            let Some(session) = self.sessions.get(&sid) else {
+                continue;
+            };
+            let b = self.catalog.backend(idx);
+            if b.is_removed() || self.is_owner_bound(idx, &session) {
+                continue;
+            }
+            let h = session.store_key();
+            if let Ok(Held::Other(tag)) = store.subscriptions().hold(h, &b.spec.name, &uri).await {
+                tracing::info!(session = %session.log_id(), backend = %b.spec.name, replica = %tag,
+                    "subscription taken by another replica while this one was fenced: ended here");
+                self.end_share(&session, &b.spec.name, &uri);
+                session.note_subscription(&b.spec.name, &uri, true);
+                self.watch_holder(&session, tag);
+            }
         }
-        if let Some(conn) = b.shared().current() {
+    }
+
+    /// Ends `session`'s share of its subscription to `uri` of backend
+    /// `backend` here: upstream on a shared connection with its last
+    /// subscriber (a session's own connection is left to the replica that
+    /// holds or ended the subscription). Whether it had one here.
+    fn end_share(&self, session: &Session, backend: &str, uri: &str) -> bool {
+        let Some(b) = self.catalog.backends().by_name(backend) else {
+            return false;
+        };
+        let subs = self.relay.subscriptions();
+        if !subs.contains(b.index, uri, session.id()) {
+            return false;
+        }
+        if subs.unsubscribe(&b, uri, session)
+            && let Some(conn) = b.shared().current()
+        {
             let params = json!({ "uri": uri });
             tokio::spawn(async move {
                 let timeout = conn.timeout();
-                let _ = (conn.request(&Method::ResourcesUnsubscribe, Some(params), None, timeout))
+                let unsubscribe = Method::ResourcesUnsubscribe;
+                let _ = conn
+                    .request(&unsubscribe, Some(params), None, timeout)
                     .await;
             });
         }
-        tracing::info!(session = %session.log_id(), backend, "subscription ended here: the host unsubscribed on another replica");
+        true
     }
 
     /// Takes over `session`'s subscriptions that are vacant or whose holder
