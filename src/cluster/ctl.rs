@@ -1,6 +1,6 @@
 //! What replicas tell each other through the shared store: [`Ctl`], the
 //! `ctl` broadcast lines (`ended`, `roots`, `lvl`, `cancel`, `ol`, a
-//! listener's release) and inbox messages as the supervisor receives them, plus the
+//! listener's release, a subscription's holder `ss`, `free` and `unsub`) and inbox messages as the supervisor receives them, plus the
 //! store's own health events; `parse_ctl` reads a broadcast line.
 
 /// A message from another replica (or from the store's own health check).

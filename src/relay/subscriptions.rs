@@ -3,8 +3,11 @@
 //! the sessions that use the backend's shared connection, so it is subscribed once
 //! and unsubscribed with the last of them, and `notifications/resources/updated`
 //! fanned out to exactly the sessions that subscribed on the connection it came
-//! from, with the URI in the host's namespace. (With `mode = "auto"` sessions of
-//! one backend may use the shared connection or their own.)
+//! from, with the URI in the host's namespace; one from a session's own
+//! connection goes to that session. (With `mode = "auto"` sessions of one
+//! backend may use the shared connection or their own.) With a shared store
+//! only the replica holding a session's subscription counts it
+//! (`supervisor/subscriptions.rs`).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
