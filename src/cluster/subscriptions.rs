@@ -11,7 +11,7 @@
 //!   (then this one does not subscribe: one upstream subscription per
 //!   session, URI and backend in the cluster). A new holder is broadcast
 //!   (`ss H TAG` on `ctl`), so the replicas caching the session watch it.
-//! - `resources/unsubscribe` ([`SubscriptionStore::drop`], one `EVAL`): the
+//! - `resources/unsubscribe` ([`SubscriptionStore::remove`], one `EVAL`): the
 //!   field goes; held by another replica, that one is told in the same
 //!   script (`unsub H TAG NAME URI` on `ctl`) and ends its share.
 //! - A replica that lets a live session go vacates its fields
@@ -46,7 +46,7 @@ const HOLD: &str = "if redis.call('EXISTS', KEYS[1]) == 0 then return false end 
 /// KEYS: record; ARGV: this tag, field, channel, message prefix (`unsub H
 /// `), message suffix (` NAME URI`). Deletes the field; tells its holder
 /// when that is another replica. Returns the holder (`""`: none).
-const DROP: &str = "local cur = redis.call('HGET', KEYS[1], ARGV[2]) \
+const REMOVE: &str = "local cur = redis.call('HGET', KEYS[1], ARGV[2]) \
      if not cur then return '' end \
      redis.call('HDEL', KEYS[1], ARGV[2]) \
      if cur ~= ARGV[1] and cur ~= '' then \
@@ -155,7 +155,7 @@ impl SubscriptionStore {
     /// Ends session `h`'s subscription to `uri` of `backend` in the record
     /// (one `EVAL`); a holder other than this replica is told (`unsub`).
     /// The holder it had (`None`: none, or vacant).
-    pub async fn drop(
+    pub async fn remove(
         &self,
         h: &str,
         backend: &str,
@@ -168,8 +168,8 @@ impl SubscriptionStore {
         let (prefix, suffix) = (format!("unsub {h} "), format!(" {backend} {uri}"));
         let args: [&str; 5] = [self.link.tag(), &field, CTL, &prefix, &suffix];
         let keys = [rec.as_str()];
-        let drop = self.link.redis.eval::<String>(DROP, &keys, &args);
-        let holder = self.link.op("hold", drop).await?;
+        let remove = self.link.redis.eval::<String>(REMOVE, &keys, &args);
+        let holder = self.link.op("hold", remove).await?;
         Ok(Some(holder).filter(|t| !t.is_empty()))
     }
 

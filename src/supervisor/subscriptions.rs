@@ -77,7 +77,7 @@ impl Supervisor {
                 true => store.subscriptions().hold(h, name, uri).await,
                 false => store
                     .subscriptions()
-                    .drop(h, name, uri)
+                    .remove(h, name, uri)
                     .await
                     .map(|_| Held::Here),
             };
@@ -96,7 +96,7 @@ impl Supervisor {
         }
         let outcome = self.subscribe_here(session, b, uri, on).await;
         if let (true, Err(_), Some(store)) = (on, &outcome, store) {
-            let _ = store.subscriptions().drop(h, name, uri).await;
+            let _ = store.subscriptions().remove(h, name, uri).await;
         }
         // For the next owner of a per-session child (forgotten here either way).
         if outcome.is_ok() || !on {
