@@ -1,6 +1,6 @@
 //! What replicas tell each other through the shared store: [`Ctl`], the
 //! `ctl` broadcast lines (`ended`, `roots`, `lvl`, `cancel`, `ol`, a
-//! listener's release) and inbox messages as the supervisor receives them, plus the
+//! listener's release, a subscription's holder `ss`, `free` and `unsub`) and inbox messages as the supervisor receives them, plus the
 //! store's own health events; `parse_ctl` reads a broadcast line.
 
 /// A message from another replica (or from the store's own health check).
@@ -71,6 +71,28 @@ pub enum Ctl {
         /// Whether the mark is set.
         on: bool,
     },
+    /// Replica `holder` holds a resource subscription of session `h` now
+    /// (`subscriptions.rs`): a replica caching it watches that holder's
+    /// heartbeat, to take it over when it dies.
+    Held {
+        /// The session's store key.
+        h: String,
+        /// The holder's tag.
+        holder: String,
+    },
+    /// Another replica let session `h` go while it lives on, with the
+    /// subscriptions it held (vacant now): a replica caching it takes them.
+    Vacated(String),
+    /// The host of session `h` unsubscribed, on another replica, from `uri`
+    /// of `backend`, a subscription this replica holds: its share ends.
+    Unsubscribe {
+        /// The session's store key.
+        h: String,
+        /// The backend's name.
+        backend: String,
+        /// The backend's URI.
+        uri: String,
+    },
     /// The store is reachable again after an outage: broadcasts may have been
     /// missed, revalidate the cached sessions.
     Resync,
@@ -83,10 +105,21 @@ pub enum Ctl {
 }
 
 /// A `ctl` message from another replica: `ended H TAG`, `roots H TAG`, `lvl H
-/// LEVEL TAG`, `ol H 1|0 TAG` or `cancel H TAG PARAMS` (PARAMS: JSON, the
-/// rest of the line);
+/// LEVEL TAG`, `ol H 1|0 TAG`, `ss H TAG`, `free H TAG`, `cancel H TAG PARAMS` (PARAMS:
+/// JSON, the rest of the line) or `unsub H HOLDER NAME URI` (URI: the rest
+/// of the line; only when HOLDER is `me`);
 /// `None` for this replica's own (`me`) and for anything else.
 pub(super) fn parse_ctl(text: &str, me: &str) -> Option<Ctl> {
+    if let Some(rest) = text.strip_prefix("unsub ") {
+        let mut words = rest.splitn(4, ' ');
+        let (h, holder) = (words.next()?, words.next()?);
+        let (backend, uri) = (words.next()?, words.next()?);
+        return (holder == me).then(|| Ctl::Unsubscribe {
+            h: h.to_owned(),
+            backend: backend.to_owned(),
+            uri: uri.to_owned(),
+        });
+    }
     if let Some(rest) = text.strip_prefix("cancel ") {
         let mut words = rest.splitn(3, ' ');
         let (h, tag, params) = (words.next()?, words.next()?, words.next()?);
@@ -103,6 +136,11 @@ pub(super) fn parse_ctl(text: &str, me: &str) -> Option<Ctl> {
     match words.as_slice() {
         ["ended", h, tag] if *tag != me => Some(Ctl::Ended((*h).to_owned())),
         ["roots", h, tag] if *tag != me => Some(Ctl::Roots((*h).to_owned())),
+        ["free", h, tag] if *tag != me => Some(Ctl::Vacated((*h).to_owned())),
+        ["ss", h, tag] if *tag != me => Some(Ctl::Held {
+            h: (*h).to_owned(),
+            holder: (*tag).to_owned(),
+        }),
         ["ol", h, on @ ("1" | "0"), tag] if *tag != me => Some(Ctl::OwnLists {
             h: (*h).to_owned(),
             on: *on == "1",
@@ -148,6 +186,28 @@ mod tests {
         ));
         assert_eq!(parse_ctl("ol abc 0 r2", "r2"), None, "our own");
         assert_eq!(parse_ctl("ol abc yes r1", "r2"), None);
+        assert_eq!(
+            parse_ctl("ss abc r1", "r2"),
+            Some(Ctl::Held {
+                h: "abc".into(),
+                holder: "r1".into()
+            })
+        );
+        assert_eq!(parse_ctl("ss abc r2", "r2"), None, "our own");
+        assert_eq!(
+            parse_ctl("free abc r1", "r2"),
+            Some(Ctl::Vacated("abc".into()))
+        );
+        assert_eq!(
+            parse_ctl("unsub abc r2 web file:///a b", "r2"),
+            Some(Ctl::Unsubscribe {
+                h: "abc".into(),
+                backend: "web".into(),
+                uri: "file:///a b".into()
+            })
+        );
+        assert_eq!(parse_ctl("unsub abc r1 web x", "r2"), None, "not held here");
+        assert_eq!(parse_ctl("unsub abc r2 web", "r2"), None);
         assert_eq!(parse_ctl("owner abc r1", "r2"), None, "not ours to read");
         assert_eq!(
             parse_ctl(r#"cancel abc r1 {"requestId":1,"reason":"a b"}"#, "r2"),

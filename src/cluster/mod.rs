@@ -17,6 +17,7 @@ mod redis;
 mod seal;
 mod standalone;
 mod store;
+mod subscriptions;
 mod upstream;
 
 pub use bell::Bell;
@@ -27,6 +28,7 @@ pub use owner::{Claim, GiveUp, OwnedSubscription, Take};
 pub use seal::{Purpose, Sealer, random_bytes};
 pub use standalone::{StandaloneClaim, StandaloneWrite};
 pub use store::{Lookup, SharedStore, Started, StoreMetrics, record_key};
+pub use subscriptions::{Held, parse_held_field};
 pub use upstream::{Recorded, fingerprint, open_upstream, seal_upstream, upstream_field};
 
 #[cfg(test)]

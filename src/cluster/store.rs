@@ -41,6 +41,7 @@ use super::listener::ListenerStore;
 use super::owner::OwnerStore;
 use super::redis::{Push, Redis};
 use super::standalone::StandaloneStore;
+use super::subscriptions::SubscriptionStore;
 use super::upstream::UpstreamStore;
 use crate::config::ClusterConfig;
 
@@ -140,7 +141,7 @@ impl Link {
 /// and inbox answers; each other phase has a store of its own, handed out by
 /// reference: [`SharedStore::owner`], [`SharedStore::listener`],
 /// [`SharedStore::mirror`], [`SharedStore::standalone`],
-/// [`SharedStore::upstream`].
+/// [`SharedStore::upstream`], [`SharedStore::subscriptions`].
 pub struct SharedStore {
     pub(super) link: Arc<Link>,
     /// `tag` as a number, for the ids of relayed requests (`inbox::tagged_id`).
@@ -159,6 +160,7 @@ pub struct SharedStore {
     mirror: MirrorStore,
     standalone: StandaloneStore,
     upstream: UpstreamStore,
+    subscriptions: SubscriptionStore,
     /// The doorbells of the sessions whose streams are followed here.
     pub(super) bells: Arc<Bells>,
 }
@@ -217,6 +219,7 @@ impl SharedStore {
             mirror: MirrorStore::new(link.clone()),
             standalone: StandaloneStore::new(link.clone()),
             upstream: UpstreamStore::new(link.clone()),
+            subscriptions: SubscriptionStore::new(link.clone()),
             link,
             bells,
         };
@@ -254,6 +257,10 @@ impl SharedStore {
     /// Per-session HTTP backends' sessions in the record (`upstream.rs`).
     pub fn upstream(&self) -> &UpstreamStore {
         &self.upstream
+    }
+    /// Who holds sessions' other subscriptions (`subscriptions.rs`).
+    pub fn subscriptions(&self) -> &SubscriptionStore {
+        &self.subscriptions
     }
 
     /// The id the host sees for the `n`-th server→client request this replica
@@ -565,7 +572,6 @@ impl SharedStore {
         self.heartbeat
     }
 }
-
 /// Lower-case hex of `bytes`.
 pub fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()

@@ -475,8 +475,9 @@ impl Dispatch {
 
     /// `resources/subscribe` and `resources/unsubscribe`: refcounted per (backend,
     /// URI) on shared connections, so the backend is subscribed once and
-    /// unsubscribed with the last subscriber (MCP 2025-11-25 server/resources,
-    /// subscriptions).
+    /// unsubscribed with the last subscriber, and with a shared store held by
+    /// one replica of the cluster (MCP 2025-11-25 server/resources,
+    /// subscriptions; `supervisor/subscriptions.rs`).
     async fn subscription(
         &self,
         ctx: &mut RequestContext,
@@ -502,41 +503,18 @@ impl Dispatch {
                 "Resource subscriptions are not supported for this resource".into(),
             ));
         }
-        let subs = self.relay.subscriptions();
-        let shared = b.shares_with(session.created());
-        let subscribe = *method == Method::ResourcesSubscribe;
-        let upstream_needed = if subscribe {
-            subs.subscribe(&b, &original, session) || !shared
-        } else {
-            subs.unsubscribe(&b, &original, session) || !shared
-        };
-        if !upstream_needed {
-            return Ok(jsonrpc::result_value_bytes(id, &json!({})).into());
-        }
-        let outcome = match self.supervisor.connection_for(backend, &host).await {
-            Ok(conn) => {
-                let timeout = conn.timeout();
-                let params = json!({ "uri": original });
-                conn.request(method, Some(params), None, timeout).await
-            }
-            Err(e) => Err(e),
-        };
-        // For the next owner of a per-session child (forgotten here either way).
-        if outcome.is_ok() || !subscribe {
-            self.supervisor
-                .record_subscription(session, &b, &original, subscribe)
-                .await;
-        }
-        match outcome {
-            Ok(raw) => Ok(jsonrpc::result_bytes(id, raw.as_bytes()).into()),
-            Err(e) => {
-                if subscribe {
-                    subs.unsubscribe(&b, &original, session);
-                }
-                Err(RpcError::Backend(e))
-            }
+        let on = *method == Method::ResourcesSubscribe;
+        match self
+            .supervisor
+            .subscription(session, &b, &original, on)
+            .await
+        {
+            Ok(None) => Ok(jsonrpc::result_value_bytes(id, &json!({})).into()),
+            Ok(Some(raw)) => Ok(jsonrpc::result_bytes(id, raw.as_bytes()).into()),
+            Err(e) => Err(RpcError::Backend(e)),
         }
     }
+
     /// `tasks/get`, `tasks/result`, `tasks/cancel`: route by the session's table.
     fn route_task(
         &self,

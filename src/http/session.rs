@@ -15,7 +15,7 @@ use super::accept::accept;
 use super::sse::sse_response;
 use super::{AppState, HttpError, headers};
 use crate::auth::Principal;
-use crate::cluster::{Lookup, record_key};
+use crate::cluster::{Lookup, parse_held_field, record_key};
 use crate::jsonrpc;
 use crate::request::{Outcome, Rejection, RequestContext};
 use crate::session::{Session, SessionRecord, SessionToken, StreamSlot, unix_now};
@@ -110,8 +110,9 @@ async fn restore(
         count("draining");
         return Err(HttpError::draining());
     }
-    let record = match stored_record(st, &token).await {
-        Ok(record) => record,
+    let (record, held_elsewhere) = match stored_record(st, &token).await {
+        Ok(Some((record, elsewhere))) => (Some(record), elsewhere),
+        Ok(None) => (None, false),
         Err(e) => {
             count("ended");
             return Err(e);
@@ -156,6 +157,10 @@ async fn restore(
         Ok(Some(held)) => {
             count("restored");
             super::standalone::wire(st, &held);
+            if held_elsewhere {
+                // Its holders may be gone: this replica may take them over.
+                st.supervisor.spawn_take_over(&held);
+            }
             tracing::info!(session = %held.log_id(), version = %held.version(), from_store = confirmed, "session restored from its id");
             Ok(held)
         }
@@ -171,13 +176,15 @@ async fn restore(
     }
 }
 
-/// The shared store's record of the session `token` names: `Ok(None)` without
-/// a store or while it does not answer (counted as degraded); 404 when the
-/// store answers without a record, or with one that is not ours.
+/// The shared store's record of the session `token` names, and whether it
+/// names subscriptions held by another replica or by none (`ss:` fields):
+/// `Ok(None)` without a store or while it does not answer (counted as
+/// degraded); 404 when the store answers without a record, or with one that
+/// is not ours.
 async fn stored_record(
     st: &AppState,
     token: &SessionToken,
-) -> Result<Option<SessionRecord>, HttpError> {
+) -> Result<Option<(SessionRecord, bool)>, HttpError> {
     let Some(store) = st.supervisor.shared() else {
         return Ok(None);
     };
@@ -186,7 +193,9 @@ async fn stored_record(
         Lookup::Found(fields) => match SessionRecord::from_fields(&fields) {
             Some(mut record) => {
                 record.upstream_sessions = recorded_upstreams(&st.sealer, &h, &fields);
-                Ok(Some(record))
+                let elsewhere =
+                    (fields.iter()).any(|(k, v)| parse_held_field(k).is_some() && v != store.tag());
+                Ok(Some((record, elsewhere)))
             }
             None => {
                 tracing::warn!(
@@ -285,6 +294,9 @@ async fn open_stream(
     headers::protocol_version(h)?;
     session.touch();
     let slot = reserve_stream(st, &session)?;
+    // The host (re-)attaches here: subscriptions whose holder is gone come
+    // here (the host re-attaches within seconds when its replica dies).
+    st.supervisor.spawn_take_over(&session);
     let keep_alive = st.server.sse_keep_alive;
     let last_event = h
         .get(LAST_EVENT_ID)

@@ -3,8 +3,11 @@
 //! the sessions that use the backend's shared connection, so it is subscribed once
 //! and unsubscribed with the last of them, and `notifications/resources/updated`
 //! fanned out to exactly the sessions that subscribed on the connection it came
-//! from, with the URI in the host's namespace. (With `mode = "auto"` sessions of
-//! one backend may use the shared connection or their own.)
+//! from, with the URI in the host's namespace; one from a session's own
+//! connection goes to that session. (With `mode = "auto"` sessions of one
+//! backend may use the shared connection or their own.) With a shared store
+//! only the replica holding a session's subscription counts it
+//! (`supervisor/subscriptions.rs`).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -91,20 +94,43 @@ impl Subscriptions {
             .unwrap_or_default()
     }
 
-    /// Drops every subscription of `session`; returns the (backend, URI) pairs that
-    /// lost their last subscriber through the shared connection.
-    fn forget_session(&self, session: &str) -> Vec<(usize, String)> {
-        let Ok(mut m) = self.map.lock() else {
+    /// Whether `session` is subscribed here to `uri` of backend `backend`.
+    pub fn contains(&self, backend: usize, uri: &str, session: &str) -> bool {
+        let Ok(m) = self.map.lock() else {
+            return false;
+        };
+        m.get(&(backend, uri.to_owned()))
+            .is_some_and(|set| set.contains_key(session))
+    }
+
+    /// Every (backend, URI, subscriber) subscribed here.
+    pub fn entries(&self) -> Vec<(usize, String, Arc<str>)> {
+        let Ok(m) = self.map.lock() else {
             return Vec::new();
         };
-        let mut emptied = Vec::new();
+        let each = m
+            .iter()
+            .flat_map(|((b, u), set)| set.keys().map(move |sid| (*b, u.clone(), sid.clone())));
+        each.collect()
+    }
+
+    /// Drops every subscription of `session`; returns the (backend, URI) pairs that
+    /// lost their last subscriber through the shared connection, and whether
+    /// the session had any subscription here.
+    fn forget_session(&self, session: &str) -> (Vec<(usize, String)>, bool) {
+        let Ok(mut m) = self.map.lock() else {
+            return (Vec::new(), false);
+        };
+        let (mut emptied, mut any) = (Vec::new(), false);
         m.retain(|key, set| {
-            if set.remove(session) == Some(true) && !set.values().any(|s| *s) {
+            let was = set.remove(session);
+            any |= was.is_some();
+            if was == Some(true) && !set.values().any(|s| *s) {
                 emptied.push(key.clone());
             }
             !set.is_empty()
         });
-        emptied
+        (emptied, any)
     }
 }
 
@@ -177,9 +203,10 @@ impl Subscriptions {
     }
 
     /// Forgets a session's subscriptions, unsubscribing shared connections from
-    /// URIs nobody else watches through them.
-    pub fn drop_session(&self, catalog: &Catalog, session: &Session) {
-        for (backend, uri) in self.forget_session(session.id()) {
+    /// URIs nobody else watches through them; whether it had any here.
+    pub fn drop_session(&self, catalog: &Catalog, session: &Session) -> bool {
+        let (emptied, any) = self.forget_session(session.id());
+        for (backend, uri) in emptied {
             let b = catalog.backend(backend);
             if let Some(conn) = b.shared().current() {
                 tokio::spawn(async move {
@@ -191,6 +218,7 @@ impl Subscriptions {
                 });
             }
         }
+        any
     }
 
     /// A shared backend's connection was replaced (restart): the new one is
@@ -211,9 +239,13 @@ impl Subscriptions {
         }
     }
 
-    /// `notifications/resources/updated` from backend `backend`: to its
-    /// subscribers only (only to the owner, for a per-session connection), with
-    /// the URI in the host's namespace.
+    /// `notifications/resources/updated` from backend `backend`, with the URI
+    /// in the host's namespace: on a shared connection to its subscribers
+    /// through it; on a per-session connection to its session (its backend
+    /// session announces what that session subscribed to, on whichever
+    /// replica: with a shared store, a per-session HTTP backend's session
+    /// is subscribed by one replica and listened to by another, and a
+    /// per-session stdio child is subscribed again by its next owner).
     pub fn updated(
         &self,
         catalog: &Catalog,
@@ -227,12 +259,14 @@ impl Subscriptions {
         };
         params["uri"] = names::expose_uri(&catalog.backend(backend).uri_prefix, &uri).into();
         let bytes = jsonrpc::notification_bytes(Method::ResourcesUpdated.as_str(), Some(&params));
+        if let Some(o) = owner {
+            if let Some(session) = sessions.get(o) {
+                session.send_unrelated(bytes.into());
+            }
+            return;
+        }
         for (sid, shared) in self.subscribers(backend, &uri) {
-            let from_its_connection = match owner {
-                Some(o) => o == &*sid,
-                None => shared,
-            };
-            if !from_its_connection {
+            if !shared {
                 continue;
             }
             if let Some(session) = sessions.get(&sid) {
@@ -261,7 +295,10 @@ mod tests {
         assert_eq!(subs.subscribers(0, "x://1"), vec![(b.clone(), true)]);
         assert!(subs.remove(0, "x://1", "b"));
         assert!(!subs.remove(0, "x://1", "b"), "already gone");
-        assert_eq!(subs.forget_session("a"), vec![(1, "x://1".to_string())]);
+        assert_eq!(
+            subs.forget_session("a"),
+            (vec![(1, "x://1".to_string())], true)
+        );
     }
 
     #[test]
@@ -283,6 +320,7 @@ mod tests {
             "last through the shared one"
         );
         assert!(subs.uris_of(0).is_empty());
-        assert!(subs.forget_session("own").is_empty());
+        assert_eq!(subs.forget_session("own"), (Vec::new(), true));
+        assert_eq!(subs.forget_session("own"), (Vec::new(), false));
     }
 }

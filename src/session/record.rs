@@ -67,8 +67,10 @@ impl SessionRecord {
     /// are sealed fields of their own (`up:NAME`, written when opened:
     /// `supervisor/upstream.rs`), so are the subscriptions on per-session
     /// stdio backends (`sub:NAME:URI`, `cluster/owner.rs`, read back by the
-    /// replica that takes the session's children over, not here); other
-    /// subscriptions and tasks stay with the replica that made them for now.
+    /// replica that takes the session's children over, not here) and the
+    /// holders of its other subscriptions (`ss:NAME:URI`,
+    /// `cluster/subscriptions.rs`); tasks stay with the replica that made
+    /// them for now.
     pub fn to_fields(&self) -> Vec<(&'static str, String)> {
         let mut f = vec![
             ("v", self.version.as_str().to_owned()),

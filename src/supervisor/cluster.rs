@@ -68,6 +68,21 @@ pub async fn follow_cluster(sup: Arc<Supervisor>, mut events: mpsc::UnboundedRec
                     sup.relay.roots_changed(&s);
                 }
             }
+            Ctl::Held { h, holder } => {
+                if let Some(s) = cached(&sup, &h) {
+                    sup.watch_holder(&s, holder);
+                }
+            }
+            Ctl::Vacated(h) => {
+                if let Some(s) = cached(&sup, &h) {
+                    sup.spawn_take_over(&s);
+                }
+            }
+            Ctl::Unsubscribe { h, backend, uri } => {
+                if let Some(s) = cached(&sup, &h) {
+                    sup.unsubscribe_forwarded(&s, &backend, &uri);
+                }
+            }
             Ctl::Call { h, message } => sup.owner_call(h, message),
             Ctl::Listener { h, backend } => sup.standbys.freed(&h, &backend),
             Ctl::Resync => {
@@ -77,7 +92,10 @@ pub async fn follow_cluster(sup: Arc<Supervisor>, mut events: mpsc::UnboundedRec
             Ctl::Fenced => sup.fence(),
             Ctl::Unfenced => {
                 let sup = sup.clone();
-                tokio::spawn(async move { sup.unfence().await });
+                tokio::spawn(async move {
+                    sup.unfence().await;
+                    sup.recheck_holds().await;
+                });
             }
         }
     }

@@ -14,6 +14,7 @@ mod pace;
 mod pool;
 mod reload;
 mod sessions;
+mod subscriptions;
 mod upstream;
 
 use std::collections::HashMap;
@@ -75,6 +76,8 @@ pub struct Supervisor {
     /// The sessions that were owned here when this replica was fenced
     /// (`owner.rs`): checked against the store when it answers again.
     fenced: Mutex<Vec<Arc<Session>>>,
+    /// Holders of sessions' subscriptions watched here (`subscriptions.rs`).
+    holders: subscriptions::Holders,
 }
 
 /// A host session's id and a backend index.
@@ -118,6 +121,7 @@ impl Supervisor {
             owner_calls: std::sync::OnceLock::new(),
             standbys,
             fenced: Mutex::default(),
+            holders: Default::default(),
         })
     }
 

@@ -237,9 +237,11 @@ impl Supervisor {
 
     async fn end_session_with(&self, session: &Arc<Session>, delete_upstream: bool) {
         self.sessions.remove(session.id());
-        self.relay
-            .subscriptions()
-            .drop_session(&self.catalog, session);
+        let subscribed = (self.relay.subscriptions()).drop_session(&self.catalog, session);
+        if !delete_upstream {
+            // It may live on elsewhere: another replica takes them.
+            self.vacate_subscriptions(session, subscribed).await;
+        }
         self.catalog.forget_own(session.id());
         // Every request gets a response: a call still in flight is answered with
         // an error on its stream (and cancelled upstream) before the streams end.
@@ -410,9 +412,8 @@ impl Supervisor {
     /// record stays in the shared store and HTTP backends keep their sessions
     /// (no `DELETE` upstream).
     pub(super) async fn release_session(&self, session: &Arc<Session>) {
-        self.relay
-            .subscriptions()
-            .drop_session(&self.catalog, session);
+        let subscribed = (self.relay.subscriptions()).drop_session(&self.catalog, session);
+        self.vacate_subscriptions(session, subscribed).await;
         let (slots, _calls) = session.end();
         self.forget_opened(session);
         let releasing = slots
