@@ -1,5 +1,8 @@
 //! The `request` span's fields that name what a request is about.
 
+use tracing::Value;
+use tracing::span::Record;
+
 use crate::jsonrpc::Id;
 use crate::mcp::Method;
 
@@ -10,22 +13,64 @@ use crate::mcp::Method;
 /// `resources/unsubscribe`; nothing for other methods. The access line has the
 /// same value in `name`, its kind given by `method`.
 pub fn record_target(method: &Method, target: &str) {
-    let field = match method {
-        Method::ToolsCall => "tool",
-        Method::PromptsGet => "prompt",
-        Method::ResourcesRead | Method::ResourcesSubscribe | Method::ResourcesUnsubscribe => "uri",
-        _ => return,
-    };
-    tracing::Span::current().record(field, &*crate::error::clip(target));
+    if let Some(field) = target_field(method) {
+        record_current((field, &crate::error::clip(target)), None);
+    }
 }
 
 /// Names the routed `backend` in the current `request` span, and `target` under
-/// its kind's field ([`record_target`]).
+/// its kind's field ([`record_target`]), in one record: `backend` first.
 pub(super) fn record_route(backend: &str, method: Option<&Method>, target: Option<&str>) {
-    tracing::Span::current().record("backend", backend);
-    if let (Some(m), Some(target)) = (method, target) {
-        record_target(m, target);
+    let target = method
+        .and_then(target_field)
+        .zip(target.map(crate::error::clip));
+    record_current(
+        ("backend", backend),
+        target.as_ref().map(|(f, t)| (*f, &**t)),
+    );
+}
+
+/// The `request` span's field for what a request of `method` is about.
+fn target_field(method: &Method) -> Option<&'static str> {
+    match method {
+        Method::ToolsCall => Some("tool"),
+        Method::PromptsGet => Some("prompt"),
+        Method::ResourcesRead | Method::ResourcesSubscribe | Method::ResourcesUnsubscribe => {
+            Some("uri")
+        }
+        _ => None,
     }
+}
+
+/// Records string fields `first` and `second` (name, value) in the current
+/// span, in this order, as `Span::current().record(name, value)` for each
+/// would, without a handle: `Span::current` clones the span in the registry
+/// and its drop closes the clone, and each `record` looks the span up and
+/// formats its fields again. A field the span does not have is skipped.
+fn record_current(first: (&str, &str), second: Option<(&str, &str)>) {
+    tracing::dispatcher::get_default(|d| {
+        let current = d.current_span();
+        let (Some(id), Some(meta)) = (current.id(), current.metadata()) else {
+            return;
+        };
+        let set = meta.fields();
+        let one = set.field(first.0).map(|f| (f, first.1));
+        let two = second.and_then(|(n, v)| set.field(n).map(|f| (f, v)));
+        match (one, two) {
+            (Some((f0, v0)), Some((f1, v1))) => {
+                let values = [
+                    (&f0, Some(&v0 as &dyn Value)),
+                    (&f1, Some(&v1 as &dyn Value)),
+                ];
+                d.record(id, &Record::new(&set.value_set(&values)));
+            }
+            (Some((f, v)), None) | (None, Some((f, v))) => {
+                let values = [(&f, Some(&v as &dyn Value))];
+                d.record(id, &Record::new(&set.value_set(&values)));
+            }
+            (None, None) => {}
+        }
+    });
 }
 
 /// The span of one host request from routing to its answer: `info`, named
