@@ -148,7 +148,9 @@ mod tests {
             .await
             .ok();
         let started = tokio::time::Instant::now();
-        let err = stalled.collect().await.err().expect("times out");
+        let Err(err) = stalled.collect().await else {
+            panic!("a stalled body times out");
+        };
         assert!(err.is::<BodyTimedOut>(), "{err}");
         assert_eq!(started.elapsed(), Duration::from_secs(1));
         drop(tx);
