@@ -527,9 +527,22 @@ async fn the_request_span_names_the_tool_once() {
         spans.iter().any(|s| s.contains("tool=\"fx__nope\"")),
         "{log}"
     );
-    for s in spans {
+    for s in &spans {
         assert_eq!(s.matches("tool=").count(), 1, "{s}");
     }
+    // The fields in the order they are written: created with the id, the
+    // method and the session, then routing's backend and tool.
+    let routed = spans
+        .iter()
+        .find(|s| s.contains("fx__echo"))
+        .expect("the routed call's span");
+    let rest = routed.strip_prefix("id=").expect(routed);
+    let (_, rest) = rest
+        .split_once(" method=tools/call session=")
+        .expect(routed);
+    let (session, rest) = rest.split_once(' ').expect(routed);
+    assert_eq!(session.len(), 8, "{routed}");
+    assert_eq!(rest, "backend=\"fx\" tool=\"fx__echo\"", "{routed}");
 }
 
 /// Every log line so far is at most 4 KiB.

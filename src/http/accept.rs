@@ -162,7 +162,7 @@ pub async fn read_body(st: &AppState, head: &HeaderMap, body: Body) -> Result<By
             st.metrics.bytes_in.inc_by(b.len() as u64);
             return Ok(b);
         }
-        Err(e) if caused_by::<tower_http::timeout::TimeoutError>(&e) => HttpError::new(
+        Err(e) if caused_by::<super::body_timeout::BodyTimedOut>(&e) => HttpError::new(
             Rejection::BodyTimeout,
             StatusCode::REQUEST_TIMEOUT,
             jsonrpc::INVALID_REQUEST,

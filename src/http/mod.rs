@@ -5,6 +5,7 @@ mod accept;
 pub mod admin;
 mod auth;
 pub(crate) mod batch;
+mod body_timeout;
 pub(crate) mod client;
 mod error;
 mod handed;
@@ -28,10 +29,11 @@ use axum::extract::DefaultBodyLimit;
 use axum::http::{HeaderName, HeaderValue, Method, header};
 use axum::routing::get;
 use tower::Layer;
+
+use body_timeout::{BodyTimeout, BodyTimeoutLayer};
 use tower_http::cors::{AllowHeaders, AllowOrigin, Cors, CorsLayer};
 use tower_http::sensitive_headers::{SetSensitiveRequestHeaders, SetSensitiveRequestHeadersLayer};
 use tower_http::set_header::{SetResponseHeader, SetResponseHeaderLayer};
-use tower_http::timeout::{RequestBodyTimeout, RequestBodyTimeoutLayer};
 
 pub use error::HttpError;
 pub use routes::Routes;
@@ -189,7 +191,7 @@ pub fn app(state: AppState) -> Face {
             HeaderValue::from_static(VARY),
         ))
         .layer(cors)
-        .layer(RequestBodyTimeoutLayer::new(server.body_read_timeout))
+        .layer(BodyTimeoutLayer::new(server.body_read_timeout))
         .layer(DefaultBodyLimit::max(server.max_body_bytes))
         .service(routes::Front::new(state, router))
 }
@@ -200,7 +202,7 @@ pub fn app(state: AppState) -> Face {
 /// limit.
 pub type Face = SetSensitiveRequestHeaders<
     SetResponseHeader<
-        Cors<RequestBodyTimeout<<DefaultBodyLimit as Layer<routes::Front>>::Service>>,
+        Cors<BodyTimeout<<DefaultBodyLimit as Layer<routes::Front>>::Service>>,
         HeaderValue,
     >,
 >;

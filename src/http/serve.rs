@@ -8,8 +8,8 @@
 //! - a request's headers must arrive within `header_read_timeout`, which also
 //!   bounds how long an idle keep-alive connection stays open (hyper starts the
 //!   same timer while it waits for the next request);
-//! - its body must arrive within `body_read_timeout` (tower-http's
-//!   `RequestBodyTimeoutLayer`, added by [`super::app`]).
+//! - its body must arrive within `body_read_timeout` (`body_timeout`'s
+//!   layer, added by [`super::app`]).
 //!
 //! Response streams (SSE) are not bounded by either: a connection stops reading
 //! while it writes a response.
