@@ -211,3 +211,40 @@ async fn idle_pooled_connections_close_after_the_pool_idle_timeout() {
         "catalogue, first and second pooled"
     );
 }
+
+/// A session's first calls to a backend, sent together, all wait for the one
+/// connection the first of them opens: the others' reservations must not count
+/// against the client's share (they open nothing).
+#[tokio::test]
+async fn a_sessions_concurrent_first_calls_are_not_refused_at_a_share_of_one() {
+    let gw = TestGateway::start(
+        r#"
+        [server]
+        metrics_listen = "off"
+        [backends.ps]
+        type = "stdio"
+        command = "${FAKE_STDIO}"
+        args = ["--start-delay-ms", "300", "--log", "${TEST_DIR}/ps.log"]
+        mode = "per_session"
+        max_connections_per_client = 1
+        "#,
+    )
+    .await;
+    let s = gw.session().await;
+    let calls = (0..4).map(|i| {
+        let s = &s;
+        async move {
+            let r = s
+                .call_tool("ps__echo", json!({"text": format!("t{i}")}))
+                .await;
+            r.response
+        }
+    });
+    let answers = futures_util::future::join_all(calls).await;
+    assert_all_answered(&answers);
+    assert_eq!(
+        logged_pids(&gw.dir.path("ps.log")).len(),
+        2,
+        "the catalogue's child and the session's"
+    );
+}
