@@ -248,3 +248,34 @@ async fn a_sessions_concurrent_first_calls_are_not_refused_at_a_share_of_one() {
         "the catalogue's child and the session's"
     );
 }
+
+/// A reload that removes a per_session backend stops its pooled children with
+/// its other connections (not `pool_idle_timeout` later): calls in flight on
+/// it fail, and a removed backend holds no process.
+#[tokio::test]
+async fn removing_the_backend_at_a_reload_stops_its_pooled_children() {
+    let keep = r#"
+        [server]
+        metrics_listen = "off"
+        [backends.keep]
+        type = "stdio"
+        command = "${FAKE_STDIO}"
+        "#;
+    let both = format!(
+        "{keep}\n[backends.ps]\ntype = \"stdio\"\ncommand = \"${{FAKE_STDIO}}\"\n\
+         args = [\"--log\", \"${{TEST_DIR}}/ps.log\"]\nmode = \"per_session\"\n"
+    );
+    let gw = TestGateway::start(&both).await;
+    assert_all_answered(&burst(&gw, 1).await);
+    let called = common::logged(&gw.dir.path("ps.log"), "tools/call");
+    let pooled = called[0]["pid"].as_u64().unwrap() as u32;
+    let report = gw
+        .gateway()
+        .reload(&common::parse_config(keep, &gw.dir.0))
+        .await;
+    assert_eq!(report.removed, ["ps"]);
+    assert!(
+        wait_for(Duration::from_secs(5), || gone(pooled)).await,
+        "the removed backend's pooled child is stopped"
+    );
+}

@@ -25,7 +25,8 @@
 //!   backoff (0.5 s doubling to 30 s), rather than each spawning again.
 //!
 //! Pooled connections hold no host state: one unused for `pool_idle_timeout`
-//! (default 60 s) is closed. One whose backend was told a host's roots is
+//! (default 60 s) is closed, and a reload that removes their backend closes
+//! them all (`Pool::take_backend`). One whose backend was told a host's roots is
 //! retired (`Connection::retire`): it leaves the pool and closes once its calls
 //! are done.
 
@@ -167,6 +168,17 @@ impl Pool {
     pub(super) fn drain(&self) -> Vec<Arc<Connection>> {
         let mut keys = self.keys.lock().unwrap_or_else(|e| e.into_inner());
         keys.drain()
+            .flat_map(|(_, lanes)| std::mem::take(&mut lanes.lock().conns))
+            .collect()
+    }
+
+    /// Takes out every pooled connection of backend `idx` (a reload removed
+    /// it). Its keys stay: a start in progress ends in its lanes, and the
+    /// idle reaper closes what it makes.
+    pub(super) fn take_backend(&self, idx: usize) -> Vec<Arc<Connection>> {
+        let keys = self.keys.lock().unwrap_or_else(|e| e.into_inner());
+        keys.iter()
+            .filter(|((i, _), _)| *i == idx)
             .flat_map(|(_, lanes)| std::mem::take(&mut lanes.lock().conns))
             .collect()
     }
