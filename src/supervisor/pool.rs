@@ -42,7 +42,6 @@ use super::sessions::client_capabilities_for_backend;
 use crate::auth::ClientKey;
 use crate::backend::{BackendError, Connection, Owner};
 use crate::catalog::{BackendState, ConnectionRefusal, ConnectionTicket};
-use crate::config::Transport;
 use crate::session::ModernHost;
 
 /// How often a request waiting on a one-call key looks for a lane let go of.
@@ -227,7 +226,7 @@ impl Supervisor {
             .map(|p| format!("{}\u{0}{}", p.issuer, p.subject))
             .unwrap_or_default();
         let client = ClientKey::of(host.principal.as_ref(), host.client);
-        let one_call = matches!(b.spec.config.transport, Transport::Stdio { .. });
+        let one_call = b.spec.one_call_at_a_time();
         let lanes = self.pool.lanes((idx, format!("{principal}\u{0}{caps}")));
         let deadline = Instant::now() + b.spec.config.queue_timeout;
         let ticket = loop {
