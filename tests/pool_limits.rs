@@ -281,3 +281,52 @@ async fn removing_the_backend_at_a_reload_stops_its_pooled_children() {
         "the removed backend's pooled child is stopped"
     );
 }
+
+/// A stateless call from `addr` (behind the trusted loopback proxy): its answer.
+async fn stateless_from(gw: &TestGateway, addr: &str, text: &str) -> Value {
+    let (body, mut h) = modern(
+        json!(1),
+        "tools/call",
+        json!({"name": "ps__echo", "arguments": {"text": text}}),
+    );
+    h.push(("x-forwarded-for".to_owned(), addr.to_owned()));
+    answer(&gw.client(), &body, &h).await
+}
+
+/// On an open endpoint a pooled connection is charged to the client address
+/// that started it, so it serves that address alone: another client using it
+/// would keep it from going idle and the first client charged for it forever.
+#[tokio::test]
+async fn a_pooled_connection_is_charged_to_and_used_by_its_own_client() {
+    let gw = TestGateway::start(
+        r#"
+        [server]
+        metrics_listen = "off"
+        trusted_proxies = ["127.0.0.1/32"]
+        [backends.ps]
+        type = "stdio"
+        command = "${FAKE_STDIO}"
+        args = ["--log", "${TEST_DIR}/ps.log"]
+        mode = "per_session"
+        max_connections = 8
+        max_connections_per_client = 1
+        pool_idle_timeout = "1s"
+        "#,
+    )
+    .await;
+    let (first, other) = ("203.0.113.7", "198.51.100.9");
+    let a = stateless_from(&gw, first, "first").await;
+    assert_eq!(text_of(&a), "first", "{a}");
+    // The other client calls on for longer than pool_idle_timeout.
+    let until = tokio::time::Instant::now() + Duration::from_millis(2500);
+    while tokio::time::Instant::now() < until {
+        let a = stateless_from(&gw, other, "other").await;
+        assert_eq!(text_of(&a), "other", "{a}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // The first client has used nothing since: its connection closed idle,
+    // and its share is free for a session of its own.
+    let s = session_from(&gw, first).await;
+    let r = s.call_tool("ps__echo", json!({"text": "mine"})).await;
+    assert_eq!(text_of(&r.response), "mine", "{}", r.response);
+}

@@ -3,7 +3,10 @@
 //! roots, sampling and elicitation): a backend never sends a request for a
 //! capability this host request did not declare, and one principal's backend
 //! session is never another's (MCP 2026-07-28 bridging: capabilities are per
-//! request on one side and per session on the other).
+//! request on one side and per session on the other). The caller is the
+//! principal, or on an open endpoint the client address (`ClientKey`): each
+//! connection is charged to its `max_connections_per_client` and serves it
+//! alone.
 //!
 //! A pool key holds its connections ("lanes"). A pooled HTTP connection, or any
 //! 2026-07-28 backend's, serves many requests at once (what a backend sends is
@@ -220,14 +223,16 @@ impl Supervisor {
     ) -> Result<Arc<Connection>, BackendError> {
         let b = self.catalog.backend(idx);
         let caps = client_capabilities_for_backend(&host.capabilities);
-        let principal = host
-            .principal
-            .as_ref()
-            .map(|p| format!("{}\u{0}{}", p.issuer, p.subject))
-            .unwrap_or_default();
         let client = ClientKey::of(host.principal.as_ref(), host.client);
+        // Each lane is charged to the client that started it: it serves that
+        // client alone, or another one's use would keep it charged.
+        let caller = match &client {
+            Some(ClientKey::Principal(p)) => format!("p\u{0}{}\u{0}{}", p.issuer, p.subject),
+            Some(ClientKey::Address(ip)) => format!("a\u{0}{ip}"),
+            None => String::new(),
+        };
         let one_call = b.spec.one_call_at_a_time();
-        let lanes = self.pool.lanes((idx, format!("{principal}\u{0}{caps}")));
+        let lanes = self.pool.lanes((idx, format!("{caller}\u{0}{caps}")));
         let deadline = Instant::now() + b.spec.config.queue_timeout;
         let ticket = loop {
             let changed = lanes.changed.notified();
