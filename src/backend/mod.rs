@@ -317,6 +317,14 @@ impl BackendSpec {
         }
     }
 
+    /// Whether a connection serves one call at a time: a stdio child not known
+    /// to speak 2026-07-28 (its pipe cannot say whose server→client request it
+    /// sends). An HTTP connection, or a 2026-07-28 child, serves many at once.
+    pub fn one_call_at_a_time(&self) -> bool {
+        matches!(self.config.transport, Transport::Stdio { .. })
+            && !matches!(self.known_era(), Some(Era::Modern(_)))
+    }
+
     /// The era spoken to the backend: configured, or cached from the last probe;
     /// `None`: probe (MCP 2026-07-28 basic/versioning, backward compatibility).
     fn known_era(&self) -> Option<Era> {

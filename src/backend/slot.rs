@@ -25,6 +25,9 @@ pub fn backoff(failures: u32) -> Duration {
 pub struct Slot {
     current: Mutex<Option<Arc<Connection>>>,
     connecting: tokio::sync::Mutex<Backoff>,
+    /// Held by whoever opens this slot's connection with more around it than
+    /// [`Slot::get`] does ([`Slot::opening`]).
+    opening: tokio::sync::Mutex<()>,
 }
 
 #[derive(Default)]
@@ -39,6 +42,7 @@ impl Default for Slot {
         Slot {
             current: Mutex::new(None),
             connecting: tokio::sync::Mutex::new(Backoff::default()),
+            opening: tokio::sync::Mutex::new(()),
         }
     }
 }
@@ -48,6 +52,15 @@ impl Slot {
     pub fn current(&self) -> Option<Arc<Connection>> {
         let c = self.current.lock().ok()?.clone()?;
         c.is_alive().then_some(c)
+    }
+
+    /// Waits for any other caller's hold, then holds it until the guard is
+    /// dropped: callers that do something before connecting (a per-session
+    /// connection's reservation against `max_connections`) and after (its
+    /// setup) take it, so that concurrent first uses wait for one opening
+    /// instead of each doing the "before" part. [`Slot::get`] does not.
+    pub async fn opening(&self) -> tokio::sync::MutexGuard<'_, ()> {
+        self.opening.lock().await
     }
 
     /// The live connection, connecting first if needed. While in backoff after a

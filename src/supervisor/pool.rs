@@ -3,7 +3,10 @@
 //! roots, sampling and elicitation): a backend never sends a request for a
 //! capability this host request did not declare, and one principal's backend
 //! session is never another's (MCP 2026-07-28 bridging: capabilities are per
-//! request on one side and per session on the other).
+//! request on one side and per session on the other). The caller is the
+//! principal, or on an open endpoint the client address (`ClientKey`): each
+//! connection is charged to its `max_connections_per_client` and serves it
+//! alone.
 //!
 //! A pool key holds its connections ("lanes"). A pooled HTTP connection, or any
 //! 2026-07-28 backend's, serves many requests at once (what a backend sends is
@@ -25,7 +28,8 @@
 //!   backoff (0.5 s doubling to 30 s), rather than each spawning again.
 //!
 //! Pooled connections hold no host state: one unused for `pool_idle_timeout`
-//! (default 60 s) is closed. One whose backend was told a host's roots is
+//! (default 60 s) is closed, and a reload that removes their backend closes
+//! them all (`Pool::take_backend`). One whose backend was told a host's roots is
 //! retired (`Connection::retire`): it leaves the pool and closes once its calls
 //! are done.
 
@@ -41,7 +45,6 @@ use super::sessions::client_capabilities_for_backend;
 use crate::auth::ClientKey;
 use crate::backend::{BackendError, Connection, Owner};
 use crate::catalog::{BackendState, ConnectionRefusal, ConnectionTicket};
-use crate::config::Transport;
 use crate::session::ModernHost;
 
 /// How often a request waiting on a one-call key looks for a lane let go of.
@@ -171,6 +174,17 @@ impl Pool {
             .collect()
     }
 
+    /// Takes out every pooled connection of backend `idx` (a reload removed
+    /// it). Its keys stay: a start in progress ends in its lanes, and the
+    /// idle reaper closes what it makes.
+    pub(super) fn take_backend(&self, idx: usize) -> Vec<Arc<Connection>> {
+        let keys = self.keys.lock().unwrap_or_else(|e| e.into_inner());
+        keys.iter()
+            .filter(|((i, _), _)| *i == idx)
+            .flat_map(|(_, lanes)| std::mem::take(&mut lanes.lock().conns))
+            .collect()
+    }
+
     /// Takes out the connections unused for longer than their backend's
     /// `pool_idle_timeout` (`limit` of the backend index) and nobody holds,
     /// and forgets keys left with nothing.
@@ -209,14 +223,16 @@ impl Supervisor {
     ) -> Result<Arc<Connection>, BackendError> {
         let b = self.catalog.backend(idx);
         let caps = client_capabilities_for_backend(&host.capabilities);
-        let principal = host
-            .principal
-            .as_ref()
-            .map(|p| format!("{}\u{0}{}", p.issuer, p.subject))
-            .unwrap_or_default();
         let client = ClientKey::of(host.principal.as_ref(), host.client);
-        let one_call = matches!(b.spec.config.transport, Transport::Stdio { .. });
-        let lanes = self.pool.lanes((idx, format!("{principal}\u{0}{caps}")));
+        // Each lane is charged to the client that started it: it serves that
+        // client alone, or another one's use would keep it charged.
+        let caller = match &client {
+            Some(ClientKey::Principal(p)) => format!("p\u{0}{}\u{0}{}", p.issuer, p.subject),
+            Some(ClientKey::Address(ip)) => format!("a\u{0}{ip}"),
+            None => String::new(),
+        };
+        let one_call = b.spec.one_call_at_a_time();
+        let lanes = self.pool.lanes((idx, format!("{caller}\u{0}{caps}")));
         let deadline = Instant::now() + b.spec.config.queue_timeout;
         let ticket = loop {
             let changed = lanes.changed.notified();

@@ -182,8 +182,8 @@ pub async fn reload(sup: &Arc<Supervisor>, config: &Config) -> ReloadReport {
     report
 }
 
-/// Takes a backend out of service: no new calls route to it, its shared and
-/// per-session connections close (calls in flight fail with an error naming
+/// Takes a backend out of service: no new calls route to it, its shared,
+/// per-session and pooled connections close (calls in flight fail with an error naming
 /// it), its subscriptions are forgotten.
 async fn remove_backend(sup: &Supervisor, b: &Arc<BackendState>) {
     b.mark_removed();
@@ -196,6 +196,7 @@ async fn remove_backend(sup: &Supervisor, b: &Arc<BackendState>) {
             closing.push(c);
         }
     }
+    closing.extend(sup.pool.take_backend(b.index));
     sup.relay.subscriptions().drop_backend(b.index);
     futures_util::future::join_all(closing.iter().map(|c| c.close())).await;
     // Gone from /metrics: a removed backend is not a backend that is down (a

@@ -91,6 +91,11 @@ impl Supervisor {
         if let Some(conn) = slot.current() {
             return Ok(conn);
         }
+        // Concurrent first uses wait for one opening: only it is counted.
+        let _opening = slot.opening().await;
+        if let Some(conn) = slot.current() {
+            return Ok(conn);
+        }
         let client = host.client_key();
         let ticket = b
             .reserve_connection(client.as_ref())
