@@ -229,7 +229,7 @@ impl BackendState {
         if open.total >= config.max_connections {
             let limit = config.max_connections;
             return Err(ConnectionRefusal::Backend(busy(format!(
-                "{limit} connections are open (sessions' own and the stateless pool's; max_connections)"
+                "{limit} connections are open (sessions' own and the stateless pool's; max_connections); retry when sessions end or idle out"
             ))));
         }
         if let Some(c) = client {
@@ -237,7 +237,7 @@ impl BackendState {
             let held = open.by_client.entry(c.clone()).or_default();
             if *held >= limit {
                 return Err(ConnectionRefusal::Client(busy(format!(
-                    "this client holds {limit} of its connections (max_connections_per_client)"
+                    "this client already holds {limit} connections to it (max_connections_per_client); end sessions it no longer uses (DELETE) or wait until they idle out"
                 ))));
             }
             *held += 1;
