@@ -94,6 +94,47 @@ async fn a_stalled_body_gets_408() {
     );
 }
 
+/// `body_read_timeout` bounds the whole body, not each wait: a body trickled a
+/// byte every 150 ms (each wait far below the 500 ms timeout) still gets 408
+/// once 500 ms have passed since it first kept the gateway waiting.
+#[tokio::test]
+async fn a_trickled_body_gets_408_at_the_timeout() {
+    let gw = TestGateway::start(CONFIG).await;
+    let mut s = TcpStream::connect(gw.addr).await.expect("connect");
+    s.write_all(&session_post(&gw, 1000, "{").await)
+        .await
+        .expect("write");
+    let started = tokio::time::Instant::now();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    while started.elapsed() < Duration::from_secs(5) {
+        match tokio::time::timeout(Duration::from_millis(150), s.read(&mut buf)).await {
+            Ok(Ok(0)) | Ok(Err(_)) => break,
+            Ok(Ok(n)) => got.extend_from_slice(&buf[..n]),
+            // Nothing to read: one more byte of the body.
+            Err(_) => {
+                if s.write_all(b" ").await.is_err() {
+                    break;
+                }
+            }
+        }
+        if got.windows(4).any(|w| w == b"\r\n\r\n") {
+            break;
+        }
+    }
+    let answer = String::from_utf8_lossy(&got);
+    assert!(
+        answer.starts_with("HTTP/1.1 408"),
+        "after {:?}: {answer}",
+        started.elapsed()
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
 #[tokio::test]
 async fn an_announced_oversized_body_gets_413_before_it_is_sent() {
     // With a long body timeout, only the announced length can trigger the answer

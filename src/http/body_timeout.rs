@@ -1,15 +1,16 @@
-//! The request body read timeout (`server.body_read_timeout`): each frame of a
-//! request body must arrive within the timeout, counted from when the body is
-//! found waiting for it; otherwise reading fails with [`BodyTimedOut`]
-//! (`accept::read_body` answers 408).
+//! The request body read timeout (`server.body_read_timeout`): the rest of a
+//! request body must arrive within the timeout, counted from the first time
+//! the body keeps its reader waiting; otherwise reading fails with
+//! [`BodyTimedOut`] (`accept::read_body` answers 408). A deadline for the
+//! whole body, not per frame: a body trickled a byte at a time (slowloris)
+//! is cut at the timeout too.
 //!
-//! tower-http's `RequestBodyTimeoutLayer` bounds the same wait, but starts a
-//! timer (a clock read, a timer-wheel entry and its removal) for every frame
-//! it is asked for before it looks at the body: a small body that hyper
-//! already holds cost two timers per request (its data frame and its end),
-//! ~1,500 instructions (`bench/README.md`, 2026-12-07 perf7). Here the body is
-//! polled first and the timer is started only when it is not ready; a frame
-//! that arrives disarms it, as tower-http's does.
+//! tower-http's `RequestBodyTimeoutLayer` bounds only the wait for each frame
+//! (so a trickle is never cut) and starts a timer (a clock read, a timer-wheel
+//! entry and its removal) for every frame before it looks at the body: a small
+//! body that hyper already holds cost two timers per request, ~1,500
+//! instructions (`bench/README.md`, 2026-12-07 perf7). Here the body is polled
+//! first and the one timer is started only when it is not ready.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -26,7 +27,8 @@ use tokio::time::Sleep;
 pub struct BodyTimeoutLayer(Duration);
 
 impl BodyTimeoutLayer {
-    /// A frame of a request body may keep the reader waiting at most `timeout`.
+    /// A request body may keep its reader waiting at most `timeout` in all,
+    /// counted from the first wait.
     pub fn new(timeout: Duration) -> Self {
         BodyTimeoutLayer(timeout)
     }
@@ -74,11 +76,13 @@ where
     }
 }
 
-/// A request body whose reader waits at most `timeout` for each frame.
+/// A request body whose reader waits at most `timeout` for the rest of it,
+/// counted from the first wait.
 pub struct TimeoutBody<B> {
     body: B,
     timeout: Duration,
-    /// Armed while the body keeps the reader waiting (boxed: only then).
+    /// The deadline, armed the first time the body keeps the reader waiting
+    /// and kept for the rest of it (boxed: only then).
     sleep: Option<Pin<Box<Sleep>>>,
 }
 
@@ -96,7 +100,10 @@ where
     ) -> Poll<Option<Result<Frame<B::Data>, BoxError>>> {
         let this = &mut *self;
         if let Poll::Ready(frame) = Pin::new(&mut this.body).poll_frame(cx) {
-            this.sleep = None;
+            if frame.is_none() {
+                // The body is complete: its deadline no longer matters.
+                this.sleep = None;
+            }
             return Poll::Ready(frame.map(|f| f.map_err(Into::into)));
         }
         let timeout = this.timeout;
@@ -110,7 +117,7 @@ where
     }
 }
 
-/// A request body frame did not arrive within `server.body_read_timeout`.
+/// A request body did not arrive within `server.body_read_timeout`.
 #[derive(Debug)]
 pub struct BodyTimedOut;
 
@@ -154,5 +161,38 @@ mod tests {
         assert!(err.is::<BodyTimedOut>(), "{err}");
         assert_eq!(started.elapsed(), Duration::from_secs(1));
         drop(tx);
+    }
+
+    /// `server.body_read_timeout` is how long the whole body may take once it
+    /// keeps the reader waiting: a body trickled a byte every half timeout
+    /// (what a slowloris upload does) is cut at the timeout, not read forever.
+    #[tokio::test(start_paused = true)]
+    async fn a_trickled_body_is_cut_at_the_timeout() {
+        let (tx, rx) = tokio::sync::mpsc::channel::<Result<Frame<Bytes>, BoxError>>(1);
+        let trickled = TimeoutBody {
+            body: StreamBody::new(tokio_stream::wrappers::ReceiverStream::new(rx)),
+            timeout: Duration::from_secs(1),
+            sleep: None,
+        };
+        let sender = tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                if tx
+                    .send(Ok(Frame::data(Bytes::from_static(b" "))))
+                    .await
+                    .is_err()
+                {
+                    break;
+                }
+            }
+        });
+        let started = tokio::time::Instant::now();
+        let got = tokio::time::timeout(Duration::from_secs(10), trickled.collect()).await;
+        let Ok(Err(err)) = got else {
+            panic!("a trickled body is cut at the timeout, not read for 10 s");
+        };
+        assert!(err.is::<BodyTimedOut>(), "{err}");
+        assert_eq!(started.elapsed(), Duration::from_secs(1));
+        sender.abort();
     }
 }
