@@ -249,6 +249,16 @@ async fn equal_task_ids_of_two_backends_stay_apart() {
     assert!(logged(&gw.dir.path("one.log"), "tasks/cancel").is_empty());
     assert_eq!(logged(&gw.dir.path("one.log"), "tasks/result").len(), 1);
     assert!(logged(&gw.dir.path("two.log"), "tasks/result").is_empty());
+    // The list is one page: a cursor is none the gateway issued (as for the
+    // other lists), a cursor of another type is not a cursor.
+    for (cursor, code) in [(json!("garbage"), -32602), (json!(7), -32602)] {
+        let r = s.request("tasks/list", json!({ "cursor": cursor })).await;
+        assert_eq!(
+            r.response["error"]["code"], code,
+            "{cursor}: {}",
+            r.response
+        );
+    }
     let list = s.request("tasks/list", json!({})).await;
     let mut listed: Vec<(String, String)> = list.result()["tasks"]
         .as_array()

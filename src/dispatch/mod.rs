@@ -281,6 +281,13 @@ impl Dispatch {
                 self.route_task(ctx, session, method, params)
             }
             Method::TasksList => {
+                // One page, never a `nextCursor`: any cursor is not ours
+                // (as an unknown cursor of the other lists).
+                match params.get("cursor") {
+                    None | Some(Value::Null) => {}
+                    Some(Value::String(_)) => return Err(RpcError::InvalidCursor),
+                    Some(_) => return Err(RpcError::invalid_params("cursor must be a string")),
+                }
                 let listed = tasks::task_list(&self.catalog, &self.supervisor, session, id);
                 Ok(Routed::Answer(listed.await))
             }
