@@ -219,6 +219,7 @@ impl Relay {
                         &*self.sessions,
                         idx,
                         owner.as_deref(),
+                        self.shared.is_some(),
                         params,
                     );
                 }

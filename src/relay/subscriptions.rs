@@ -241,17 +241,19 @@ impl Subscriptions {
 
     /// `notifications/resources/updated` from backend `backend`, with the URI
     /// in the host's namespace: on a shared connection to its subscribers
-    /// through it; on a per-session connection to its session (its backend
-    /// session announces what that session subscribed to, on whichever
-    /// replica: with a shared store, a per-session HTTP backend's session
-    /// is subscribed by one replica and listened to by another, and a
-    /// per-session stdio child is subscribed again by its next owner).
+    /// through it; on a per-session connection to its session if it
+    /// subscribed here — or, with a shared store (`clustered`), whichever
+    /// replica subscribed it (a per-session HTTP backend's session is
+    /// subscribed by one replica and listened to by another, a per-session
+    /// stdio child is subscribed again by its next owner), so there an update
+    /// racing an unsubscribe may still reach the host.
     pub fn updated(
         &self,
         catalog: &Catalog,
         sessions: &dyn SessionStore,
         backend: usize,
         owner: Option<&str>,
+        clustered: bool,
         mut params: Value,
     ) {
         let Some(uri) = params.get("uri").and_then(Value::as_str).map(str::to_owned) else {
@@ -260,6 +262,14 @@ impl Subscriptions {
         params["uri"] = names::expose_uri(&catalog.backend(backend).uri_prefix, &uri).into();
         let bytes = jsonrpc::notification_bytes(Method::ResourcesUpdated.as_str(), Some(&params));
         if let Some(o) = owner {
+            let subscribed_here = || {
+                self.subscribers(backend, &uri)
+                    .iter()
+                    .any(|(sid, _)| &**sid == o)
+            };
+            if !clustered && !subscribed_here() {
+                return;
+            }
             if let Some(session) = sessions.get(o) {
                 session.send_unrelated(bytes.into());
             }
