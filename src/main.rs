@@ -371,7 +371,12 @@ async fn watch_config(gateway: Arc<mcpgate::Gateway>, path: PathBuf, listen: Opt
     let mut tick = tokio::time::interval(std::time::Duration::from_secs(2));
     loop {
         let why = tokio::select! {
-            Some(()) = async { match hup.as_mut() { Some(h) => h.recv().await, None => std::future::pending().await } } => "SIGHUP",
+            Some(()) = async { match hup.as_mut() { Some(h) => h.recv().await, None => std::future::pending().await } } => {
+                // What SIGHUP loads, the next tick must not load again (a
+                // change made just before it counted twice).
+                last = fingerprint(&path);
+                "SIGHUP"
+            }
             _ = tick.tick() => {
                 let now = fingerprint(&path);
                 if now == last || now.is_none() {
