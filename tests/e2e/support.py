@@ -140,10 +140,20 @@ def gateway_toml(backends: dict[str, dict[str, Any]], server: dict[str, Any] | N
 # --------------------------------------------------------------------------- processes
 
 
+_HANDED_OUT: set[int] = set()
+
+
 def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A loopback port free now and not handed out before by this process: two
+    picks in a row may otherwise get the same port from the kernel (a gateway and
+    its metrics listener once did, and /metrics answered 404 from the MCP port)."""
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in _HANDED_OUT:
+            _HANDED_OUT.add(port)
+            return port
 
 
 class ServerProcess:
