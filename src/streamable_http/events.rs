@@ -19,12 +19,9 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
-use std::time::Duration;
 
 use bytes::{BufMut, Bytes, BytesMut};
-use futures_util::stream;
 use tokio::sync::mpsc;
-use tokio::time::{Instant, MissedTickBehavior, interval_at};
 
 /// Most events kept per session for resumption.
 const MAX_EVENTS: usize = 256;
@@ -157,7 +154,14 @@ struct Stream {
     /// the session (see [`EventLog::push_standalone_own`]): never handed to
     /// another replica, which makes its own.
     own: Vec<u64>,
+    /// The response events go to; on the standalone stream, the newest
+    /// `GET` attached.
     live: Option<mpsc::Sender<Frame>>,
+    /// Earlier `GET`s still attached to the standalone stream, oldest first: a
+    /// host may hold several streams, and each message goes on one (MCP
+    /// 2025-11-25 basic/transports, multiple connections), so a later `GET`
+    /// does not end them; an event goes to the newest that takes it.
+    older: Vec<mpsc::Sender<Frame>>,
 }
 
 #[derive(Default)]
@@ -237,22 +241,31 @@ impl EventLog {
             m(&frame);
         }
         // A response the host left (`left`) is not written to: what is kept
-        // here waits for the next GET, undelivered.
-        if let Some(tx) = s.live.as_ref().filter(|_| !s.left) {
+        // here waits for the next GET, undelivered. Otherwise the newest
+        // attached response takes it; one that is gone or cannot keep up is
+        // let go, and the next newest (a standalone stream's earlier GET) is
+        // tried.
+        let left = s.left;
+        while let Some(tx) = s.live.take_if(|_| !left) {
             match tx.try_send(frame.clone()) {
-                Ok(()) => s.delivered = frame.seq,
+                Ok(()) => {
+                    s.delivered = frame.seq;
+                    s.live = Some(tx);
+                    break;
+                }
                 Err(mpsc::error::TrySendError::Full(_)) => {
                     tracing::warn!(stream, "host reads too slowly; stream cut, it can resume");
-                    s.live = None;
                     if let Some(c) = self.dropped.get() {
                         c.inc();
                     }
                 }
-                Err(mpsc::error::TrySendError::Closed(_)) => s.live = None,
+                Err(mpsc::error::TrySendError::Closed(_)) => {}
             }
+            s.live = s.older.pop();
         }
         if last {
             s.live = None;
+            s.older.clear();
         }
         g.bytes += frame.data.len();
         g.events.push_back(frame);
@@ -284,7 +297,10 @@ impl EventLog {
 
     /// Attaches a `GET` without `Last-Event-ID` to the standalone stream: the events
     /// queued since the last one handed to an earlier `GET` (those still buffered),
-    /// then live ones. An earlier attached GET is detached. Never refused: events
+    /// then live ones. An earlier `GET` still attached stays attached (two tabs
+    /// of one host must not end each other's stream, each reconnecting after
+    /// `retry`): each later event goes to the newest `GET` that takes it, once
+    /// (2025-11-25 basic/transports, multiple connections). Never refused: events
     /// evicted while nobody listened are gone (a host that must not miss any resumes
     /// with `Last-Event-ID` instead), and what an earlier `GET` was sent is not sent
     /// again (2025-11-25 basic/transports: a message goes on one stream, once).
@@ -315,16 +331,19 @@ impl EventLog {
         if again && replay.is_empty() {
             // Seq 0 went to an earlier GET: this one's priming event is an
             // empty event of its own, recorded (and mirrored) like any other,
-            // so that resuming from its id works. The earlier GET is detached
-            // first: it must not get it.
-            s.live = None;
+            // so that resuming from its id works. The earlier GETs must not
+            // get it: set aside while it is recorded.
+            let held = (s.live.take(), std::mem::take(&mut s.older));
             self.push_locked(g, stream, Bytes::new(), false);
             replay = replay_after(&g.events, stream, after);
+            if let Some(s) = g.streams.get_mut(&stream) {
+                (s.live, s.older) = held;
+            }
         }
         let Some(s) = g.streams.get_mut(&stream) else {
             return Attached::empty();
         };
-        let mut attached = attach_live(s, stream, replay);
+        let mut attached = attach_live(s, stream, replay, true);
         attached.prime_due = !again;
         attached
     }
@@ -359,7 +378,10 @@ impl EventLog {
             // the client reconnect again.
             return Err(ResumeError::Gone);
         }
-        Ok(attach_live(s, stream, replay))
+        // A resumed standalone stream keeps the other GETs on it (see
+        // `attach_standalone`); a POST stream has one response at a time.
+        let keep = g.standalone == Some(stream);
+        Ok(attach_live(s, stream, replay, keep))
     }
 
     /// Detaches the response attached to `stream` without ending the stream: that
@@ -370,16 +392,15 @@ impl EventLog {
             && let Some(s) = g.streams.get_mut(&stream)
         {
             s.live = None;
+            s.older.clear();
         }
     }
 
     /// Whether a response is attached to some stream (a client is listening).
     pub fn is_attached(&self) -> bool {
-        self.inner.lock().is_ok_and(|g| {
-            g.streams
-                .values()
-                .any(|s| s.live.as_ref().is_some_and(|tx| !tx.is_closed()))
-        })
+        self.inner
+            .lock()
+            .is_ok_and(|g| g.streams.values().any(Stream::listened))
     }
 
     /// Ends `stream` without a final event (the host cancelled its request).
@@ -389,6 +410,7 @@ impl EventLog {
         {
             s.finished = true;
             s.live = None;
+            s.older.clear();
         }
     }
 
@@ -439,7 +461,7 @@ impl EventLog {
             g.bytes += f.data.len();
             g.events.push_back(f.clone());
         }
-        let attached = attach_live(&mut s, stream, replay);
+        let attached = attach_live(&mut s, stream, replay, false);
         g.streams.insert(stream, s);
         g.standalone = Some(stream);
         for data in queued {
@@ -470,7 +492,14 @@ impl Stream {
             attached_at: 0,
             own: Vec::new(),
             live,
+            older: Vec::new(),
         }
+    }
+
+    /// Whether a response still open is attached (the newest or an older one).
+    fn listened(&self) -> bool {
+        let open = |tx: &mpsc::Sender<Frame>| !tx.is_closed();
+        self.live.as_ref().is_some_and(open) || self.older.iter().any(open)
     }
 }
 
@@ -483,14 +512,20 @@ fn replay_after(events: &VecDeque<Frame>, stream: u64, after: u64) -> Vec<Frame>
         .collect()
 }
 
-/// Attaches a new response to `s` (detaching any earlier one): `replay` first, then
-/// live frames unless the stream has ended. The replayed frames count as delivered.
-fn attach_live(s: &mut Stream, stream: u64, replay: Vec<Frame>) -> Attached {
+/// Attaches a new response to `s`: `replay` first, then live frames unless the
+/// stream has ended. The replayed frames count as delivered. An earlier
+/// response is detached, or, with `keep` (the standalone stream), kept
+/// attached behind the new one.
+fn attach_live(s: &mut Stream, stream: u64, replay: Vec<Frame>, keep: bool) -> Attached {
     if let Some(f) = replay.last() {
         s.delivered = s.delivered.max(f.seq);
     }
     s.left = false;
     s.attached_at = s.next_seq;
+    s.older.retain(|tx| keep && !tx.is_closed());
+    if let Some(earlier) = s.live.take().filter(|tx| keep && !tx.is_closed()) {
+        s.older.push(earlier);
+    }
     let live = if s.finished {
         None
     } else {
@@ -506,72 +541,6 @@ fn attach_live(s: &mut Stream, stream: u64, replay: Vec<Frame>) -> Attached {
     }
 }
 
-impl Attached {
-    fn empty() -> Self {
-        Attached {
-            stream: 0,
-            replay: Vec::new(),
-            live: None,
-            prime_due: false,
-        }
-    }
-
-    /// The SSE body of the response: the priming event (when `prime`: revision
-    /// 2025-11-25 or later, see `ProtocolVersion::primes_streams`), the replayed
-    /// frames, then live frames until the stream's last event or until the log
-    /// detaches the response; a [`KEEP_ALIVE`] comment after each `keep_alive` of
-    /// silence. Every item is one [`Frame::encode`]d event or a [`KEEP_ALIVE`].
-    pub fn into_sse(
-        self,
-        prime: bool,
-        keep_alive: Duration,
-    ) -> impl futures_util::Stream<Item = Bytes> + Send {
-        struct State {
-            queued: VecDeque<Frame>,
-            live: Option<mpsc::Receiver<Frame>>,
-            tick: tokio::time::Interval,
-            done: bool,
-        }
-        let mut queued: VecDeque<Frame> = self.replay.into();
-        if prime && self.prime_due {
-            queued.push_front(Frame {
-                stream: self.stream,
-                seq: 0,
-                data: Bytes::new(),
-                last: false,
-            });
-        }
-        let mut tick = interval_at(Instant::now() + keep_alive, keep_alive);
-        tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
-        let state = State {
-            queued,
-            live: self.live,
-            tick,
-            done: false,
-        };
-        stream::unfold(state, |mut st| async move {
-            if st.done {
-                return None;
-            }
-            let next = match st.queued.pop_front() {
-                Some(f) => f,
-                None => {
-                    let live = st.live.as_mut()?;
-                    tokio::select! {
-                        f = live.recv() => f?,
-                        _ = st.tick.tick() => {
-                            return Some((Bytes::from_static(KEEP_ALIVE), st));
-                        }
-                    }
-                }
-            };
-            st.tick.reset();
-            st.done = next.last;
-            Some((next.encode(), st))
-        })
-    }
-}
-
 /// An event id `{stream}-{seq}` as its two numbers (`None`: malformed).
 pub fn parse_id(id: &str) -> Option<(u64, u64)> {
     let (a, b) = id.trim().split_once('-')?;
@@ -579,5 +548,6 @@ pub fn parse_id(id: &str) -> Option<(u64, u64)> {
 }
 
 mod mirror;
+mod sse;
 #[cfg(test)]
 mod tests;

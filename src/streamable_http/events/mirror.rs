@@ -40,7 +40,7 @@ impl Inner {
     fn standalone_here(&self) -> bool {
         let s = self.standalone.and_then(|s| self.streams.get(&s));
         s.is_some_and(|s| {
-            let listened = !s.left && s.live.as_ref().is_some_and(|tx| !tx.is_closed());
+            let listened = !s.left && s.listened();
             s.mirrored || listened
         })
     }

@@ -340,8 +340,9 @@ async fn a_primed_get_taking_the_standalone_stream_over_gets_an_id_of_its_own() 
     assert!(log.resume(&format!("{}-1", second.stream)).is_ok());
     let third = log.attach_standalone(true);
     assert_eq!(third.replay.iter().map(|f| f.seq).collect::<Vec<_>>(), [2]);
-    // With something queued, that event's id is enough: nothing is added.
-    drop(third);
+    // With something queued (nobody listening), that event's id is enough:
+    // nothing is added.
+    drop((first, second, third));
     log.push_standalone(data("queued"));
     let fourth = log.attach_standalone(true);
     assert!(!fourth.prime_due);
@@ -351,4 +352,31 @@ async fn a_primed_get_taking_the_standalone_stream_over_gets_an_id_of_its_own() 
     let unprimed = EventLog::default();
     let _ = unprimed.attach_standalone(false);
     assert!(unprimed.attach_standalone(false).replay.is_empty());
+}
+
+#[tokio::test]
+async fn a_later_standalone_get_keeps_the_earlier_one_and_each_event_goes_to_one() {
+    let log = EventLog::default();
+    let mut first = log.attach_standalone(true);
+    let mut second = log.attach_standalone(true);
+    assert!(second.replay[0].data.is_empty(), "its own priming event");
+    let (mut a, mut b) = (first.live.take().unwrap(), second.live.take().unwrap());
+    assert!(
+        a.try_recv().is_err(),
+        "the first is not sent the second's priming event"
+    );
+    assert!(!a.is_closed(), "the first stays attached");
+    log.push_standalone(data("one"));
+    assert_eq!(b.recv().await.unwrap().data, data("one"));
+    assert!(a.try_recv().is_err(), "never on both");
+    drop(b);
+    log.push_standalone(data("two"));
+    assert_eq!(
+        a.recv().await.unwrap().data,
+        data("two"),
+        "the one still open"
+    );
+    assert!(log.is_attached());
+    drop(a);
+    assert!(!log.is_attached());
 }
