@@ -13,21 +13,7 @@ use serde_json::json;
 use crate::backend::BackendError;
 use crate::jsonrpc::{self, ErrorObject};
 
-/// Most characters of a host-sent name repeated in an error message.
-const ECHO_MAX: usize = 128;
-
-/// `name` as an error message or a log line repeats it: whole up to
-/// [`ECHO_MAX`] characters, else cut there with its length in bytes (a host that
-/// sends a 500 KB name is not sent 500 KB back, nor logged whole).
-pub(crate) fn clip(name: &str) -> Cow<'_, str> {
-    if name.len() <= ECHO_MAX {
-        return Cow::Borrowed(name);
-    }
-    match name.char_indices().nth(ECHO_MAX) {
-        None => Cow::Borrowed(name),
-        Some((at, _)) => Cow::Owned(format!("{}… ({} bytes)", &name[..at], name.len())),
-    }
-}
+pub(crate) use crate::jsonrpc::clip;
 
 /// A JSON-RPC error answered to a host.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -53,7 +39,8 @@ pub enum RpcError {
     /// A cursor that is forged, from another list, or from an older catalogue (-32602).
     #[error("Invalid or expired cursor")]
     InvalidCursor,
-    /// No resource of that exposed URI (-32002, `data.uri` = the URI asked for).
+    /// No resource of that exposed URI (-32002, `data.uri` = the URI asked for,
+    /// [`clip`]ped).
     #[error("Resource not found")]
     ResourceNotFound {
         /// The URI as the host sent it.
@@ -114,7 +101,9 @@ impl RpcError {
         match self {
             RpcError::Backend(e) => e.to_error_object(),
             RpcError::ResourceNotFound { uri } => {
-                ErrorObject::new(self.code(), self.to_string()).with_data(json!({ "uri": uri }))
+                // The URI as sent, cut like a name (a 200 KB URI is not sent back).
+                ErrorObject::new(self.code(), self.to_string())
+                    .with_data(json!({ "uri": clip(uri) }))
             }
             RpcError::ContinuationElsewhere { holder, replica } => {
                 ErrorObject::new(self.code(), self.to_string()).with_data(json!({

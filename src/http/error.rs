@@ -58,14 +58,16 @@ impl HttpError {
         self
     }
 
-    /// 400 for a body that is not a JSON-RPC message (`-32700` / `-32600`).
+    /// 400 for a body that is not a JSON-RPC message (`-32700` / `-32600`; a
+    /// malformed response's error has no `id`).
     pub fn envelope(e: &EnvelopeError) -> Self {
         HttpError {
             reason: Rejection::InvalidMessage,
             status: StatusCode::BAD_REQUEST,
             detail: Box::new(ErrorDetail {
                 error: e.to_error_object(),
-                id: Some(e.id().cloned()),
+                // A response is refused with no id (MCP transports), not `null`.
+                id: (!e.is_response()).then(|| e.id().cloned()),
                 headers: Vec::new(),
             }),
         }

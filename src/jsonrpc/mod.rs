@@ -17,6 +17,7 @@ use serde_json::Value;
 mod id;
 mod parse;
 mod raw;
+mod surrogates;
 pub use id::{Id, LoggedId};
 pub use parse::{classify_raw, classify_raw_in, parse_message, parse_message_in};
 pub use raw::{Encoded, RawJson, result_encoded};
@@ -146,6 +147,12 @@ pub enum EnvelopeError {
         /// What is wrong.
         reason: Cow<'static, str>,
     },
+    /// JSON without a `method` (so meant as a response) that is not a valid
+    /// JSON-RPC 2.0 response (`-32600`). Never answered with a response tied
+    /// to its id: a response is not answered (JSON-RPC 2.0 §5); over HTTP the
+    /// refusal's body is an error with no id (MCP 2025-11-25 basic/transports).
+    #[error("invalid response: {0}")]
+    Response(Cow<'static, str>),
 }
 
 impl EnvelopeError {
@@ -153,7 +160,7 @@ impl EnvelopeError {
     pub fn to_error_object(&self) -> ErrorObject {
         match self {
             EnvelopeError::Parse(m) => ErrorObject::new(PARSE_ERROR, format!("Parse error: {m}")),
-            EnvelopeError::Invalid { reason, .. } => {
+            EnvelopeError::Invalid { reason, .. } | EnvelopeError::Response(reason) => {
                 ErrorObject::new(INVALID_REQUEST, format!("Invalid Request: {reason}"))
             }
         }
@@ -162,9 +169,31 @@ impl EnvelopeError {
     /// The id to echo in the error response, if one could be read.
     pub fn id(&self) -> Option<&Id> {
         match self {
-            EnvelopeError::Parse(_) => None,
+            EnvelopeError::Parse(_) | EnvelopeError::Response(_) => None,
             EnvelopeError::Invalid { id, .. } => id.as_ref(),
         }
+    }
+
+    /// Whether the message was meant as a response (it has no `method`): its
+    /// refusal has no id at all, not a `null` one.
+    pub fn is_response(&self) -> bool {
+        matches!(self, EnvelopeError::Response(_))
+    }
+}
+
+/// Most characters of a host-sent name repeated in an error message.
+const ECHO_MAX: usize = 128;
+
+/// `name` as an error message or a log line repeats it: whole up to
+/// [`ECHO_MAX`] characters, else cut there with its length in bytes (a host that
+/// sends a 500 KB name is not sent 500 KB back, nor logged whole).
+pub fn clip(name: &str) -> Cow<'_, str> {
+    if name.len() <= ECHO_MAX {
+        return Cow::Borrowed(name);
+    }
+    match name.char_indices().nth(ECHO_MAX) {
+        None => Cow::Borrowed(name),
+        Some((at, _)) => Cow::Owned(format!("{}… ({} bytes)", &name[..at], name.len())),
     }
 }
 
@@ -303,11 +332,21 @@ mod tests {
     /// rejects is a parse error, and an object's own defects are named.
     #[test]
     fn syntax_found_late_is_a_parse_error_and_data_defects_are_named() {
+        // A lone surrogate escape is read as U+FFFD, except in the id, which
+        // could not be echoed back as sent.
         let surrogate = r#"{"jsonrpc":"2.0","id":"\ud800","method":"ping"}"#;
         assert!(
-            matches!(parse(surrogate), Err(EnvelopeError::Parse(_))),
+            matches!(
+                parse(surrogate),
+                Err(EnvelopeError::Invalid { id: None, .. })
+            ),
             "{surrogate}"
         );
+        let surrogate = r#"{"jsonrpc":"2.0","id":1,"method":"ping","params":{"a":"\ud800"}}"#;
+        match parse(surrogate) {
+            Ok(Message::Request(r)) => assert_eq!(r.params.unwrap()["a"], "\u{FFFD}"),
+            other => panic!("unexpected {other:?}"),
+        }
         let deep = format!(
             r#"{{"jsonrpc":"2.0","id":1,"method":"ping","params":{{"a":{}{}}}}}"#,
             "[".repeat(1000),
@@ -411,6 +450,8 @@ mod tests {
         for c in cases {
             match parse(c) {
                 Err(EnvelopeError::Invalid { .. }) => {}
+                // No method: meant as a response, refused without an id.
+                Err(EnvelopeError::Response(_)) if !c.contains("method") => {}
                 other => panic!("{c}: expected invalid, got {other:?}"),
             }
         }

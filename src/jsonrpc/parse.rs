@@ -42,8 +42,15 @@ fn present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<&'de RawValue>, D::
 ///
 /// Errors: [`EnvelopeError::Parse`] for non-JSON text; [`EnvelopeError::Invalid`] for
 /// JSON that is not a JSON-RPC 2.0 message (wrong `jsonrpc`, `null` or fractional id,
-/// non-string method, non-object params, a response with both or neither of
-/// `result`/`error`).
+/// non-string method, non-object params); [`EnvelopeError::Response`] for one
+/// without a `method` that is no valid response (both or neither of
+/// `result`/`error`, no usable id, a malformed `error`).
+///
+/// A lone surrogate escape (`"\ud800"`, what JavaScript's `JSON.stringify`
+/// writes for a string cut inside an emoji) is JSON text by the grammar (RFC
+/// 8259 §8.2) that `serde_json` refuses: such text is read again with each one
+/// replaced by `\ufffd` (U+FFFD, as a JavaScript `TextEncoder` would), except in
+/// the `id`, which could not be echoed back as sent (-32600, no id).
 pub fn parse_message<M: MethodName>(text: &[u8]) -> Result<Message<M>, EnvelopeError> {
     parse(text, None)
 }
@@ -67,7 +74,41 @@ fn parse<M: MethodName>(text: &[u8], owner: Option<&Bytes>) -> Result<Message<M>
     }
     match serde_json::from_slice::<Envelope<'_>>(text) {
         Ok(env) => classify(env, owner),
-        Err(e) => Err(skim(text).err().unwrap_or_else(|| envelope_error(&e))),
+        Err(e) => match super::surrogates::repair(text) {
+            Some(repaired) => parse_repaired(text, &repaired),
+            None => Err(skim(text).err().unwrap_or_else(|| envelope_error(&e))),
+        },
+    }
+}
+
+/// Why a message whose id has a lone surrogate escape is refused.
+const LONE_SURROGATE_ID: &str =
+    "id has a lone surrogate escape; it could not be echoed back as sent";
+
+/// A message whose lone surrogate escapes were replaced (`repaired`, from
+/// `text`): refused when its id had one (-32600, no id: it cannot be echoed).
+fn parse_repaired<M: MethodName>(
+    text: &[u8],
+    repaired: &[u8],
+) -> Result<Message<M>, EnvelopeError> {
+    #[derive(Deserialize)]
+    struct IdOnly<'a> {
+        #[serde(borrow)]
+        id: Option<&'a RawValue>,
+    }
+    let id_text = serde_json::from_slice::<IdOnly<'_>>(text)
+        .ok()
+        .and_then(|i| i.id)
+        .map(RawValue::get);
+    if id_text.is_some_and(|id| super::surrogates::repair(id.as_bytes()).is_some()) {
+        return Err(EnvelopeError::Invalid {
+            id: None,
+            reason: LONE_SURROGATE_ID.into(),
+        });
+    }
+    match serde_json::from_slice::<Envelope<'_>>(repaired) {
+        Ok(env) => classify(env, None),
+        Err(e) => Err(skim(repaired).err().unwrap_or_else(|| envelope_error(&e))),
     }
 }
 
@@ -114,8 +155,13 @@ pub fn classify_raw_in<M: MethodName>(
     if !raw.get().trim_start().starts_with('{') {
         return Err(not_an_object());
     }
-    let env: Envelope<'_> = serde_json::from_str(raw.get()).map_err(|e| envelope_error(&e))?;
-    classify(env, owner)
+    match serde_json::from_str::<Envelope<'_>>(raw.get()) {
+        Ok(env) => classify(env, owner),
+        Err(e) => match super::surrogates::repair(raw.get().as_bytes()) {
+            Some(repaired) => parse_repaired(raw.get().as_bytes(), &repaired),
+            None => Err(envelope_error(&e)),
+        },
+    }
 }
 
 fn classify<M: MethodName>(
@@ -126,10 +172,13 @@ fn classify<M: MethodName>(
         None => None,
         Some(v) => match Id::from_json(v.get()) {
             Some(id) => Some(Ok(id)),
-            // A string id that does not decode (a lone surrogate escape) is
-            // not JSON text, as a full parse of the value would have said.
+            // A string id that does not decode (a lone surrogate escape, which
+            // the raw value keeps): it could not be echoed back as sent.
             None if v.get().starts_with('"') => {
-                return Err(EnvelopeError::Parse("invalid string in id".into()));
+                return Err(EnvelopeError::Invalid {
+                    id: None,
+                    reason: LONE_SURROGATE_ID.into(),
+                });
             }
             None => Some(Err(v.get() == "null")),
         },
@@ -142,10 +191,11 @@ fn classify<M: MethodName>(
         id: readable_id.clone(),
         reason: reason.into(),
     };
-    if env.jsonrpc.map(RawValue::get) != Some("\"2.0\"") {
-        return Err(invalid("jsonrpc must be \"2.0\""));
-    }
+    let version_ok = env.jsonrpc.map(RawValue::get) == Some("\"2.0\"");
     if let Some(method) = env.method {
+        if !version_ok {
+            return Err(invalid("jsonrpc must be \"2.0\""));
+        }
         let Some(method) = method_name(method) else {
             return Err(invalid("method must be a string"));
         };
@@ -170,6 +220,11 @@ fn classify<M: MethodName>(
             Some(Err(true)) => Err(invalid("id must not be null")),
             Some(Err(false)) => Err(invalid("id must be an integer or a string")),
         };
+    }
+    // No method: meant as a response, whose refusal is never tied to its id.
+    let invalid = |reason: &'static str| EnvelopeError::Response(reason.into());
+    if !version_ok {
+        return Err(invalid("jsonrpc must be \"2.0\""));
     }
     let id = match id {
         Some(Ok(id)) => Some(id),
