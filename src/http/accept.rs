@@ -4,7 +4,8 @@
 //! 9728 metadata URL, MCP 2025-11-25 basic/authorization), the client's rate
 //! limit (429 with `Retry-After`), then the body within its size (413) and time
 //! (408) limits, decoded when it has a `Content-Encoding` (gzip, deflate; 415
-//! for others). `Authorization` is taken out of the request here, so nothing
+//! for others); a client that closes the connection mid-body is recorded as
+//! `client_closed` (499, nothing sent). `Authorization` is taken out of the request here, so nothing
 //! after this point can log or forward it.
 
 use std::io::Read;
@@ -174,6 +175,14 @@ pub async fn read_body(st: &AppState, head: &HeaderMap, body: Body) -> Result<By
             jsonrpc::INVALID_REQUEST,
             format!("request body larger than {limit} bytes (server.max_body_bytes)"),
         ),
+        // No answer can reach it: recorded as the client's doing, 499 (the
+        // status nginx logs for it), not as a bad request.
+        Err(e) if client_gone(&e) => HttpError::new(
+            Rejection::ClientClosed,
+            StatusCode::from_u16(CLIENT_CLOSED).unwrap_or(StatusCode::BAD_REQUEST),
+            jsonrpc::INVALID_REQUEST,
+            "the client closed the connection before the whole body arrived",
+        ),
         Err(e) => HttpError::new(
             Rejection::Other,
             StatusCode::BAD_REQUEST,
@@ -255,6 +264,36 @@ fn unsupported_coding(what: &str) -> HttpError {
         format!("Unsupported Media Type: Content-Encoding {what} is not decoded here; send {DECODED} or none"),
     )
     .with_header(header::ACCEPT_ENCODING, HeaderValue::from_static(DECODED))
+}
+
+/// The status recorded for a request whose client went away before its body
+/// was read (nginx's "client closed request"; never sent).
+const CLIENT_CLOSED: u16 = 499;
+
+/// Whether a body read failed because the client closed the connection (or
+/// reset it) before the body was complete.
+fn client_gone(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cause = Some(e);
+    while let Some(c) = cause {
+        if let Some(h) = c.downcast_ref::<hyper::Error>()
+            && (h.is_incomplete_message() || h.is_closed() || h.is_canceled())
+        {
+            return true;
+        }
+        if let Some(io) = c.downcast_ref::<std::io::Error>()
+            && matches!(
+                io.kind(),
+                std::io::ErrorKind::ConnectionReset
+                    | std::io::ErrorKind::ConnectionAborted
+                    | std::io::ErrorKind::BrokenPipe
+                    | std::io::ErrorKind::UnexpectedEof
+            )
+        {
+            return true;
+        }
+        cause = c.source();
+    }
+    false
 }
 
 /// Whether `e` or one of its sources is an `E`.

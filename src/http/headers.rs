@@ -88,18 +88,28 @@ pub fn check_get_accept(h: &HeaderMap) -> Result<(), HttpError> {
     }
 }
 
-/// 415 unless the body is declared `application/json`.
+/// 415 unless the body is declared `application/json`, in UTF-8 when a
+/// `charset` is given (RFC 8259 §8.1; [`streamable_http::foreign_charset`]).
 pub fn check_content_type(h: &HeaderMap) -> Result<(), HttpError> {
-    let ok = is_json(h);
-    if ok {
-        Ok(())
-    } else {
-        Err(HttpError::new(
+    let refused = |message: String| {
+        HttpError::new(
             Rejection::ContentType,
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
             jsonrpc::TRANSPORT_ERROR,
-            "Unsupported Media Type: Content-Type must be application/json",
-        ))
+            message,
+        )
+    };
+    if !is_json(h) {
+        return Err(refused(
+            "Unsupported Media Type: Content-Type must be application/json".into(),
+        ));
+    }
+    match streamable_http::foreign_charset(h) {
+        None => Ok(()),
+        Some(charset) => Err(refused(format!(
+            "Unsupported Media Type: JSON is UTF-8 (RFC 8259), not charset={:?}",
+            jsonrpc::clip(charset)
+        ))),
     }
 }
 
@@ -108,6 +118,7 @@ pub fn check_content_type(h: &HeaderMap) -> Result<(), HttpError> {
 /// ([`streamable_http::protocol_version`], MCP 2025-11-25 transports).
 pub fn protocol_version(h: &HeaderMap) -> Result<Option<ProtocolVersion>, HttpError> {
     streamable_http::protocol_version(h).map_err(|v| {
+        let v = jsonrpc::clip(&v);
         // A served revision refused: it disagrees with an earlier value.
         let message = if ProtocolVersion::parse_host(&v).is_some() {
             format!("Bad Request: MCP-Protocol-Version given more than once, with different revisions ({v:?} is one)")
@@ -242,6 +253,12 @@ mod tests {
         assert!(check_content_type(&h).is_ok());
         h.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain"));
         assert!(check_content_type(&h).is_err());
+        h.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json; charset=latin1"),
+        );
+        let e = check_content_type(&h).unwrap_err();
+        assert_eq!(e.status, StatusCode::UNSUPPORTED_MEDIA_TYPE);
     }
 
     #[test]

@@ -148,7 +148,7 @@ async fn frame(
                 .unwrap_or("2026-07-28");
             return Err(modern_probe_refused(
                 &req.id,
-                &format!("revision {requested:?}"),
+                &format!("revision {:?}", jsonrpc::clip(requested)),
             ));
         }
     } else {
@@ -157,6 +157,22 @@ async fn frame(
     let msg = match msg {
         Message::Request(req) if req.method == Method::Initialize => {
             headers::initialize_protocol_version(h)?;
+            // MCP 2025-11-25 basic/transports, session management: a new
+            // session starts with an initialize that carries no session id. One
+            // naming a live session of this caller is refused rather than
+            // opening a second session beside it; an id that names nothing
+            // (the session ended: the host was told 404) does not stand in
+            // the way of the new session.
+            if headers::session_id(h).is_some()
+                && lookup(st, h, principal.as_ref(), ctx.endpoint(), ctx.client())
+                    .await
+                    .is_ok()
+            {
+                return Err(HttpError::envelope(&EnvelopeError::Invalid {
+                    id: Some(req.id),
+                    reason: ALREADY_INITIALIZED.into(),
+                }));
+            }
             return Ok((Framed::Initialize(req), principal));
         }
         // A notification gets no answer (JSON-RPC 2.0 §4.1), so the host would
@@ -221,6 +237,10 @@ async fn frame_batch(
 /// 2025-03-26 basic/lifecycle: "The initialization phase MUST be the first
 /// interaction" and its request MUST NOT be part of a JSON-RPC batch.
 pub(super) const INITIALIZE_IN_BATCH: &str = "initialize must not be part of a batch";
+
+/// Why an `initialize` that names a live session is refused (400, -32600).
+const ALREADY_INITIALIZED: &str = "this session is already initialized: send initialize \
+    without Mcp-Session-Id to open another session (DELETE this one when done with it)";
 
 fn is_initialize(item: &Result<Message, EnvelopeError>) -> bool {
     match item {

@@ -9,7 +9,9 @@
 //! request climbs the validation ladder, first failure wins, every error echoing
 //! its id: the `_meta` fields (400/-32602), the routed body member (`params.name`
 //! or `params.uri` a string, 400/-32602: a type error in the body wins over a
-//! header that cannot mirror it), the headers against the body
+//! header that cannot mirror it; `params.requestState` a string and
+//! `params.inputResponses` an object when present, 400/-32602), the headers
+//! against the body
 //! (400/-32020), the revision (400/-32022 with `data.supported`), the method
 //! (404/-32601); then the dispatch serves it as a [`Host::Modern`]. The answer is
 //! JSON, or an SSE stream without event ids (not resumable) whose close cancels
@@ -218,6 +220,7 @@ fn validate(
             format!("Invalid params: params.{member} must be a string"),
         ));
     }
+    retry_members(req)?;
     check_headers(h, req, requested)?;
     let version = ProtocolVersion::parse(requested)
         .filter(|v| v.is_modern())
@@ -228,7 +231,7 @@ fn validate(
             StatusCode::NOT_FOUND,
             jsonrpc::METHOD_NOT_FOUND,
             id,
-            format!("Method not found: {}", req.method),
+            format!("Method not found: {}", jsonrpc::clip(req.method.as_str())),
         ));
     }
     let log_level = match field(META_LOG_LEVEL) {
@@ -239,7 +242,10 @@ fn validate(
                 StatusCode::BAD_REQUEST,
                 jsonrpc::INVALID_PARAMS,
                 id,
-                format!("Invalid params: unknown log level {v}"),
+                format!(
+                    "Invalid params: unknown log level {}",
+                    jsonrpc::clip(&v.to_string())
+                ),
             )
         })?),
     };
@@ -251,6 +257,37 @@ fn validate(
         view_key: st.catalog.view_key_at(endpoint, principal.map(|p| &**p)),
         client: ctx.client(),
     })
+}
+
+/// The members of a retry after `input_required` (MCP 2026-07-28 multi-round
+/// requests), typed as the other malformed fields are (400/-32602, the request's
+/// id): `params.requestState` a string, `params.inputResponses` an object, when
+/// present. Whether the state is one the gateway issued is the dispatch's
+/// question (an in-band -32602).
+fn retry_members(req: &Request) -> Result<(), HttpError> {
+    let params = req.params.as_ref();
+    for (member, is_ok, want) in [
+        (
+            "requestState",
+            Value::is_string as fn(&Value) -> bool,
+            "a string",
+        ),
+        ("inputResponses", Value::is_object, "an object"),
+    ] {
+        if params
+            .and_then(|p| p.get(member))
+            .is_some_and(|v| !is_ok(v))
+        {
+            return Err(refuse(
+                Rejection::ModernEnvelope,
+                StatusCode::BAD_REQUEST,
+                jsonrpc::INVALID_PARAMS,
+                &req.id,
+                format!("Invalid params: params.{member} must be {want}"),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// The methods the modern face serves. `initialize`, `ping`, `logging/setLevel`,
@@ -275,13 +312,14 @@ fn served(method: &Method) -> bool {
 /// 400 + -32022 naming every revision the endpoint serves.
 fn unsupported_version(id: &Id, requested: &str) -> HttpError {
     let supported: Vec<&str> = ProtocolVersion::SERVED.iter().map(|v| v.as_str()).collect();
+    let shown = jsonrpc::clip(requested);
     // A session revision claimed in `_meta` is served, but only through a session.
     let message = match ProtocolVersion::parse(requested) {
         Some(v) if !v.is_modern() => format!(
-            "Unsupported protocol version for a request without a session: {requested} is a \
+            "Unsupported protocol version for a request without a session: {shown} is a \
              session revision (send initialize)"
         ),
-        _ => format!("Unsupported protocol version: {requested}"),
+        _ => format!("Unsupported protocol version: {shown}"),
     };
     let mut e = refuse(
         Rejection::Version,
@@ -290,7 +328,7 @@ fn unsupported_version(id: &Id, requested: &str) -> HttpError {
         id,
         message,
     );
-    e.detail.error.data = Some(json!({"supported": supported, "requested": requested}));
+    e.detail.error.data = Some(json!({"supported": supported, "requested": shown}));
     e
 }
 

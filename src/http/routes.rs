@@ -148,7 +148,7 @@ where
 const RESERVED: [&str; 2] = ["/healthz", "/readyz"];
 
 /// A request to an MCP endpoint (`POST`, `GET`, `DELETE`; 405 with `Allow`
-/// otherwise), answered as axum's router answers a top-level route:
+/// and a JSON-RPC error body otherwise), answered as axum's router answers a top-level route:
 /// `Content-Length` from a body of known size, no body for `HEAD`.
 async fn endpoint_request(st: AppState, req: Request) -> Response {
     let head = req.method() == Method::HEAD;
@@ -156,7 +156,7 @@ async fn endpoint_request(st: AppState, req: Request) -> Response {
         Method::POST => super::mcp::post(State(st), req).await,
         Method::GET => super::session::get(State(st), req).await,
         Method::DELETE => super::session::delete(State(st), req).await,
-        _ => not_allowed("GET,POST,DELETE"),
+        _ => endpoint_not_allowed(&st, &req),
     };
     if !res.headers().contains_key(header::CONTENT_LENGTH)
         && let Some(n) = res.body().size_hint().exact()
@@ -181,6 +181,34 @@ pub(super) async fn routed(State(st): State<AppState>, req: Request) -> Response
         };
     }
     StatusCode::NOT_FOUND.into_response()
+}
+
+/// The methods an MCP endpoint serves (MCP 2025-11-25 basic/transports), as
+/// `Allow` names them.
+const MCP_METHODS: &str = "GET, POST, DELETE";
+
+/// 405 for any other method at an MCP endpoint: `Allow` (RFC 9110 §15.5.6) and
+/// a JSON-RPC error body without an id, as every transport refusal has, e.g.
+/// `Method Not Allowed: PUT; this endpoint serves GET, POST, DELETE`; counted
+/// and logged as a `method_not_allowed` rejection.
+fn endpoint_not_allowed(st: &AppState, req: &Request) -> Response {
+    let mut ctx = super::accept::context(st, req);
+    ctx.set_http_method("other");
+    let method = crate::jsonrpc::clip(req.method().as_str()).into_owned();
+    let e = super::HttpError::new(
+        crate::request::Rejection::MethodNotAllowed,
+        StatusCode::METHOD_NOT_ALLOWED,
+        crate::jsonrpc::TRANSPORT_ERROR,
+        format!("Method Not Allowed: {method}; this endpoint serves {MCP_METHODS}"),
+    )
+    .with_header(header::ALLOW, HeaderValue::from_static(MCP_METHODS));
+    // A body left unread makes the connection unusable (as in `accept.rs`).
+    let e = if req.body().size_hint().exact() == Some(0) {
+        e
+    } else {
+        e.with_header(header::CONNECTION, HeaderValue::from_static("close"))
+    };
+    super::session::reject(ctx, e)
 }
 
 /// 405 naming the methods the path serves (RFC 9110 §15.5.6).

@@ -34,7 +34,8 @@ pub enum Rejection {
     HeaderMismatch,
     /// 404: a method the 2026-07-28 face does not serve (-32601).
     MethodNotFound,
-    /// 405: GET or DELETE from a 2026-07-28 client (no sessions, no GET stream).
+    /// 405: GET or DELETE from a 2026-07-28 client (no sessions, no GET stream),
+    /// or a method an MCP endpoint does not serve (`PUT`, …).
     MethodNotAllowed,
     /// 400: `MCP-Protocol-Version` missing a supported value.
     Version,
@@ -60,6 +61,9 @@ pub enum Rejection {
     InsufficientScope,
     /// 400: token in the query string.
     QueryToken,
+    /// 499 (recorded, never sent): the client closed the connection before
+    /// its request body was complete.
+    ClientClosed,
     /// Anything else on the HTTP plane.
     Other,
 }
@@ -91,6 +95,7 @@ impl Rejection {
             Rejection::Unauthorized => "unauthorized",
             Rejection::InsufficientScope => "insufficient_scope",
             Rejection::QueryToken => "query_token",
+            Rejection::ClientClosed => "client_closed",
             Rejection::Other => "other",
         }
     }

@@ -9,6 +9,7 @@ use base64::Engine;
 use serde_json::Value;
 
 use super::{MCP_METHOD, MCP_NAME, PROTOCOL_VERSION};
+use crate::jsonrpc::clip;
 use crate::mcp::Method;
 
 /// The `params` member `Mcp-Name` mirrors for `method`, if it has one: `name`
@@ -69,7 +70,9 @@ pub fn check_metadata(
         Some(v) if v == version => {}
         Some(v) => {
             return Err(format!(
-                "MCP-Protocol-Version {v:?} but params._meta names {version:?}"
+                "MCP-Protocol-Version {:?} but params._meta names {:?}",
+                clip(&v),
+                clip(version)
             ));
         }
         None => return Err("MCP-Protocol-Version is required".into()),
@@ -78,8 +81,9 @@ pub fn check_metadata(
         Some(m) if m == method.as_str() => {}
         Some(m) => {
             return Err(format!(
-                "Mcp-Method {m:?} but the body's method is {:?}",
-                method.as_str()
+                "Mcp-Method {:?} but the body's method is {:?}",
+                clip(&m),
+                clip(method.as_str())
             ));
         }
         None => return Err("Mcp-Method is required".into()),
@@ -91,8 +95,15 @@ pub fn check_metadata(
     match (one(MCP_NAME)?, want) {
         (Some(n), Some(w)) if n == w => Ok(()),
         (None, _) => Err("Mcp-Name is required".into()),
-        (Some(n), Some(w)) => Err(format!("Mcp-Name {n:?} but params.{key} is {w:?}")),
-        (Some(n), None) => Err(format!("Mcp-Name {n:?} but the body has no params.{key}")),
+        (Some(n), Some(w)) => Err(format!(
+            "Mcp-Name {:?} but params.{key} is {:?}",
+            clip(&n),
+            clip(w)
+        )),
+        (Some(n), None) => Err(format!(
+            "Mcp-Name {:?} but the body has no params.{key}",
+            clip(&n)
+        )),
     }
 }
 

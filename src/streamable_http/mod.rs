@@ -159,6 +159,23 @@ fn media_range_admits(range: &[u8], t: &[u8], sub: &[u8]) -> bool {
     rt.eq_ignore_ascii_case(t) && (rsub == b"*" || rsub.eq_ignore_ascii_case(sub))
 }
 
+/// The `charset` parameter of a JSON `Content-Type` when it names anything but
+/// UTF-8 (`utf-8` or `utf8`, any case, quoted or not): JSON exchanged between
+/// systems is UTF-8 (RFC 8259 §8.1), so such a body is refused (HTTP 415).
+/// `None` without a `charset` parameter or with a UTF-8 one.
+pub fn foreign_charset(h: &HeaderMap) -> Option<&str> {
+    let v = h.get(header::CONTENT_TYPE)?.to_str().ok()?;
+    v.split(';').skip(1).find_map(|p| {
+        let (name, value) = p.split_once('=')?;
+        if !name.trim().eq_ignore_ascii_case("charset") {
+            return None;
+        }
+        let value = value.trim().trim_matches('"');
+        let utf8 = value.eq_ignore_ascii_case("utf-8") || value.eq_ignore_ascii_case("utf8");
+        (!utf8).then_some(value)
+    })
+}
+
 /// Whether a media range's parameters (after its first `;`) carry `q=0`
 /// (also `0.0`, `0.000`): the range is refused (RFC 9110 §12.4.2).
 fn q_is_zero(params: &[u8]) -> bool {
@@ -311,5 +328,15 @@ mod tests {
             HeaderValue::from_static("Application/JSON; charset=utf-8"),
         );
         assert!(is_json(&h));
+        assert_eq!(foreign_charset(&h), None);
+        for (ct, foreign) in [
+            ("application/json", None),
+            ("application/json;charset=\"UTF8\"", None),
+            ("application/json; charset=latin1", Some("latin1")),
+            ("application/json; q=1; Charset=\"utf-16\"", Some("utf-16")),
+        ] {
+            h.insert(header::CONTENT_TYPE, HeaderValue::from_static(ct));
+            assert_eq!(foreign_charset(&h), foreign, "{ct}");
+        }
     }
 }
