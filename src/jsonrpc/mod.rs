@@ -342,6 +342,11 @@ mod tests {
             ),
             "{surrogate}"
         );
+        let both = r#"{"jsonrpc":"2.0","id":"\ud800","method":"m","params":{"a":"\udc00"}}"#;
+        assert!(
+            matches!(parse(both), Err(EnvelopeError::Invalid { id: None, .. })),
+            "{both}"
+        );
         let surrogate = r#"{"jsonrpc":"2.0","id":1,"method":"ping","params":{"a":"\ud800"}}"#;
         match parse(surrogate) {
             Ok(Message::Request(r)) => assert_eq!(r.params.unwrap()["a"], "\u{FFFD}"),
