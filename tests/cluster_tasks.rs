@@ -26,6 +26,11 @@ use tokio::time::Instant;
 /// Redis, the fake HTTP server with tasks as shared backend `fx`, and two
 /// replicas.
 async fn setup() -> (TestRedis, FakeHttp, Served, Served) {
+    setup_in("shared").await
+}
+
+/// [`setup`] with the backend in connection mode `mode`.
+async fn setup_in(mode: &str) -> (TestRedis, FakeHttp, Served, Served) {
     let redis = TestRedis::start().await;
     let fake = FakeHttp::start(FakeHttpOptions {
         tasks: true,
@@ -37,7 +42,7 @@ async fn setup() -> (TestRedis, FakeHttp, Served, Served) {
                          "execution": {"taskSupport": "optional"}}),
     );
     let backend = format!(
-        "[backends.fx]\ntype = \"http\"\nurl = \"{}\"\nmode = \"shared\"\n",
+        "[backends.fx]\ntype = \"http\"\nurl = \"{}\"\nmode = \"{mode}\"\n",
         fake.url
     );
     let a = replica(Some(&redis), &backend).await;
@@ -126,7 +131,17 @@ async fn a_task_made_through_one_replica_is_served_by_another() {
 
 #[tokio::test]
 async fn a_task_outlives_the_replica_that_made_it() {
-    let (_redis, fake, a, b) = setup().await;
+    outlives("shared").await;
+}
+
+#[tokio::test]
+async fn a_per_session_backends_task_outlives_the_replica_that_made_it() {
+    outlives("per_session").await;
+}
+
+/// Create through A (backend in `mode`), kill A: B serves the task.
+async fn outlives(mode: &str) {
+    let (_redis, fake, a, b) = setup_in(mode).await;
     let mut s = McpClient::new(&a.url);
     s.initialize(json!({})).await;
     create_task(&s, 0.5).await;
@@ -159,6 +174,11 @@ async fn a_task_outlives_the_replica_that_made_it() {
         list.response
     );
     assert_eq!(fake.calls("tasks/result").len(), 1);
+    if mode == "per_session" {
+        // On the host session's one backend session, the one A opened.
+        let made_on = sessions_of(&fake, "tools/call");
+        assert_eq!(sessions_of(&fake, "tasks/result"), made_on, "{}", b.log());
+    }
 }
 
 #[tokio::test]
