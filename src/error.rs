@@ -33,6 +33,30 @@ pub enum RpcError {
     /// A task id this session never created (-32602).
     #[error("Unknown task: {}", clip(.0))]
     UnknownTask(String),
+    /// A task the session made through a stdio child that has stopped since
+    /// (restarted, or ended with the replica that ran it): its id means
+    /// nothing to the child serving the backend now, so nothing is forwarded
+    /// (-32602, as a task that no longer exists; `data.taskId`,
+    /// `data.backend`).
+    #[error("Task {} was lost when its backend process restarted", clip(.task))]
+    TaskLost {
+        /// The exposed task id.
+        task: String,
+        /// The backend's configured name.
+        backend: String,
+    },
+    /// A task held by a stdio child that another live replica runs, which
+    /// this one cannot reach (-32603; `data.taskId`, `data.backend`,
+    /// `data.replica` its tag): a request that lands on that replica reaches it.
+    #[error("Task {} is held by its backend's process on another gateway replica", clip(.task))]
+    TaskElsewhere {
+        /// The exposed task id.
+        task: String,
+        /// The backend's configured name.
+        backend: String,
+        /// The tag of the replica that runs the process.
+        replica: String,
+    },
     /// A `completion/complete` reference to nothing in the caller's view (-32602).
     #[error("Unknown reference")]
     UnknownReference,
@@ -84,14 +108,15 @@ impl RpcError {
             RpcError::InvalidParams(_)
             | RpcError::UnknownName { .. }
             | RpcError::UnknownTask(_)
+            | RpcError::TaskLost { .. }
             | RpcError::UnknownReference
             | RpcError::InvalidCursor => jsonrpc::INVALID_PARAMS,
             RpcError::ResourceNotFound { .. } => jsonrpc::RESOURCE_NOT_FOUND,
             RpcError::MethodNotFound(_) | RpcError::Unsupported(_) => jsonrpc::METHOD_NOT_FOUND,
             RpcError::InvalidRequest(_) => jsonrpc::INVALID_REQUEST,
-            RpcError::ContinuationElsewhere { .. } | RpcError::ContinuationGone => {
-                jsonrpc::INTERNAL_ERROR
-            }
+            RpcError::ContinuationElsewhere { .. }
+            | RpcError::ContinuationGone
+            | RpcError::TaskElsewhere { .. } => jsonrpc::INTERNAL_ERROR,
             RpcError::Backend(e) => e.to_error_object().code,
         }
     }
@@ -115,6 +140,14 @@ impl RpcError {
                                over; the waiting one is cancelled when it expires.",
                 }))
             }
+            RpcError::TaskLost { task, backend } => ErrorObject::new(self.code(), self.to_string())
+                .with_data(json!({ "taskId": task, "backend": backend })),
+            RpcError::TaskElsewhere {
+                task,
+                backend,
+                replica,
+            } => ErrorObject::new(self.code(), self.to_string())
+                .with_data(json!({ "taskId": task, "backend": backend, "replica": replica })),
             _ => ErrorObject::new(self.code(), self.to_string()),
         }
     }
@@ -157,5 +190,19 @@ mod tests {
         assert_eq!(RpcError::MethodNotFound("x/y".into()).code(), -32601);
         let backend = RpcError::Backend(BackendError::Rpc(ErrorObject::new(-32099, "custom")));
         assert_eq!(backend.code(), -32099, "backend errors pass through");
+        let lost = RpcError::TaskLost {
+            task: "fx:task-1".into(),
+            backend: "fx".into(),
+        }
+        .to_error_object();
+        assert_eq!(lost.code, -32602);
+        assert_eq!(
+            lost.message,
+            "Task fx:task-1 was lost when its backend process restarted"
+        );
+        assert_eq!(
+            lost.data,
+            Some(json!({"taskId": "fx:task-1", "backend": "fx"}))
+        );
     }
 }

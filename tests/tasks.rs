@@ -280,3 +280,46 @@ async fn equal_task_ids_of_two_backends_stay_apart() {
         ]
     );
 }
+
+#[tokio::test]
+async fn a_task_of_a_stdio_child_that_restarted_is_lost_not_asked_of_the_new_one() {
+    let gw = TestGateway::start(
+        r#"
+        [server]
+        metrics_listen = "off"
+        [backends.fx]
+        type = "stdio"
+        command = "${FAKE_STDIO}"
+        args = ["--tasks", "--exit-after-calls", "1", "--log", "${TEST_DIR}/fx.log"]
+        mode = "shared"
+        "#,
+    )
+    .await;
+    let s = gw.session().await;
+    let task = create_task(&s, 30.0).await;
+    assert_eq!(task["taskId"], "fx:task-1", "{task}");
+    // The next call ends the child; supervision starts another, whose
+    // task-1 would be another task.
+    s.call_tool("fx__echo", json!({"text": "bye"})).await;
+    let end = tokio::time::Instant::now() + Duration::from_secs(15);
+    let lost = loop {
+        let r = s.request("tasks/get", json!({"taskId": "fx:task-1"})).await;
+        let message = r.response["error"]["message"].as_str().unwrap_or("");
+        if message.contains("lost") || tokio::time::Instant::now() > end {
+            break r;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(lost.error_code(), Some(-32602), "{}", lost.response);
+    assert_eq!(
+        lost.response["error"]["message"],
+        "Task fx:task-1 was lost when its backend process restarted"
+    );
+    assert_eq!(lost.response["error"]["data"]["backend"], "fx");
+    // The new child runs; it was never asked about the old child's task.
+    let r = s.call_tool("fx__echo", json!({"text": "again"})).await;
+    assert!(r.response["result"].is_object(), "{}", r.response);
+    assert!(logged(&gw.dir.path("fx.log"), "tasks/get").is_empty());
+    let list = s.request("tasks/list", json!({})).await;
+    assert_eq!(list.result()["tasks"], json!([]), "{}", list.response);
+}

@@ -140,6 +140,18 @@ impl StdioLink {
     }
 }
 
+impl Connection {
+    /// The process id of a stdio connection's child (its process group), which
+    /// names the process that holds what the backend keeps in memory (its
+    /// tasks); `None` for other transports or before the child started.
+    pub fn stdio_process(&self) -> Option<i32> {
+        match self.link.get()? {
+            super::Link::Stdio(s) => s.pgid,
+            _ => None,
+        }
+    }
+}
+
 impl Drop for StdioLink {
     fn drop(&mut self) {
         if !self.exited.is_cancelled()

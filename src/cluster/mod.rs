@@ -18,6 +18,7 @@ mod seal;
 mod standalone;
 mod store;
 mod subscriptions;
+mod tasks;
 mod upstream;
 
 pub use bell::Bell;

@@ -42,6 +42,7 @@ use super::owner::OwnerStore;
 use super::redis::{Push, Redis};
 use super::standalone::StandaloneStore;
 use super::subscriptions::SubscriptionStore;
+use super::tasks::TaskStore;
 use super::upstream::UpstreamStore;
 use crate::config::ClusterConfig;
 
@@ -139,9 +140,7 @@ impl Link {
 /// One replica's handle on the shared store; see the module docs. It keeps
 /// the session records, the heartbeat and fencing, and the `ctl` broadcasts
 /// and inbox answers; each other phase has a store of its own, handed out by
-/// reference: [`SharedStore::owner`], [`SharedStore::listener`],
-/// [`SharedStore::mirror`], [`SharedStore::standalone`],
-/// [`SharedStore::upstream`], [`SharedStore::subscriptions`].
+/// reference ([`SharedStore::owner`] and its kin).
 pub struct SharedStore {
     pub(super) link: Arc<Link>,
     /// `tag` as a number, for the ids of relayed requests (`inbox::tagged_id`).
@@ -161,6 +160,7 @@ pub struct SharedStore {
     standalone: StandaloneStore,
     upstream: UpstreamStore,
     subscriptions: SubscriptionStore,
+    tasks: TaskStore,
     /// The doorbells of the sessions whose streams are followed here.
     pub(super) bells: Arc<Bells>,
 }
@@ -220,6 +220,7 @@ impl SharedStore {
             standalone: StandaloneStore::new(link.clone()),
             upstream: UpstreamStore::new(link.clone()),
             subscriptions: SubscriptionStore::new(link.clone()),
+            tasks: TaskStore::new(link.clone()),
             link,
             bells,
         };
@@ -231,14 +232,12 @@ impl SharedStore {
         self.link.tag()
     }
 
-    /// The owner of sessions' per-session stdio children and the requests
-    /// handed to it (`owner.rs`).
+    /// Owners of per-session stdio children, requests handed them (`owner.rs`).
     pub fn owner(&self) -> &OwnerStore {
         &self.owner
     }
 
-    /// Which replica listens on a per-session HTTP backend's session
-    /// (`listener.rs`).
+    /// Who listens on a per-session HTTP backend's session (`listener.rs`).
     pub fn listener(&self) -> &ListenerStore {
         &self.listener
     }
@@ -248,8 +247,7 @@ impl SharedStore {
         &self.mirror
     }
 
-    /// The claim on sessions' standalone streams and their mirrored events
-    /// (`standalone.rs`).
+    /// Claims on standalone streams, their mirrored events (`standalone.rs`).
     pub fn standalone(&self) -> &StandaloneStore {
         &self.standalone
     }
@@ -262,6 +260,10 @@ impl SharedStore {
     pub fn subscriptions(&self) -> &SubscriptionStore {
         &self.subscriptions
     }
+    /// Sessions' tasks in their records (`tasks.rs`).
+    pub fn tasks(&self) -> &TaskStore {
+        &self.tasks
+    }
 
     /// The id the host sees for the `n`-th server→client request this replica
     /// relays in a session (`inbox::tagged_id`).
@@ -269,8 +271,7 @@ impl SharedStore {
         super::inbox::tagged_id(self.tag_bits, n)
     }
 
-    /// The tag of the replica that relayed request `id`, when that is another
-    /// replica (`None`: ours, or an id no replica minted).
+    /// The tag of the other replica that relayed request `id` (`None`: ours, or none's).
     pub fn relayed_elsewhere(&self, id: i64) -> Option<String> {
         super::inbox::tag_of(id)
             .filter(|t| *t != self.tag_bits)
@@ -462,7 +463,7 @@ impl SharedStore {
         }
     }
 
-    /// How long a record lives without use, in seconds.
+    /// How long a record lives without use (s).
     fn record_ttl(&self) -> u64 {
         self.record_ttl.load(Ordering::Relaxed)
     }
@@ -520,7 +521,7 @@ impl SharedStore {
         }
     }
 
-    /// Forgets a record written for a session that did not start after all.
+    /// Forgets the record of a session that did not start after all.
     pub async fn discard(&self, h: &str) {
         let _ = self.op("delete", self.link.redis.delete(h, None)).await;
     }

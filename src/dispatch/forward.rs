@@ -150,7 +150,13 @@ impl Dispatch {
                 if up.method == Method::ToolsCall && ctx.is_traced() && is_tool_error(&raw) {
                     ctx.set_tool_error();
                 }
-                let raw = self.shape_result(&call.host, up, raw, marks);
+                let (raw, created) = self.shape_result(&call.host, up, raw, marks);
+                if let (Host::Legacy(session), Some((exposed, route))) = (&call.host, created) {
+                    // Before the host learns the id: it may ask another replica.
+                    (self.supervisor)
+                        .record_task(session, up.backend, &exposed, &route)
+                        .await;
+                }
                 // The backend's bytes, not copied: our envelope around them.
                 let bytes = jsonrpc::result_encoded(id, &raw);
                 ctx.set_bytes_out(bytes.len());
@@ -391,19 +397,26 @@ impl Dispatch {
     }
 
     /// The backend's result in the host's namespace and revision; a created task
-    /// is registered with the session.
-    fn shape_result(&self, host: &Host, up: &Upstream, raw: RawJson, marks: Marks) -> RawJson {
+    /// is registered with the session (and returned: exposed id, route).
+    fn shape_result(
+        &self,
+        host: &Host,
+        up: &Upstream,
+        raw: RawJson,
+        marks: Marks,
+    ) -> (RawJson, Option<(String, TaskRoute)>) {
         let b = self.catalog.backend(up.backend);
         let raw = rewrite_result(raw, up.kind, &b.uri_prefix, host.version(), marks);
         match (host, &up.task) {
-            (Host::Modern(_), _) => {
-                complete_raw_for_modern(raw, up.kind == super::ResultKind::Resource)
-            }
-            (_, Some(exposed)) => super::tasks::expose_task_result(raw, exposed),
+            (Host::Modern(_), _) => (
+                complete_raw_for_modern(raw, up.kind == super::ResultKind::Resource),
+                None,
+            ),
+            (_, Some(exposed)) => (super::tasks::expose_task_result(raw, exposed), None),
             (Host::Legacy(session), None) if up.creates_task() => {
                 self.register_created_task(session, &b.spec.name, up.backend, raw)
             }
-            (Host::Legacy(_), None) => raw,
+            (Host::Legacy(_), None) => (raw, None),
         }
     }
     /// After a task-augmented `tools/call`: the `CreateTaskResult`'s task id is
@@ -415,26 +428,33 @@ impl Dispatch {
         backend_name: &str,
         backend: usize,
         raw: RawJson,
-    ) -> RawJson {
+    ) -> (RawJson, Option<(String, TaskRoute)>) {
         let Ok(mut v) = raw.parse::<Value>() else {
-            return raw;
+            return (raw, None);
         };
         let Some(Value::String(id)) = v.pointer_mut("/task/taskId") else {
-            return raw;
+            return (raw, None);
         };
         let exposed = names::expose_id(backend_name, id);
+        // The process that ran the call (a stdio child holds its tasks).
+        let process = (self.supervisor.live_connection(backend, session))
+            .and_then(|c| self.supervisor.task_process(&c));
         let route = TaskRoute {
             backend: backend_name.to_owned(),
             original: id.clone(),
+            process,
         };
-        session.add_task(&exposed, route);
+        session.add_task(&exposed, route.clone());
         for mut status in self.relay.early_statuses().take(backend, id) {
             status["taskId"] = exposed.clone().into();
             let bytes = jsonrpc::notification_bytes(Method::TaskStatus.as_str(), Some(&status));
             session.send_unrelated(bytes.into());
         }
-        *id = exposed;
-        RawJson::from_value(&v).unwrap_or(raw)
+        *id = exposed.clone();
+        (
+            RawJson::from_value(&v).unwrap_or(raw),
+            Some((exposed, route)),
+        )
     }
 }
 

@@ -278,7 +278,7 @@ impl Dispatch {
                 Ok(Routed::Answer(self.set_level(session, id, &params).await))
             }
             Method::TasksGet | Method::TasksResult | Method::TasksCancel => {
-                self.route_task(ctx, session, method, params)
+                self.route_task(ctx, session, method, params).await
             }
             Method::TasksList => {
                 // One page, never a `nextCursor`: any cursor is not ours
@@ -522,11 +522,14 @@ impl Dispatch {
         }
     }
 
-    /// `tasks/get`, `tasks/result`, `tasks/cancel`: route by the session's table.
-    fn route_task(
+    /// `tasks/get`, `tasks/result`, `tasks/cancel`: route by the session's
+    /// table; a task it lacks is read from the shared store (made through
+    /// another replica, `supervisor/tasks.rs`). A task bound to a backend
+    /// process that does not serve the session here is refused.
+    async fn route_task(
         &self,
         ctx: &mut RequestContext,
-        session: &Session,
+        session: &Arc<Session>,
         method: &Method,
         mut params: Value,
     ) -> Result<Routed, RpcError> {
@@ -534,13 +537,19 @@ impl Dispatch {
         // another type is the host's error, not an unknown task.
         let exposed = str_param(&params, "taskId")?.to_owned();
         let unknown = || RpcError::UnknownTask(exposed.clone());
-        let route = session.task(&exposed).ok_or_else(unknown)?;
+        let route = match session.task(&exposed) {
+            Some(route) => route,
+            None => (self.supervisor.recorded_task(session, &exposed).await).ok_or_else(unknown)?,
+        };
         let b = self
             .catalog
             .backends()
             .by_name(&route.backend)
             .ok_or_else(unknown)?;
         ctx.set_route(&b.spec.name, Some(&exposed));
+        (self.supervisor)
+            .check_task_process(session, b.index, &exposed, &route)
+            .await?;
         params["taskId"] = route.original.into();
         let kind = if *method == Method::TasksResult {
             ResultKind::ToolCall

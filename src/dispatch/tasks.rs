@@ -37,25 +37,40 @@ pub(super) fn expose_task_result(raw: RawJson, exposed: &str) -> RawJson {
     RawJson::from_value(&v).unwrap_or(raw)
 }
 
-/// `tasks/list`: the session's tasks, from every backend it has tasks on.
+/// `tasks/list`: the session's tasks, from every backend it has tasks on
+/// (with a shared store, those made through other replicas too).
 pub(super) async fn task_list(
     catalog: &Catalog,
     supervisor: &Supervisor,
     session: &Arc<Session>,
     id: &Id,
 ) -> Result<Bytes, RpcError> {
+    supervisor.load_recorded_tasks(session).await;
     let mut by_backend: HashMap<String, HashMap<String, String>> = HashMap::new();
+    let mut bound: HashMap<String, String> = HashMap::new();
     for (exposed, route) in session.tasks() {
+        if let Some(p) = &route.process {
+            bound.insert(exposed.clone(), p.clone());
+        }
         by_backend
             .entry(route.backend)
             .or_default()
             .insert(route.original, exposed);
     }
     let mut tasks = Vec::new();
-    for (backend, ids) in by_backend {
+    for (backend, mut ids) in by_backend {
         let Some(b) = catalog.backends().by_name(&backend) else {
             continue;
         };
+        // A task held by another process than the one that serves the
+        // session here (a restarted child, another replica's) is not among
+        // its tasks; an id it lists is another task.
+        let here = (supervisor.live_connection(b.index, session))
+            .and_then(|c| supervisor.task_process(&c));
+        ids.retain(|_, exposed| bound.get(exposed).is_none_or(|p| Some(p) == here.as_ref()));
+        if ids.is_empty() {
+            continue;
+        }
         match list_backend_tasks(supervisor, session, b.index).await {
             Ok(list) => {
                 for mut task in list {

@@ -120,13 +120,14 @@ async fn restore(
     };
     let p = principal.map(|p| &**p);
     let confirmed = record.is_some();
-    let (caps, info, level, upstreams, lists_elsewhere) = match record {
+    let (caps, info, level, upstreams, lists_elsewhere, tasks) = match record {
         Some(r) => (
             r.client_capabilities,
             r.client_info,
             r.log_level,
             r.upstream_sessions,
             r.lists_elsewhere,
+            r.tasks,
         ),
         None => (
             token.caps.to_json(),
@@ -134,6 +135,7 @@ async fn restore(
             None,
             Default::default(),
             false,
+            Default::default(),
         ),
     };
     let session = Session::new(id.into(), token.identity, token.version, caps, info)
@@ -147,6 +149,9 @@ async fn restore(
         session.set_upstream_session(&backend, Some(upstream));
     }
     session.set_lists_elsewhere(lists_elsewhere);
+    for (exposed, route) in tasks {
+        session.add_task(&exposed, route);
+    }
     count_drops(st, &session);
     let taken = if confirmed {
         st.sessions.adopt(Arc::new(session))

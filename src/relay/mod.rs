@@ -32,7 +32,7 @@ use crate::config::{ConnectionMode, Transport};
 use crate::jsonrpc::{self, ErrorObject};
 use crate::mcp::{Method, Notification, Request, names};
 use crate::metrics::Metrics;
-use crate::session::{HostCall, Session, SessionStore};
+use crate::session::{HostCall, Session, SessionStore, TaskRoute};
 use own::OwnLists;
 
 /// The relay; see the module docs.
@@ -309,7 +309,12 @@ impl Relay {
 
     /// `notifications/tasks/status`: the task id becomes the exposed one of the
     /// session that created the task.
-    fn relay_task_status(&self, conn: &Connection, call: Option<Arc<HostCall>>, mut params: Value) {
+    fn relay_task_status(
+        self: &Arc<Self>,
+        conn: &Connection,
+        call: Option<Arc<HostCall>>,
+        mut params: Value,
+    ) {
         let Some(idx) = self.backend_index(conn) else {
             return;
         };
@@ -319,11 +324,15 @@ impl Relay {
             .unwrap_or_default()
             .to_owned();
         let hint = self.session_of(conn, call.as_ref());
-        let Some((session, exposed)) = self.task_owner(&conn.backend, &original, hint) else {
+        let Some((session, exposed)) = self.task_owner(conn, &original, hint) else {
             // Possibly a task whose CreateTaskResult is still on its way:
-            // held until it is registered (bounded), else dropped.
+            // held until it is registered (bounded), else dropped. With a
+            // shared store, maybe a task another replica made (`tasks.rs`).
             tracing::debug!(backend = %conn.backend, "status of a task no session owns (yet); held");
             self.early.hold(idx, &original, params);
+            if conn.stdio_process().is_none() {
+                self.find_task_elsewhere(conn.backend.clone(), idx, original);
+            }
             return;
         };
         params["taskId"] = exposed.into();
@@ -338,21 +347,29 @@ impl Relay {
         }
     }
 
-    /// The session and exposed id of task `original` of backend `backend`.
+    /// The session and exposed id of task `original` of `conn`'s backend: a
+    /// session that made it on this backend process (a stdio child's ids are
+    /// its own: another child's task of the same id is another task).
     fn task_owner(
         &self,
-        backend: &str,
+        conn: &Connection,
         original: &str,
         hint: Option<Arc<Session>>,
     ) -> Option<(Arc<Session>, String)> {
-        let exposed = names::expose_id(backend, original);
+        let exposed = names::expose_id(&conn.backend, original);
+        let tag = self.shared.as_ref().map_or("-", |s| s.tag());
+        let process = TaskRoute::process_of(tag, conn.stdio_process());
+        let owns = |s: &Session| {
+            s.task(&exposed)
+                .is_some_and(|r| r.reached_by(process.as_deref()))
+        };
         if let Some(s) = hint {
-            return s.owns_task(&exposed).then_some((s, exposed));
+            return owns(&s).then_some((s, exposed));
         }
         self.sessions
             .all()
             .into_iter()
-            .find(|s| s.owns_task(&exposed))
+            .find(|s| owns(s))
             .map(|s| (s, exposed))
     }
 }

@@ -3,12 +3,15 @@
 //! `_meta` of relayed messages, with the task id in the session's namespace.
 
 use std::collections::VecDeque;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::mcp::{META_RELATED_TASK, names};
+use super::Relay;
+use crate::jsonrpc;
+use crate::mcp::{META_RELATED_TASK, Method, names};
+use crate::session::TaskRoute;
 
 /// Most task statuses held for tasks not registered yet.
 const EARLY_MAX: usize = 64;
@@ -47,6 +50,72 @@ impl EarlyStatuses {
             !mine
         });
         out
+    }
+}
+
+impl Relay {
+    /// A status of backend `backend` (index `idx`) task `original` that no
+    /// session here owns, held early: with a shared store, the task's index
+    /// names the session that made it (through another replica, or a copy
+    /// here that lacks it); its held statuses go to that session, on its
+    /// standalone stream: here if it is cached here, else to the replica that
+    /// produces that stream (inbox, kind `sa`). One `GET` (and an `HGET` of
+    /// the task or of `sa`); nothing when no session recorded the task.
+    pub(super) fn find_task_elsewhere(
+        self: &Arc<Self>,
+        backend: Arc<str>,
+        idx: usize,
+        original: String,
+    ) {
+        let Some(store) = self.shared.clone() else {
+            return;
+        };
+        let me = self.clone();
+        tokio::spawn(async move {
+            let Ok(Some(h)) = store.tasks().session_of(&backend, &original).await else {
+                return;
+            };
+            let exposed = names::expose_id(&backend, &original);
+            let here = me.sessions.all().into_iter().find(|s| s.store_key() == h);
+            let claim = match &here {
+                Some(session) if !session.owns_task(&exposed) => {
+                    let value = store.tasks().get(&h, &exposed).await.ok().flatten();
+                    let Some(route) = value.and_then(|v| TaskRoute::from_field(&v)) else {
+                        return;
+                    };
+                    session.add_task(&exposed, route);
+                    None
+                }
+                Some(_) => None,
+                None => match store.standalone().current(&h).await {
+                    Ok(Some(c)) if c.producer != store.tag() => Some(c.producer),
+                    _ => return,
+                },
+            };
+            let messages: Vec<Vec<u8>> = (me.early.take(idx, &original).into_iter())
+                .map(|mut status| {
+                    status["taskId"] = exposed.clone().into();
+                    jsonrpc::notification_bytes(Method::TaskStatus.as_str(), Some(&status))
+                })
+                .collect();
+            match (here, claim) {
+                (Some(session), _) => {
+                    for m in messages {
+                        session.send_unrelated(m.into());
+                    }
+                }
+                (None, Some(producer)) if !messages.is_empty() => {
+                    let refs: Vec<&[u8]> = messages.iter().map(Vec::as_slice).collect();
+                    if !matches!(
+                        store.standalone().forward(&producer, &h, &refs).await,
+                        Ok(true)
+                    ) {
+                        tracing::debug!(backend = %backend, "task status for a session elsewhere not delivered");
+                    }
+                }
+                _ => {}
+            }
+        });
     }
 }
 

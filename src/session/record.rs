@@ -69,8 +69,9 @@ impl SessionRecord {
     /// stdio backends (`sub:NAME:URI`, `cluster/owner.rs`, read back by the
     /// replica that takes the session's children over, not here) and the
     /// holders of its other subscriptions (`ss:NAME:URI`,
-    /// `cluster/subscriptions.rs`); tasks stay with the replica that made
-    /// them for now.
+    /// `cluster/subscriptions.rs`), so are its tasks (`tk:EXPOSED` =
+    /// [`TaskRoute::to_field`], written when the task is made:
+    /// `cluster/tasks.rs`; read back here into [`SessionRecord::tasks`]).
     pub fn to_fields(&self) -> Vec<(&'static str, String)> {
         let mut f = vec![
             ("v", self.version.as_str().to_owned()),
@@ -102,6 +103,13 @@ impl SessionRecord {
         r.principal = fields.get("p").and_then(|t| serde_json::from_str(t).ok());
         r.log_level = fields.get(LEVEL_FIELD).and_then(|l| LogLevel::parse(l));
         r.lists_elsewhere = fields.contains_key(LISTS_FIELD);
+        for (field, value) in fields {
+            if let Some(exposed) = field.strip_prefix(TASK_FIELD)
+                && let Some(route) = TaskRoute::from_field(value)
+            {
+                r.tasks.insert(exposed.to_owned(), route);
+            }
+        }
         Some(r)
     }
 }
@@ -138,6 +146,44 @@ pub struct TaskRoute {
     pub backend: String,
     /// The backend's task id.
     pub original: String,
+    /// The one backend process that holds the task, when only one does (a
+    /// stdio child): `TAG/PID`, the replica's store tag (`-` without a
+    /// store) and the child's process id. `None`: every connection to the
+    /// backend reaches it (HTTP: a shared backend, or a per-session one whose
+    /// backend session every replica uses).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub process: Option<String>,
+}
+
+/// The prefix of the record fields of a session's tasks (`tk:EXPOSED`), one
+/// per task made through a backend that every replica reaches the same way
+/// (not a per-session stdio child: those follow the owner, `cluster/owner.rs`).
+pub const TASK_FIELD: &str = "tk:";
+
+impl TaskRoute {
+    /// The name of a backend process ([`TaskRoute::process`]): `TAG/PID` of
+    /// replica `tag` and stdio child `pid` (`None`: not a stdio child).
+    pub fn process_of(tag: &str, pid: Option<i32>) -> Option<String> {
+        pid.map(|pid| format!("{tag}/{pid}"))
+    }
+
+    /// Whether the task is reached through a connection to process
+    /// `process` ([`TaskRoute::process_of`]): always when it is bound to no
+    /// process.
+    pub fn reached_by(&self, process: Option<&str>) -> bool {
+        self.process.is_none() || self.process.as_deref() == process
+    }
+
+    /// The route as the value of record field `tk:EXPOSED` (JSON).
+    pub fn to_field(&self) -> String {
+        serde_json::to_string(self).unwrap_or_default()
+    }
+
+    /// The route of record field value `value` (`None`: not one of
+    /// [`TaskRoute::to_field`]'s).
+    pub fn from_field(value: &str) -> Option<TaskRoute> {
+        serde_json::from_str(value).ok()
+    }
 }
 
 #[cfg(test)]
@@ -174,6 +220,7 @@ mod tests {
             TaskRoute {
                 backend: "files".into(),
                 original: "t1".into(),
+                process: Some("ab12cd34/77".into()),
             },
         );
         let text = serde_json::to_string(&r).unwrap();
@@ -209,6 +256,22 @@ mod tests {
         marked.insert("ol".into(), "demo".into());
         r.lists_elsewhere = true;
         assert_eq!(SessionRecord::from_fields(&marked), Some(r));
+        let route = TaskRoute {
+            backend: "web".into(),
+            original: "t-1".into(),
+            process: None,
+        };
+        let mut tasked = f.clone();
+        tasked.insert("tk:web:t-1".into(), route.to_field());
+        tasked.insert("tk:web:bad".into(), "not json".into());
+        let back = SessionRecord::from_fields(&tasked).unwrap();
+        assert_eq!(back.tasks.len(), 1, "{back:?}");
+        assert_eq!(back.tasks["web:t-1"], route);
+        assert!(
+            !route.to_field().contains("process"),
+            "{}",
+            route.to_field()
+        );
         let mut broken = f.clone();
         broken.remove("v");
         assert_eq!(SessionRecord::from_fields(&broken), None, "no revision");

@@ -15,6 +15,7 @@ mod pool;
 mod reload;
 mod sessions;
 mod subscriptions;
+mod tasks;
 mod upstream;
 
 use std::collections::HashMap;

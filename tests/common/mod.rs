@@ -9,10 +9,14 @@ pub mod client;
 pub mod fake_http;
 #[path = "../support/fake_sse.rs"]
 pub mod fake_sse;
+#[path = "../support/http_tasks.rs"]
+pub mod http_tasks;
 #[path = "../support/modern.rs"]
 pub mod modern;
 pub mod modern_host;
 pub mod proxy;
+#[path = "../support/recorded.rs"]
+pub mod recorded;
 pub mod served;
 pub mod store;
 #[path = "../support/tools.rs"]

@@ -23,12 +23,14 @@ use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use futures_util::StreamExt;
+use futures_util::future::OptionFuture;
 use mcpgate::streamable_http::{EVENT_STREAM, JSON, PROTOCOL_VERSION, SESSION_ID};
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, oneshot};
 use tokio_stream::wrappers::UnboundedReceiverStream;
 
 use super::modern;
+pub use super::recorded::Recorded;
 use super::tools::{self, Catalog, Peer};
 
 /// The request header naming the client whose GET stream `log_later` uses.
@@ -58,6 +60,8 @@ pub struct FakeHttpOptions {
     /// 409 Conflict for a GET on a session whose GET stream is open (one
     /// standalone stream per session, as the official SDK servers).
     pub single_get: bool,
+    /// Serve tasks, server-wide (`http_tasks.rs`).
+    pub tasks: bool,
 }
 
 /// Answers to the era probe, for the client face's `auto` cases.
@@ -88,32 +92,8 @@ impl Default for FakeHttpOptions {
             discover: None,
             modern: false,
             single_get: false,
+            tasks: false,
         }
-    }
-}
-
-/// One request the fake received.
-#[derive(Debug, Clone)]
-pub struct Recorded {
-    /// `POST`, `GET`, `DELETE`, ...
-    pub http_method: String,
-    /// Headers by lower-case name (several values joined with `, `).
-    pub headers: BTreeMap<String, String>,
-    /// The JSON body, if any.
-    pub body: Option<Value>,
-    /// The status the fake answered.
-    pub status: u16,
-}
-
-impl Recorded {
-    /// The JSON-RPC method of the body, if it has one.
-    pub fn rpc_method(&self) -> Option<&str> {
-        self.body.as_ref()?.get("method")?.as_str()
-    }
-
-    /// A header value.
-    pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers.get(name).map(String::as_str)
     }
 }
 
@@ -132,6 +112,7 @@ struct Inner {
     asked: Mutex<HashMap<i64, oneshot::Sender<Result<Value, Value>>>>,
     next_ask: AtomicI64,
     log: Mutex<Vec<Recorded>>,
+    tasks: super::http_tasks::Tasks,
 }
 
 /// A running fake HTTP backend; stops when dropped.
@@ -164,6 +145,7 @@ impl FakeHttp {
             asked: Mutex::new(HashMap::new()),
             next_ask: AtomicI64::new(500),
             log: Mutex::new(Vec::new()),
+            tasks: Default::default(),
         });
         let app = axum::Router::new()
             .route("/mcp", axum::routing::post(post).get(get).delete(delete))
@@ -417,7 +399,11 @@ async fn post_inner(inner: &Arc<Inner>, h: &HeaderMap, msg: Option<Value>) -> Re
                 },
             );
         }
-        let result = json!({"protocolVersion": version, "capabilities": tools::capabilities(),
+        let mut caps = tools::capabilities();
+        if inner.opts.tasks {
+            caps["tasks"] = super::http_tasks::capability();
+        }
+        let result = json!({"protocolVersion": version, "capabilities": caps,
                             "serverInfo": {"name": "fx-http", "version": "0"}});
         let mut resp = json_reply(&tools::response(&id.unwrap_or_default(), Ok(result)));
         resp.headers_mut()
@@ -452,6 +438,13 @@ async fn post_inner(inner: &Arc<Inner>, h: &HeaderMap, msg: Option<Value>) -> Re
     }
     let params = msg.get("params").cloned().unwrap_or_else(|| json!({}));
     let cursor = params.get("cursor").and_then(Value::as_str);
+    let task = inner
+        .opts
+        .tasks
+        .then(|| inner.tasks.handle(method, &params));
+    if let Some(Some(outcome)) = OptionFuture::from(task).await {
+        return json_reply(&tools::response(&id, outcome));
+    }
     let outcome = match method {
         "ping" => Ok(json!({})),
         "resources/read" => {
