@@ -16,7 +16,7 @@ use tracing::Instrument;
 use super::listen;
 use super::modern::{self, EraCache};
 use super::{BackendError, Caller, Link, Mirrored, UpstreamHandler};
-use crate::jsonrpc::{self, ErrorObject, Id, RawJson};
+use crate::jsonrpc::{self, ErrorObject, Id, Params, RawJson};
 use crate::mcp::{Message, Method, Notification, ProtocolVersion};
 use crate::telemetry::ClientSpan;
 
@@ -255,16 +255,16 @@ impl Connection {
         call: Option<Arc<dyn Caller>>,
         timeout: Duration,
     ) -> Result<RawJson, BackendError> {
-        let params = params.map(Cow::Owned);
+        let params = params.map(|p| Cow::Owned(p.into()));
         self.request_with(method, params, call, timeout).await
     }
 
-    /// [`Connection::request`] with params that may be borrowed: cloned only
-    /// when the request must change them (progress token, envelope, trace).
+    /// [`Connection::request`] with params that may be borrowed (text written as
+    /// it is): cloned only when the request must change them (token, envelope, trace).
     pub async fn request_with(
         self: &Arc<Self>,
         method: &Method,
-        mut params: Option<Cow<'_, Value>>,
+        mut params: Option<Cow<'_, Params>>,
         call: Option<Arc<dyn Caller>>,
         timeout: Duration,
     ) -> Result<RawJson, BackendError> {
@@ -276,7 +276,7 @@ impl Connection {
             Some(modern::Stateless::Send(m)) => m,
             Some(modern::Stateless::Answer(v)) => return Ok(v),
             Some(modern::Stateless::Watch(on)) => {
-                return listen::resource(self, params.as_deref(), on).await;
+                return listen::resource(self, params.as_deref().map(|p| &**p), on).await;
             }
             None => method,
         };
@@ -293,7 +293,7 @@ impl Connection {
             modern::stamp_envelope(&mut params, version, caps, level);
         }
         let mirrored = match self.modern() {
-            Some(_) => Mirrored::new(method, params.as_deref(), call.as_deref()),
+            Some(_) => Mirrored::new(method, params.as_deref().map(|p| &**p), call.as_deref()),
             None => Mirrored::default(),
         };
         let (tx, rx) = oneshot::channel();
@@ -314,7 +314,8 @@ impl Connection {
             let transport = link.network_transport();
             ClientSpan::start(parent, &self.backend, method, id, transport, &mut params)
         });
-        let bytes = jsonrpc::request_bytes(&Id::Num(id as i64), method.as_str(), params.as_deref());
+        let bytes =
+            jsonrpc::request_params_bytes(&Id::Num(id as i64), method.as_str(), params.as_deref());
         let exchange = self.exchange(link, id, method, &mirrored, bytes, rx);
         let outcome = match &span {
             Some(s) => tokio::time::timeout(timeout, exchange.instrument(s.span().clone())).await,

@@ -18,7 +18,7 @@ use serde_json::{Value, json};
 
 use super::BackendError;
 use super::conn::InitInfo;
-use crate::jsonrpc::RawJson;
+use crate::jsonrpc::{Params, RawJson};
 use crate::mcp::{self, LogLevel, Method, ProtocolVersion};
 
 /// The longest an era probe (`server/discover`) waits, bounded by the backend's
@@ -161,7 +161,7 @@ pub(crate) fn refusal(status: u16, body: &[u8], id: u64, ours: ProtocolVersion) 
 /// -32021 rather than asking for input that would go nowhere), client info and,
 /// when the caller asked for logs, the level.
 pub(crate) fn stamp_envelope(
-    params: &mut Option<Cow<'_, Value>>,
+    params: &mut Option<Cow<'_, Params>>,
     version: ProtocolVersion,
     capabilities: Option<Value>,
     log_level: Option<LogLevel>,
@@ -183,7 +183,7 @@ pub(crate) fn stamp_envelope(
 
 /// Sets `params._meta.progressToken` to the upstream id (MCP
 /// basic/utilities/progress).
-pub(crate) fn set_progress_token(params: &mut Option<Cow<'_, Value>>, id: u64) {
+pub(crate) fn set_progress_token(params: &mut Option<Cow<'_, Params>>, id: u64) {
     if let Some(meta) = meta_mut(params) {
         meta.insert("progressToken".into(), Value::from(id));
     }
@@ -192,11 +192,12 @@ pub(crate) fn set_progress_token(params: &mut Option<Cow<'_, Value>>, id: u64) {
 /// `params._meta` as an object, created when missing (`None`: params or `_meta`
 /// are not objects); borrowed params are cloned here.
 fn meta_mut<'p>(
-    params: &'p mut Option<Cow<'_, Value>>,
+    params: &'p mut Option<Cow<'_, Params>>,
 ) -> Option<&'p mut serde_json::Map<String, Value>> {
     let obj = params
-        .get_or_insert_with(|| Cow::Owned(json!({})))
+        .get_or_insert_with(|| Cow::Owned(json!({}).into()))
         .to_mut()
+        .value_mut()?
         .as_object_mut()?;
     obj.entry("_meta")
         .or_insert_with(|| json!({}))
@@ -345,7 +346,7 @@ mod tests {
 
     #[test]
     fn envelope_and_headers() {
-        let given = json!({"name": "t", "_meta": {"progressToken": 3}});
+        let given: Params = json!({"name": "t", "_meta": {"progressToken": 3}}).into();
         let mut p = Some(Cow::Borrowed(&given));
         stamp_envelope(&mut p, ProtocolVersion::MODERN, None, Some(LogLevel::Info));
         let meta = &p.as_ref().unwrap()["_meta"];
@@ -358,7 +359,7 @@ mod tests {
         assert!(matches!(p, Some(Cow::Owned(_))));
         assert_eq!(given["_meta"], json!({"progressToken": 3}));
         assert_eq!(
-            mcp_name(&Method::ToolsCall, p.as_deref()).as_deref(),
+            mcp_name(&Method::ToolsCall, p.as_deref().map(|p| &**p)).as_deref(),
             Some("t")
         );
         assert_eq!(header_value("get_time").unwrap(), "get_time");

@@ -45,7 +45,7 @@ const LIVENESS: Duration = Duration::from_secs(2);
 /// the first rung). Responses never are.
 pub(crate) fn is_modern(message: &Message, headers: &HeaderMap) -> bool {
     let params = match message {
-        Message::Request(r) => r.params.as_ref(),
+        Message::Request(r) => r.params.as_deref(),
         Message::Notification(n) => n.params.as_ref(),
         Message::Response(_) => return false,
     };
@@ -78,7 +78,7 @@ pub(crate) async fn post(server: &Server, headers: &HeaderMap, message: Message)
         Ok(v) => v.to_owned(),
         Err(e) => return refuse(StatusCode::BAD_REQUEST, &req, &e),
     };
-    if let Err(what) = check_metadata(headers, &req.method, req.params.as_ref(), &version) {
+    if let Err(what) = check_metadata(headers, &req.method, req.params.as_deref(), &version) {
         let e = ErrorObject::new(HEADER_MISMATCH, format!("Header mismatch: {what}"));
         return refuse(StatusCode::BAD_REQUEST, &req, &e);
     }

@@ -92,7 +92,7 @@ pub(crate) fn admit(req: &Request, version: &str) -> Result<Stateless, ErrorObje
             format!("Method not found: {}", req.method),
         ));
     }
-    let params = req.params.clone().unwrap_or_else(|| json!({}));
+    let params = req.params.as_deref().cloned().unwrap_or_else(|| json!({}));
     let meta = &params["_meta"];
     let log_level = match &meta[META_LOG_LEVEL] {
         Value::Null => None,
@@ -228,7 +228,7 @@ mod tests {
         Request {
             id: Id::Num(1),
             method: Method::parse(method),
-            params: Some(Value::Object(params)),
+            params: Some(Value::Object(params).into()),
         }
     }
 
@@ -241,7 +241,7 @@ mod tests {
         assert!(claims(
             req("x", json!({ META_PROTOCOL_VERSION: 1 }))
                 .params
-                .as_ref()
+                .as_deref()
         ));
         let code = |r: Request| validate(&r).err().map(|e| e.code);
         assert_eq!(

@@ -121,7 +121,7 @@ impl Session {
     /// response (MCP 2025-11-25 basic/utilities/cancellation). Dropping the returned
     /// future also stops the work.
     pub async fn handle_request(&self, req: Request) -> Option<Vec<u8>> {
-        if !modern::claims(req.params.as_ref()) {
+        if !modern::claims(req.params.as_deref()) {
             return self.serve(req, None).await;
         }
         match modern::validate(&req) {
@@ -155,7 +155,7 @@ impl Session {
             session: &self.inner,
             id: id.clone(),
         };
-        let progress = jsonrpc::progress_token(req.params.as_ref()).cloned();
+        let progress = jsonrpc::progress_token(req.params.as_deref()).cloned();
         let ctx = CallContext::new(
             self.inner.clone(),
             id.clone(),
@@ -164,7 +164,7 @@ impl Session {
             stateless.clone(),
         );
         let method = req.method.clone();
-        let handler = handlers::dispatch(ctx, req.method, req.params);
+        let handler = handlers::dispatch(ctx, req.method, req.params.as_deref().cloned());
         let round = stateless.as_ref().and_then(|s| s.round.as_ref());
         let work = async {
             match round {
@@ -260,7 +260,7 @@ impl Session {
                     let e = ErrorObject::new(INVALID_REQUEST, "initialize must not be batched");
                     outputs.push(jsonrpc::error_bytes(Some(&r.id), &e));
                 }
-                Ok(Message::Request(r)) if modern::claims(r.params.as_ref()) => {
+                Ok(Message::Request(r)) if modern::claims(r.params.as_deref()) => {
                     let e =
                         ErrorObject::new(INVALID_REQUEST, "2026-07-28 requests are never batched");
                     outputs.push(jsonrpc::error_bytes(Some(&r.id), &e));
@@ -334,7 +334,7 @@ mod tests {
         Request {
             id: Id::Num(id),
             method: Method::parse(method),
-            params: Some(params),
+            params: Some(params.into()),
         }
     }
 

@@ -17,7 +17,7 @@ use super::shim::{self, ShimError};
 use super::{Call, Dispatch, Reply, Upstream, wrap};
 use crate::backend::{BackendError, Caller};
 use crate::error::RpcError;
-use crate::jsonrpc::{self, Encoded, Id, RawJson};
+use crate::jsonrpc::{self, Encoded, Id, Params, RawJson};
 use crate::mcp::marks::Marks;
 use crate::mcp::version::{complete_raw_for_modern, result_for_legacy, shape_error};
 use crate::mcp::{Method, input, names};
@@ -40,7 +40,12 @@ impl Dispatch {
         mut up: Upstream,
     ) -> Reply {
         let (tx, rx) = mpsc::channel(CALL_QUEUE);
-        let token = jsonrpc::progress_token(Some(&up.params)).cloned();
+        // Plain params have no `_meta` (read without parsing them).
+        let token = if up.plain {
+            None
+        } else {
+            jsonrpc::progress_token(Some(&up.params)).cloned()
+        };
         let call =
             HostCall::new(host.clone(), id.clone(), token, tx).with_trace(ctx.trace_context());
         let call = call.with_param_headers(up.headers.clone());
@@ -343,7 +348,8 @@ impl Dispatch {
             let params = shim::retry_params(&up.params, responses, state);
             async move {
                 let _upstream = ctx.upstream_call();
-                self.send_upstream(call, up, Cow::Owned(params)).await
+                self.send_upstream(call, up, Cow::Owned(params.into()))
+                    .await
             }
         };
         let leg = self.bridge.ttl();
@@ -375,7 +381,7 @@ impl Dispatch {
         &self,
         call: &Arc<HostCall>,
         up: &Upstream,
-        params: Cow<'_, Value>,
+        params: Cow<'_, Params>,
     ) -> Result<RawJson, BackendError> {
         let b = self.catalog.backend(up.backend);
         let _permit = b.acquire().await?;
@@ -473,6 +479,7 @@ impl Upstream {
     fn creates_task(&self) -> bool {
         self.kind == super::ResultKind::ToolCall
             && self.task.is_none()
+            && !self.plain
             && self.params.get("task").is_some()
     }
 }

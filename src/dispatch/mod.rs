@@ -9,6 +9,7 @@ mod bridge;
 mod call;
 mod forward;
 mod modern;
+mod plain;
 pub(crate) mod rewrite;
 mod shim;
 mod target;
@@ -24,7 +25,7 @@ use tokio::sync::mpsc;
 use crate::catalog::{Catalog, View, inject_overrides};
 use crate::cluster::Sealer;
 use crate::error::RpcError;
-use crate::jsonrpc::{self, Id};
+use crate::jsonrpc::{self, Id, Params};
 use crate::mcp::{ListKind, LogLevel, Method, Request};
 use crate::metrics::Metrics;
 use crate::relay::Relay;
@@ -52,7 +53,10 @@ struct Upstream {
     backend: usize,
     method: Method,
     /// The params with the backend's own names.
-    params: Value,
+    params: Params,
+    /// Made by the plain route (`plain`): `params` is the host's text with the
+    /// routed member replaced, without `_meta` or `task`.
+    plain: bool,
     /// What in the result needs the backend's namespace.
     kind: ResultKind,
     /// For `tasks/get|result|cancel`: the exposed task id the result must carry.
@@ -163,7 +167,18 @@ impl Dispatch {
         req: Request,
     ) -> Reply {
         let Request { id, method, params } = req;
-        let params = params.unwrap_or_else(|| json!({}));
+        if let Some(p) = &params
+            && let Some(up) = self.route_plain(&mut ctx, host, &method, p)
+        {
+            return self.forward(ctx, host, &id, up);
+        }
+        let params = match params.map(Params::into_value).transpose() {
+            Ok(p) => p.unwrap_or_else(|| json!({})),
+            Err(e) => {
+                let e = RpcError::invalid_params(format!("params: {e}"));
+                return error_reply(ctx, host, &id, &e);
+            }
+        };
         // `_meta` is an object wherever MCP puts it (2025-11-25 basic, `_meta`):
         // anything else is refused here, not handed to a backend.
         if params.get("_meta").is_some_and(|m| !m.is_object()) {
@@ -370,7 +385,8 @@ impl Dispatch {
         Ok(Routed::Forward(Upstream {
             backend: route.backend,
             method: method.clone(),
-            params,
+            params: params.into(),
+            plain: false,
             kind,
             task: None,
             digest: String::new(),
@@ -397,7 +413,8 @@ impl Dispatch {
         Ok(Routed::Forward(Upstream {
             backend,
             method: method.clone(),
-            params,
+            params: params.into(),
+            plain: false,
             kind: ResultKind::Resource,
             task: None,
             digest: String::new(),
@@ -446,7 +463,8 @@ impl Dispatch {
         Ok(Routed::Forward(Upstream {
             backend,
             method: Method::CompletionComplete,
-            params,
+            params: params.into(),
+            plain: false,
             kind: ResultKind::Opaque,
             task: None,
             digest: String::new(),
@@ -559,7 +577,8 @@ impl Dispatch {
         Ok(Routed::Forward(Upstream {
             backend: b.index,
             method: method.clone(),
-            params,
+            params: params.into(),
+            plain: false,
             kind,
             task: Some(exposed),
             digest: String::new(),

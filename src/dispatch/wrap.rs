@@ -341,7 +341,8 @@ mod tests {
         let up = Upstream {
             backend: 0,
             method: Method::ToolsCall,
-            params: params.clone(),
+            params: params.clone().into(),
+            plain: false,
             kind: super::super::ResultKind::ToolCall,
             task: None,
             digest: call_digest(&Method::ToolsCall, &params),

@@ -371,7 +371,7 @@ async fn initialize(
     if st.supervisor.is_stopping() {
         return Err(HttpError::draining());
     }
-    let (requested, capabilities, client_info) = match initialize_params(req.params.as_ref()) {
+    let (requested, capabilities, client_info) = match initialize_params(req.params.as_deref()) {
         Ok(p) => p,
         Err(why) => {
             tracing::info!(id = %req.id.logged(), %why, "initialize refused: invalid params");

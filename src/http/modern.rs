@@ -65,11 +65,12 @@ pub enum Era {
 
 /// The `params._meta` protocol version claim of a request or notification.
 pub fn claim(msg: &Message) -> Option<&Value> {
-    let params = match msg {
-        Message::Request(r) => r.params.as_ref(),
-        Message::Notification(n) => n.params.as_ref(),
-        Message::Response(_) => None,
-    }?;
+    let params: &Value = match msg {
+        // Text without `_meta` is not parsed here (`tools/call`, the hot path).
+        Message::Request(r) => r.params.as_ref().filter(|p| p.may_have("_meta"))?,
+        Message::Notification(n) => n.params.as_ref()?,
+        Message::Response(_) => return None,
+    };
     params.get("_meta")?.get(META_PROTOCOL_VERSION)
 }
 
@@ -340,7 +341,7 @@ pub(crate) fn check_headers(
     req: &Request,
     requested: &str,
 ) -> Result<(), HttpError> {
-    check_metadata(h, &req.method, req.params.as_ref(), requested).map_err(|what| {
+    check_metadata(h, &req.method, req.params.as_deref(), requested).map_err(|what| {
         refuse(
             Rejection::HeaderMismatch,
             StatusCode::BAD_REQUEST,

@@ -120,7 +120,7 @@ pub(super) async fn serve(
         return Err((ctx, req, slot));
     };
     let host = Host::Legacy(session.clone());
-    let params = req.params.as_ref();
+    let params = req.params.as_deref();
     // Owner-bound: routed to a per-session child (claimed if unowned). Else
     // unknown here but maybe known to the owner's children: asked who owns
     // the session (claiming nothing), handed over only to another replica.
@@ -306,7 +306,7 @@ async fn hand(
     let call = json!({
         "id": &**session.id(),
         "s": stream,
-        "r": {"jsonrpc": "2.0", "id": req.id.to_value(), "method": req.method.as_str(), "params": req.params},
+        "r": {"jsonrpc": "2.0", "id": req.id.to_value(), "method": req.method.as_str(), "params": req.params.as_deref()},
         // For the owner's access line: who sent it, from where, to which endpoint.
         "a": {"p": ctx.principal_id(), "c": ctx.client(), "e": &**ctx.endpoint()},
     });

@@ -3,11 +3,11 @@
 //! MCP (2025-11-25 basic/index) carries every message as a JSON-RPC 2.0 request,
 //! notification or response. This module only classifies the envelope and knows no
 //! MCP vocabulary: a method name is parsed into whatever [`MethodName`] the caller
-//! asks for (the gateway's is `mcp::Method`, see `mcp::Message`); `params`
-//! stay a `serde_json::Value` (small, and the router rewrites a few fields in them)
-//! and a response's `result` stays raw text ([`RawJson`], sharing the bytes it
-//! arrived in) so that large results pass through
-//! without being parsed unless the router has to rewrite something inside them.
+//! asks for (the gateway's is `mcp::Method`, see `mcp::Message`); a request's
+//! `params` are a `serde_json::Value` or, where the method asks, the text they
+//! arrived in, parsed when read ([`Params`]); a response's `result` stays raw text
+//! ([`RawJson`], sharing the bytes it arrived in) so that large results pass
+//! through without being parsed unless the router has to rewrite something inside them.
 
 use std::borrow::Cow;
 
@@ -15,10 +15,12 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 mod id;
+mod params;
 mod parse;
 mod raw;
 mod surrogates;
 pub use id::{Id, LoggedId};
+pub use params::Params;
 pub use parse::{classify_raw, classify_raw_in, parse_message, parse_message_in};
 pub use raw::{Encoded, RawJson, result_encoded};
 
@@ -84,6 +86,13 @@ impl ErrorObject {
 pub trait MethodName {
     /// The method named `name` on the wire, e.g. `"tools/call"`.
     fn from_name(name: &str) -> Self;
+
+    /// Whether a request of this method keeps its params as the JSON text it
+    /// arrived with ([`Params`], parsed when read) rather than parsed at once:
+    /// for requests usually forwarded with one member replaced. `false` by default.
+    fn keeps_params_text(&self) -> bool {
+        false
+    }
 }
 
 /// The name verbatim, for code that needs no vocabulary.
@@ -100,8 +109,8 @@ pub struct Request<M> {
     pub id: Id,
     /// Method, e.g. `tools/call` (parsed once, when the message is framed).
     pub method: M,
-    /// Parameters (an object when present).
-    pub params: Option<Value>,
+    /// Parameters (an object when present): text or a value, see [`Params`].
+    pub params: Option<Params>,
 }
 
 /// A notification: has a method (parsed into `M`) and no id.
@@ -195,6 +204,27 @@ pub fn clip(name: &str) -> Cow<'_, str> {
         None => Cow::Borrowed(name),
         Some((at, _)) => Cow::Owned(format!("{}… ({} bytes)", &name[..at], name.len())),
     }
+}
+
+/// Serializes a request whose params may be text ([`Params::text`], written
+/// as it is) or a value.
+pub fn request_params_bytes(id: &Id, method: &str, params: Option<&Params>) -> Vec<u8> {
+    let Some(text) = params.and_then(Params::text) else {
+        return request_bytes(id, method, params.map(|p| &**p));
+    };
+    let mut out = Vec::with_capacity(text.len() + method.len() + 64);
+    out.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
+    let head = serde_json::to_writer(&mut out, id).and_then(|()| {
+        out.extend_from_slice(b",\"method\":");
+        serde_json::to_writer(&mut out, method)
+    });
+    if head.is_err() {
+        return Vec::new();
+    }
+    out.extend_from_slice(b",\"params\":");
+    out.extend_from_slice(text.as_bytes());
+    out.push(b'}');
+    out
 }
 
 /// Serializes a request.

@@ -11,7 +11,8 @@ use serde_json::error::Category;
 use serde_json::value::RawValue;
 
 use super::{
-    EnvelopeError, ErrorObject, Id, Message, MethodName, Notification, RawJson, Request, Response,
+    EnvelopeError, ErrorObject, Id, Message, MethodName, Notification, Params, RawJson, Request,
+    Response,
 };
 
 /// Wire shape used only to classify; `id` distinguishes "absent" from `null`.
@@ -25,7 +26,10 @@ struct Envelope<'a> {
     id: Option<&'a RawValue>,
     #[serde(borrow)]
     method: Option<&'a RawValue>,
-    params: Option<Value>,
+    /// Borrowed: parsed into a `Value` here, or kept as text when the method
+    /// asks for that ([`MethodName::keeps_params_text`]).
+    #[serde(borrow)]
+    params: Option<&'a RawValue>,
     /// Borrowed: kept as a slice of the message's bytes when they are shared
     /// ([`parse_message_in`]), copied otherwise.
     #[serde(borrow)]
@@ -202,21 +206,28 @@ fn classify<M: MethodName>(
         if env.result.is_some() || env.error.is_some() {
             return Err(invalid("a request must not carry result or error"));
         }
-        if let Some(p) = &env.params
-            && !p.is_object()
+        if let Some(p) = env.params
+            && !p.get().starts_with('{')
         {
             return Err(invalid("params must be an object"));
         }
+        let method = M::from_name(&method);
         return match id {
             None => Ok(Message::Notification(Notification {
-                method: M::from_name(&method),
-                params: env.params,
+                params: env.params.map(params_value).transpose()?,
+                method,
             })),
-            Some(Ok(id)) => Ok(Message::Request(Request {
-                id,
-                method: M::from_name(&method),
-                params: env.params,
-            })),
+            Some(Ok(id)) => {
+                let params = match env.params {
+                    Some(p) if method.keeps_params_text() => Some(Params::from_text(match owner {
+                        Some(owner) => RawJson::within(owner, p),
+                        None => RawJson::from_raw(p.to_owned()),
+                    })),
+                    Some(p) => Some(params_value(p)?.into()),
+                    None => None,
+                };
+                Ok(Message::Request(Request { id, method, params }))
+            }
             Some(Err(true)) => Err(invalid("id must not be null")),
             Some(Err(false)) => Err(invalid("id must be an integer or a string")),
         };
@@ -248,6 +259,13 @@ fn classify<M: MethodName>(
         (None, None) => return Err(invalid("a message needs a method, a result or an error")),
     };
     Ok(Message::Response(Response { id, outcome }))
+}
+
+/// Params parsed into a `Value`. Errors as a parse of the whole message would
+/// have failed: text the envelope's pass let through (a lone surrogate escape,
+/// a number out of range) is not JSON a `Value` holds.
+fn params_value(raw: &RawValue) -> Result<Value, EnvelopeError> {
+    serde_json::from_str(raw.get()).map_err(|e| envelope_error(&e))
 }
 
 /// A `method` member's string (escapes decoded); `None` for any other JSON type.

@@ -43,6 +43,31 @@ impl RawJson {
         serde_json::to_vec(value).ok().map(|v| RawJson(v.into()))
     }
 
+    /// `text` (checked JSON text) with the bytes at `at` replaced by `value`
+    /// serialized: one member's value swapped, the rest byte for byte.
+    /// `None` when `at` is not inside `text` on char boundaries or `value`
+    /// cannot be serialized.
+    pub fn spliced<T: Serialize + ?Sized>(
+        text: &str,
+        at: std::ops::Range<usize>,
+        value: &T,
+    ) -> Option<Self> {
+        let (head, tail) = (text.get(..at.start)?, text.get(at.end..)?);
+        let mut out = Vec::with_capacity(text.len() + 16);
+        out.extend_from_slice(head.as_bytes());
+        serde_json::to_writer(&mut out, value).ok()?;
+        out.extend_from_slice(tail.as_bytes());
+        Some(RawJson(out.into()))
+    }
+
+    /// Where `part` (a slice of `text`, e.g. a `&RawValue` borrowed from it)
+    /// lies in `text`, as a byte range; `None` if it lies elsewhere.
+    pub fn span_in(text: &str, part: &str) -> Option<std::ops::Range<usize>> {
+        let start = (part.as_ptr() as usize).checked_sub(text.as_ptr() as usize)?;
+        let end = start + part.len();
+        (end <= text.len()).then_some(start..end)
+    }
+
     /// `{}`: the empty object.
     pub fn empty_object() -> Self {
         RawJson(Bytes::from_static(b"{}"))

@@ -202,6 +202,15 @@ impl jsonrpc::MethodName for Method {
     fn from_name(name: &str) -> Self {
         Method::parse(name)
     }
+
+    /// The requests routed by one member (`name`, `uri`), forwarded with only
+    /// its value replaced when nothing else must change (`dispatch`).
+    fn keeps_params_text(&self) -> bool {
+        matches!(
+            self,
+            Method::ToolsCall | Method::PromptsGet | Method::ResourcesRead
+        )
+    }
 }
 
 /// An MCP request: the JSON-RPC envelope with its method parsed into [`Method`].

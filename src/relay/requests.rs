@@ -77,11 +77,11 @@ impl Relay {
             // A 2026-07-28 host never receives a JSON-RPC request on any stream:
             // the request waits for the host's retry (the bridge), if the host
             // declared what it needs in this request.
-            bridgeable(call, &req.method, req.params.as_ref())
+            bridgeable(call, &req.method, req.params.as_deref())
                 .map_err(|why| refusal(jsonrpc::METHOD_NOT_FOUND, why))?;
             call.ask(Ask {
                 method: req.method.clone(),
-                params: without_elicitation_id(req.params.clone()),
+                params: without_elicitation_id(req.params.as_deref().cloned()),
                 conn: Arc::downgrade(conn),
                 upstream_id: req.id.clone(),
             });
@@ -101,7 +101,7 @@ impl Relay {
                 &format!("Client does not support {needed}"),
             ));
         }
-        let params = exposed_params(conn, req.params.clone());
+        let params = exposed_params(conn, req.params.as_deref().cloned());
         if req.method == Method::ElicitationCreate
             && !elicitation_mode_declared(&session, params.as_ref())
         {

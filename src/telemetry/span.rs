@@ -22,7 +22,7 @@ use tracing::field::Empty;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
 use super::{TARGET, enabled};
-use crate::jsonrpc::Id;
+use crate::jsonrpc::{Id, Params};
 use crate::mcp::Method;
 
 /// The `_meta` keys of W3C Trace Context (MCP 2026-07-28, SEP-414: unprefixed).
@@ -45,7 +45,7 @@ impl ServerSpan {
         headers: &http::HeaderMap,
         method: &Method,
         id: &Id,
-        params: Option<&Value>,
+        params: Option<&Params>,
     ) -> Option<ServerSpan> {
         if !enabled() {
             return None;
@@ -71,7 +71,7 @@ impl ServerSpan {
             "error.type" = Empty,
             "rpc.response.status_code" = Empty,
         );
-        let (parent, link) = host_context(headers, params);
+        let (parent, link) = host_context(headers, params.map(|p| &**p));
         let _ = span.set_parent(parent);
         if let Some(link) = link {
             span.add_link(link);
@@ -133,7 +133,7 @@ impl ClientSpan {
         method: &Method,
         id: u64,
         transport: &'static str,
-        params: &mut Option<Cow<'_, Value>>,
+        params: &mut Option<Cow<'_, Params>>,
     ) -> ClientSpan {
         let span = tracing::info_span!(
             target: TARGET,
@@ -266,16 +266,18 @@ fn host_context(
 
 /// Writes `cx` into `params._meta` (created if absent; a `_meta` that is not an
 /// object, or params that are not one, are left alone).
-fn inject_meta(cx: &Context, params: &mut Option<Cow<'_, Value>>) {
+fn inject_meta(cx: &Context, params: &mut Option<Cow<'_, Params>>) {
     let mut fields: HashMap<String, String> = HashMap::new();
     TraceContextPropagator::new().inject_context(cx, &mut fields);
     if fields.is_empty() {
         return;
     }
     let p = params
-        .get_or_insert_with(|| Cow::Owned(Value::Object(Map::new())))
+        .get_or_insert_with(|| Cow::Owned(Value::Object(Map::new()).into()))
         .to_mut();
-    let Some(obj) = p.as_object_mut() else { return };
+    let Some(obj) = p.value_mut().and_then(Value::as_object_mut) else {
+        return;
+    };
     let meta = obj
         .entry("_meta")
         .or_insert_with(|| Value::Object(Map::new()));

@@ -7,8 +7,9 @@
 //! running after stdin EOF), `--strict-init` (only `initialize`/`ping` until
 //! `notifications/initialized`), `--page-size K`, `--noise` (non-JSON stdout lines),
 //! `--never-answer TOOL`, `--tools-json FILE` (extra raw tool definitions),
-//! `--log FILE` (every inbound message as a JSON line `{ts, pid, msg}`; events as
-//! `{ts, pid, event, ...}`), `--label TEXT` (what `whoami` answers),
+//! `--log FILE` (every inbound message as a JSON line `{ts, pid, msg, line}`, `line`
+//! the text as received; events as `{ts, pid, event, ...}`; a line a `Value` cannot
+//! hold is logged as `bad line` and, if it has an id, answered -32602), `--label TEXT` (what `whoami` answers),
 //! `--start-delay-ms N` (a slow start: stdin is read only after N ms),
 //! `--hang-after N` (answers N `ping`s, then nothing at all: a hung server),
 //! `--subscribe` (declares `resources.subscribe`, accepts `resources/subscribe` and
@@ -37,6 +38,7 @@ use std::io::Write;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
+use serde_json::value::RawValue;
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::{mpsc, oneshot};
@@ -497,10 +499,22 @@ async fn main() {
     while let Ok(Some(line)) = lines.next_line().await {
         match serde_json::from_str::<Value>(&line) {
             Ok(msg) => {
-                server.log.write(json!({"msg": msg}));
+                server.log.write(json!({"msg": msg, "line": line}));
                 server.handle(&msg);
             }
-            Err(_) => server.log.write(json!({"event": "bad line", "line": line})),
+            Err(e) => {
+                server.log.write(json!({"event": "bad line", "line": line}));
+                // JSON that a `Value` cannot hold (a number such as 1e400): a
+                // request with a readable id is answered -32602, not left hanging.
+                let top = serde_json::from_str::<HashMap<String, Box<RawValue>>>(&line);
+                let id: Option<Value> = top
+                    .ok()
+                    .and_then(|t| serde_json::from_str(t.get("id")?.get()).ok());
+                if let Some(id) = id {
+                    let error = json!({"code": -32602, "message": format!("unreadable: {e}")});
+                    server.send(&json!({"jsonrpc": "2.0", "id": id, "error": error}));
+                }
+            }
         }
     }
     server.log.write(json!({"event": "stdin closed"}));
