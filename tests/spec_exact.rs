@@ -38,6 +38,16 @@ async fn a_lone_surrogate_escape_is_read_as_the_replacement_character() {
         assert_eq!(v["id"], "s1", "{v}");
         assert_eq!(text_of(&v), want, "{escaped} → {v}");
     }
+    // Params of a method the gateway reads whole (not kept as text) too.
+    let r = s
+        .post(
+            &[],
+            r#"{"jsonrpc":"2.0","id":"l1","method":"tools/list","params":{"_meta":{"note":"a\ud83d"}}}"#,
+        )
+        .await;
+    assert_eq!(r.status, 200, "{r:?}");
+    let v = r.json();
+    assert!(v["result"]["tools"].is_array(), "{v}");
     // An id could not be echoed back as sent: refused, with no id to echo.
     let r = s
         .post(&[], r#"{"jsonrpc":"2.0","id":"a\ud800","method":"ping"}"#)

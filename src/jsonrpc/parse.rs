@@ -219,10 +219,18 @@ fn classify<M: MethodName>(
             })),
             Some(Ok(id)) => {
                 let params = match env.params {
-                    Some(p) if method.keeps_params_text() => Some(Params::from_text(match owner {
-                        Some(owner) => RawJson::within(owner, p),
-                        None => RawJson::from_raw(p.to_owned()),
-                    })),
+                    Some(p) if method.keeps_params_text() => Some(Params::from_text(
+                        // A lone surrogate escape (which the envelope's pass
+                        // over the raw text lets through) is read as U+FFFD
+                        // here too, as in a message that needed the repair.
+                        match super::surrogates::repair(p.get().as_bytes()) {
+                            Some(repaired) => RawJson::from_vec(repaired),
+                            None => match owner {
+                                Some(owner) => RawJson::within(owner, p),
+                                None => RawJson::from_raw(p.to_owned()),
+                            },
+                        },
+                    )),
                     Some(p) => Some(params_value(p)?.into()),
                     None => None,
                 };
@@ -264,8 +272,15 @@ fn classify<M: MethodName>(
 /// Params parsed into a `Value`. Errors as a parse of the whole message would
 /// have failed: text the envelope's pass let through (a lone surrogate escape,
 /// a number out of range) is not JSON a `Value` holds.
+/// `raw` as a `Value`, a lone surrogate escape read as U+FFFD.
 fn params_value(raw: &RawValue) -> Result<Value, EnvelopeError> {
-    serde_json::from_str(raw.get()).map_err(|e| envelope_error(&e))
+    serde_json::from_str(raw.get()).or_else(|e| {
+        match super::surrogates::repair(raw.get().as_bytes()) {
+            Some(repaired) => serde_json::from_slice(&repaired),
+            None => Err(e),
+        }
+        .map_err(|e| envelope_error(&e))
+    })
 }
 
 /// A `method` member's string (escapes decoded); `None` for any other JSON type.

@@ -38,6 +38,11 @@ impl RawJson {
         RawJson(Bytes::from(text.into_boxed_bytes()))
     }
 
+    /// Checked JSON text, taken over without a copy.
+    pub(super) fn from_vec(text: Vec<u8>) -> Self {
+        RawJson(Bytes::from(text))
+    }
+
     /// `value` serialized; `None` if it cannot be (a map with non-string keys).
     pub fn from_value<T: Serialize + ?Sized>(value: &T) -> Option<Self> {
         serde_json::to_vec(value).ok().map(|v| RawJson(v.into()))

@@ -12,11 +12,8 @@
 pub fn repair(text: &[u8]) -> Option<Vec<u8>> {
     let mut out: Option<Vec<u8>> = None;
     let mut i = 0;
-    while i < text.len() {
-        if text[i] != b'\\' {
-            i += 1;
-            continue;
-        }
+    while let Some(skip) = memchr::memchr(b'\\', &text[i.min(text.len())..]) {
+        i += skip;
         let Some(unit) = unit_at(text, i) else {
             // `\"`, `\\`, `\n` …: the escaped byte is not an escape of its own.
             i += 2;
