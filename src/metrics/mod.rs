@@ -59,6 +59,9 @@ pub struct Metrics {
     /// ready or free within `queue_timeout`). Each such call is also a
     /// `backend_busy` rejection.
     pub backend_connection_refusals: IntCounterVec,
+    /// Idle per-session connections closed to make room for another one, by
+    /// backend and the limit reached (`max_connections`, `per_client`).
+    pub backend_connections_reclaimed: IntCounterVec,
     /// Messages toward hosts that were dropped, by reason.
     pub dropped_messages: IntCounterVec,
     /// Request body bytes received from hosts.
@@ -283,6 +286,12 @@ impl Metrics {
                 &r,
                 "mcpgate_backend_connection_refusals_total",
                 "Connections to per-session backends refused for a call, by backend and limit (max_connections, per_client, pool_wait).",
+                &["backend", "reason"],
+            ),
+            backend_connections_reclaimed: counter_vec(
+                &r,
+                "mcpgate_backend_connections_reclaimed_total",
+                "Idle per-session connections closed to make room for another (reclaim_idle_after), by backend and limit (max_connections, per_client).",
                 &["backend", "reason"],
             ),
             dropped_messages: counter_vec(
