@@ -193,6 +193,7 @@ pub fn validate(c: &Config) -> Vec<ConfigProblem> {
     for (field, v) in [
         ("server.page_size", s.page_size),
         ("server.max_sessions", s.max_sessions),
+        ("server.max_sessions_per_client", s.sessions_per_client()),
     ] {
         if v == 0 {
             p.push(ConfigProblem::new(field, "must be at least 1"));

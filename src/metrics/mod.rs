@@ -82,6 +82,9 @@ pub struct Metrics {
     pub config_restart_required: IntGauge,
     /// `server.max_sessions`: the session cap (`mcpgate_sessions_active` reaches it).
     pub sessions_max: IntGauge,
+    /// Sessions never used after `initialize` that were ended to make room for
+    /// a new one, by the limit reached (`max_sessions`, `per_client`).
+    pub sessions_evicted: IntCounterVec,
     /// Session ids this process had to open because it did not hold the session
     /// (after a restart, or from another replica), by result: `restored`,
     /// `forged` (does not open), `ended` (ended here, or past its lifetime),
@@ -348,6 +351,12 @@ impl Metrics {
                 "mcpgate_sessions_max",
                 "The session cap (server.max_sessions).",
             ),
+            sessions_evicted: counter_vec(
+                &r,
+                "mcpgate_sessions_evicted_total",
+                "Never-used sessions ended to make room for a new one, by the limit reached (max_sessions, per_client).",
+                &["reason"],
+            ),
             unroutable_backend_messages: counter_vec(
                 &r,
                 "mcpgate_unroutable_backend_requests_total",
@@ -408,6 +417,9 @@ impl Metrics {
             .set(1);
         for result in ["success", "failure"] {
             m.config_reloads.with_label_values(&[result]);
+        }
+        for reason in ["max_sessions", "per_client"] {
+            m.sessions_evicted.with_label_values(&[reason]);
         }
         for result in ["resumed", "invalid", "elsewhere", "gone"] {
             m.input_required_retries
