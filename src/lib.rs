@@ -204,7 +204,7 @@ impl Gateway {
             metrics: metrics.clone(),
             sealer,
             limiter: limiter.clone(),
-            refusals: Arc::default(),
+            limit_log: Arc::default(),
             proxies: Arc::new(http::client::TrustedProxies::new(&server.trusted_proxies)),
             origins: Arc::new(OriginPolicy::new(
                 local_addr,

@@ -7,8 +7,10 @@
 //! own at its share, any client's at the cap — and its id then gets 404 (the
 //! host re-initializes, MCP 2025-11-25 basic/transports). With a shared store
 //! its record ends too, before anything else, so no replica restores it.
-//! Refusals are logged once, then summarized every [`SUMMARY_EVERY`]
-//! ([`RefusalLog`]); every one is counted in `mcpgate_rejections_total`.
+//! Refusals (WARN) and evictions (INFO) are logged once, then summarized at
+//! most every [`SUMMARY_EVERY`] ([`LimitLog`]); every refusal is counted in
+//! `mcpgate_rejections_total`, every eviction in
+//! `mcpgate_sessions_evicted_total`.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -53,7 +55,7 @@ pub(super) async fn admit(st: &AppState, session: &Arc<Session>) -> Result<(), H
             break full;
         }
     };
-    st.refusals.refused(setting(full.per_client), full.limit);
+    st.limit_log.refused(setting(full.per_client), full.limit);
     let retry = super::mcp::session_cap_retry_after(st);
     let e = match full.per_client {
         true => HttpError::too_many_client_sessions(full.limit),
@@ -84,9 +86,7 @@ pub(super) async fn make_room(st: &AppState, client: Option<&ClientKey>) -> bool
         .sessions_evicted
         .with_label_values(&[reason])
         .inc();
-    let owner = ClientKey::of(evicted.principal(), evicted.client()).map(|c| c.to_string());
-    tracing::info!(session = %evicted.log_id(), client = owner.as_deref().unwrap_or("unknown"),
-        limit = reason, "a session never used after initialize was ended to make room for a new one");
+    st.limit_log.evicted(&evicted, reason);
     end_evicted(st, evicted).await;
     true
 }
@@ -101,27 +101,30 @@ async fn end_evicted(st: &AppState, session: Arc<Session>) {
     tokio::spawn(async move { supervisor.end_session(&session).await });
 }
 
-/// The WARN lines of sessions refused at a session limit (`initialize`, and a
-/// restore from a sealed id at the cap):
-/// the first one, then at most one per [`SUMMARY_EVERY`] with how many were
-/// refused since the last line (a flood would otherwise write a line each).
+/// The log lines of the session limits, throttled: under a flood each
+/// `initialize` would otherwise write one. Refusals (WARN) and evictions
+/// (INFO): the first, then at most one per [`SUMMARY_EVERY`] with how many
+/// there were since the last line (each eviction also at DEBUG; every one is
+/// counted in the metrics).
 #[derive(Default)]
-pub struct RefusalLog {
-    state: Mutex<Throttle>,
+pub struct LimitLog {
+    refusals: Mutex<Throttle>,
+    evictions: Mutex<Throttle>,
 }
 
 #[derive(Default)]
 struct Throttle {
     /// When the last line was written.
     last: Option<Instant>,
-    /// Refusals since then, not yet in a line.
+    /// Events since then, not yet in a line.
     unlogged: u64,
 }
 
-impl RefusalLog {
-    /// Records one refusal at `setting` (its value `limit`); logs it when due.
+impl LimitLog {
+    /// Records a session refused at `setting` (its value `limit`), at
+    /// `initialize` or at a restore; logs it when a line is due.
     pub fn refused(&self, setting: &str, limit: usize) {
-        if let Some(count) = self.due(Instant::now()) {
+        if let Some(count) = due(&self.refusals, Instant::now()) {
             tracing::warn!(
                 setting,
                 limit,
@@ -132,16 +135,35 @@ impl RefusalLog {
         }
     }
 
-    /// Counts a refusal at `now`: `Some(refusals to report)` when a line is due.
-    fn due(&self, now: Instant) -> Option<u64> {
-        let mut t = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        t.unlogged += 1;
-        match t.last {
-            Some(last) if now.saturating_duration_since(last) < SUMMARY_EVERY => None,
-            _ => {
-                t.last = Some(now);
-                Some(std::mem::take(&mut t.unlogged))
-            }
+    /// Records that `session` was ended to make room at limit `reason`
+    /// (`max_sessions`, `per_client`); logs it when a line is due.
+    pub fn evicted(&self, session: &Session, reason: &str) {
+        let client = ClientKey::of(session.principal(), session.client()).map(|c| c.to_string());
+        let client = client.as_deref().unwrap_or("unknown");
+        tracing::debug!(session = %session.log_id(), client, limit = reason,
+            "a never-used session was ended to make room");
+        if let Some(count) = due(&self.evictions, Instant::now()) {
+            tracing::info!(
+                session = %session.log_id(),
+                client,
+                limit = reason,
+                evicted = count,
+                "sessions never used after initialize were ended to make room for new ones ({count} since the last such line; at most one line per {}s)",
+                SUMMARY_EVERY.as_secs()
+            );
+        }
+    }
+}
+
+/// Counts an event at `now`: `Some(events to report)` when a line is due.
+fn due(throttle: &Mutex<Throttle>, now: Instant) -> Option<u64> {
+    let mut t = throttle.lock().unwrap_or_else(|e| e.into_inner());
+    t.unlogged += 1;
+    match t.last {
+        Some(last) if now.saturating_duration_since(last) < SUMMARY_EVERY => None,
+        _ => {
+            t.last = Some(now);
+            Some(std::mem::take(&mut t.unlogged))
         }
     }
 }
@@ -152,21 +174,21 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn logs_the_first_refusal_then_one_summary_per_window() {
-        let log = RefusalLog::default();
-        assert_eq!(log.due(Instant::now()), Some(1), "the first one");
+        let log = Mutex::new(Throttle::default());
+        assert_eq!(due(&log, Instant::now()), Some(1), "the first one");
         for _ in 0..99 {
-            assert_eq!(log.due(Instant::now()), None);
+            assert_eq!(due(&log, Instant::now()), None);
         }
         tokio::time::advance(SUMMARY_EVERY / 2).await;
-        assert_eq!(log.due(Instant::now()), None, "within the window");
+        assert_eq!(due(&log, Instant::now()), None, "within the window");
         tokio::time::advance(SUMMARY_EVERY / 2).await;
         assert_eq!(
-            log.due(Instant::now()),
+            due(&log, Instant::now()),
             Some(101),
-            "the summary counts every refusal since the last line"
+            "the summary counts every event since the last line"
         );
-        assert_eq!(log.due(Instant::now()), None);
+        assert_eq!(due(&log, Instant::now()), None);
         tokio::time::advance(SUMMARY_EVERY).await;
-        assert_eq!(log.due(Instant::now()), Some(2));
+        assert_eq!(due(&log, Instant::now()), Some(2));
     }
 }

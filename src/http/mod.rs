@@ -80,8 +80,8 @@ pub struct AppState {
     pub origins: Arc<OriginPolicy>,
     /// Per-client rate limit, when configured.
     pub limiter: Option<Arc<limit::Limiter>>,
-    /// The WARN lines of `initialize`s refused at a session limit (throttled).
-    pub refusals: Arc<admission::RefusalLog>,
+    /// The log lines of the session limits (throttled).
+    pub limit_log: Arc<admission::LimitLog>,
     /// Whose `X-Forwarded-For` names the client (`server.trusted_proxies`).
     pub proxies: Arc<client::TrustedProxies>,
     /// Bearer validation (`None`: the endpoint is open, see `[auth]`): the

@@ -174,7 +174,7 @@ async fn restore(
             Err(HttpError::unknown_session())
         }
         Err(full) => {
-            st.refusals
+            st.limit_log
                 .refused("server.max_sessions (a restore)", full.limit);
             let retry = super::mcp::session_cap_retry_after(st);
             Err(HttpError::too_many_sessions().with_header(header::RETRY_AFTER, retry))
