@@ -145,7 +145,7 @@ impl MemoryStore {
         }
     }
 
-    /// Whether `entry` names a session held here that was never used.
+    /// Whether `s` is held here (not ended) and was never used.
     fn unused(&self, s: &Arc<Session>) -> bool {
         !s.is_used() && !s.is_ended() && self.map.get(&s.id).is_some_and(|h| Arc::ptr_eq(&h, s))
     }
