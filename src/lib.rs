@@ -152,6 +152,7 @@ impl Gateway {
             server.max_sessions,
             config.cluster.session_max_lifetime,
         ));
+        sessions.set_limits(server.max_sessions, server.sessions_per_client());
         let shared = shared_store(&config, &metrics, &stop).await?;
         let catalog = Arc::new(Catalog::new(&config, sealer.clone()));
         let (refresh_tx, refresh_rx) = tokio::sync::mpsc::unbounded_channel();
@@ -203,6 +204,7 @@ impl Gateway {
             metrics: metrics.clone(),
             sealer,
             limiter: limiter.clone(),
+            limit_log: Arc::default(),
             proxies: Arc::new(http::client::TrustedProxies::new(&server.trusted_proxies)),
             origins: Arc::new(OriginPolicy::new(
                 local_addr,

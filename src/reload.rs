@@ -249,6 +249,7 @@ fn server_changes(old: &ServerConfig, new: &ServerConfig) -> Vec<&'static str> {
         trusted_proxies,
         session_idle_timeout,
         max_sessions,
+        max_sessions_per_client,
         max_body_bytes,
         header_read_timeout,
         body_read_timeout,
@@ -276,6 +277,10 @@ fn server_changes(old: &ServerConfig, new: &ServerConfig) -> Vec<&'static str> {
             *session_idle_timeout != old.session_idle_timeout,
         ),
         ("max_sessions", *max_sessions != old.max_sessions),
+        (
+            "max_sessions_per_client",
+            *max_sessions_per_client != old.max_sessions_per_client,
+        ),
         ("max_body_bytes", *max_body_bytes != old.max_body_bytes),
         (
             "header_read_timeout",

@@ -49,6 +49,13 @@ pub struct BackendConfig {
     /// per_session mode: a pooled connection (stateless 2026-07-28 requests)
     /// unused this long is closed. Default 60 s.
     pub pool_idle_timeout: Duration,
+    /// per_session mode: when a new connection would go over the client's
+    /// `max_connections_per_client` (or the backend's `max_connections`), a
+    /// session's own connection unused at least this long (no call in flight,
+    /// no subscription or task of its session on it) is closed to make room:
+    /// the client's least recently used one (for `max_connections`, any
+    /// client's). Its session's next call opens a fresh one. Default 60 s.
+    pub reclaim_idle_after: Duration,
     /// A session's own connection to a per_session backend (or an auto one
     /// once it serves sessions their own), stdio or http, unused this long is
     /// closed; it reopens on the next call. Default (`None`): it lives as long
@@ -187,6 +194,16 @@ pub struct RawBackend {
     #[serde(default, with = "humantime_serde")]
     #[schemars(schema_with = "schema::duration")]
     pub pool_idle_timeout: Option<Duration>,
+    /// per_session mode: when opening a connection would go over the client's
+    /// `max_connections_per_client` (or `max_connections`), a session's own
+    /// connection unused at least this long — no call in flight, no
+    /// subscription or task of its session on it — is closed to make room
+    /// (the client's least recently used; for `max_connections`, any
+    /// client's) instead of refusing the call; its session's next call opens
+    /// a fresh one (log level and subscriptions set again). Default 60 s.
+    #[serde(default, with = "humantime_serde")]
+    #[schemars(schema_with = "schema::duration")]
+    pub reclaim_idle_after: Option<Duration>,
     /// per_session (and auto, once it serves sessions their own) backends, stdio
     /// or http: a session's own connection unused this long is closed and reopens
     /// on the next call. At least `server.session_idle_timeout`. Default when

@@ -139,8 +139,18 @@ pub struct ServerConfig {
     #[serde(with = "humantime_serde")]
     #[schemars(schema_with = "schema::duration")]
     pub session_idle_timeout: Duration,
-    /// Maximum concurrent host sessions; `initialize` beyond it gets HTTP 503.
+    /// Maximum concurrent host sessions. At it, `initialize` ends the oldest
+    /// session that was never used (no request after `initialize`) and is a
+    /// few seconds old; when there is none it gets HTTP 503 + `Retry-After`.
+    /// Default 10,000.
     pub max_sessions: usize,
+    /// Most sessions one client holds: the principal (`iss`, `sub`), or on an
+    /// open endpoint the client address (behind a proxy, set
+    /// `trusted_proxies`). At it, `initialize` ends that client's oldest
+    /// never-used session (a few seconds old), else gets HTTP 429 +
+    /// `Retry-After`. Default a quarter of `max_sessions` rounded up, at
+    /// least 100 (or `max_sessions` when that is less).
+    pub max_sessions_per_client: Option<usize>,
     /// Maximum request body in bytes (HTTP 413 beyond, at once when the
     /// `Content-Length` announces more). Default 4 MiB.
     pub max_body_bytes: usize,
@@ -269,6 +279,18 @@ mod optional_addr {
     }
 }
 
+impl ServerConfig {
+    /// `max_sessions_per_client`, or its default: a quarter of
+    /// `max_sessions` rounded up, at least 100 (at most `max_sessions`: a small
+    /// cap is not split further).
+    pub fn sessions_per_client(&self) -> usize {
+        self.max_sessions_per_client.unwrap_or_else(|| {
+            let quarter = self.max_sessions.div_ceil(4).max(100);
+            quarter.min(self.max_sessions)
+        })
+    }
+}
+
 impl Default for ServerConfig {
     fn default() -> Self {
         ServerConfig {
@@ -279,6 +301,7 @@ impl Default for ServerConfig {
             trusted_proxies: Vec::new(),
             session_idle_timeout: Duration::from_secs(30 * 60),
             max_sessions: 10_000,
+            max_sessions_per_client: None,
             max_body_bytes: 4 * 1024 * 1024,
             header_read_timeout: Duration::from_secs(30),
             body_read_timeout: Duration::from_secs(30),

@@ -101,3 +101,27 @@ fn listen_override() {
     let c = Config::parse("", Path::new("c.toml"), &env).unwrap();
     assert_eq!(c.server.listen.port(), 9999);
 }
+
+#[test]
+fn a_clients_session_share_defaults_to_a_quarter_of_the_cap_at_least_100() {
+    let parse = |text: &str| Config::parse(text, std::path::Path::new("t.toml"), &env);
+    let c = parse("[server]\nmax_sessions = 1001\n").expect("valid");
+    assert_eq!(c.server.sessions_per_client(), 251, "1001 / 4, rounded up");
+    let c = parse("[server]\nmax_sessions = 200\n").expect("valid");
+    assert_eq!(c.server.sessions_per_client(), 100, "at least 100");
+    let c = parse("[server]\nmax_sessions = 10\n").expect("valid");
+    assert_eq!(
+        c.server.sessions_per_client(),
+        10,
+        "a small cap is not split"
+    );
+    let c = parse("[server]\nmax_sessions_per_client = 7\n").expect("valid");
+    assert_eq!(c.server.sessions_per_client(), 7);
+    let problems = parse("[server]\nmax_sessions_per_client = 0\n").expect_err("0");
+    assert!(
+        problems
+            .iter()
+            .any(|p| p.path == "server.max_sessions_per_client"),
+        "{problems:?}"
+    );
+}

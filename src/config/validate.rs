@@ -149,6 +149,9 @@ pub(super) fn build(raw: RawConfig, p: &mut Vec<ConfigProblem>) -> Config {
             pool_idle_timeout: b
                 .pool_idle_timeout
                 .unwrap_or(std::time::Duration::from_secs(60)),
+            reclaim_idle_after: b
+                .reclaim_idle_after
+                .unwrap_or(std::time::Duration::from_secs(60)),
             idle_timeout: b.idle_timeout,
             headers_file: b.headers_file,
             upstream_auth: b.auth,
@@ -190,6 +193,7 @@ pub fn validate(c: &Config) -> Vec<ConfigProblem> {
     for (field, v) in [
         ("server.page_size", s.page_size),
         ("server.max_sessions", s.max_sessions),
+        ("server.max_sessions_per_client", s.sessions_per_client()),
     ] {
         if v == 0 {
             p.push(ConfigProblem::new(field, "must be at least 1"));

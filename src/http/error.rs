@@ -103,6 +103,21 @@ impl HttpError {
         )
     }
 
+    /// 429 for `initialize` when the client already holds
+    /// `server.max_sessions_per_client` sessions (`limit`) and none of them
+    /// can be ended to make room (RFC 6585 §4; add `Retry-After`).
+    pub fn too_many_client_sessions(limit: usize) -> Self {
+        HttpError::new(
+            Rejection::TooManyClientSessions,
+            StatusCode::TOO_MANY_REQUESTS,
+            jsonrpc::TRANSPORT_ERROR,
+            format!(
+                "Too Many Requests: this client already holds {limit} sessions \
+                 (server.max_sessions_per_client); end sessions it no longer uses (DELETE)"
+            ),
+        )
+    }
+
     /// 503 + `Retry-After: 1` for `initialize` while the gateway drains for
     /// shutdown (RFC 9110 §10.2.3): the host should open its session on another
     /// replica, which the load balancer picks once `/readyz` took this one out.

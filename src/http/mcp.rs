@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use axum::body::Bytes;
 use axum::extract::{Request, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
@@ -196,6 +196,9 @@ async fn frame(
     ctx.set_revision(session.version());
     headers::protocol_version(h)?;
     session.touch();
+    if !matches!(msg, Message::Notification(_)) {
+        session.mark_used();
+    }
     Ok((Framed::One(session, msg), principal))
 }
 
@@ -231,6 +234,12 @@ async fn frame_batch(
         ));
     }
     session.touch();
+    if items
+        .iter()
+        .any(|i| matches!(i, Ok(Message::Request(_) | Message::Response(_))))
+    {
+        session.mark_used();
+    }
     Ok((Framed::Batch(session, items), principal))
 }
 
@@ -463,7 +472,8 @@ fn wrong_type(field: &str, want: &str, got: Option<&Value>) -> String {
 /// shared store (awaited), its place in the store under the session cap.
 ///
 /// Errors: 503 while the shared store does not answer, 503 + `Retry-After` at the
-/// session cap.
+/// session cap and 429 + `Retry-After` at the client's share, when no
+/// never-used session could be ended to make room (`admission.rs`).
 async fn open_session(
     st: &AppState,
     ctx: &RequestContext,
@@ -492,16 +502,11 @@ async fn open_session(
     count_drops(st, &session);
     super::standalone::wire(st, &session);
     record_new(st, &session).await?;
-    if let Err(full) = st.sessions.insert(session.clone()) {
+    if let Err(e) = super::admission::admit(st, &session).await {
         if let Some(store) = st.supervisor.shared() {
             store.discard(session.store_key()).await;
         }
-        tracing::warn!(
-            limit = full.limit,
-            "session limit reached; initialize refused"
-        );
-        return Err(HttpError::too_many_sessions()
-            .with_header(header::RETRY_AFTER, session_cap_retry_after(st)));
+        return Err(e);
     }
     Ok(session)
 }

@@ -3,6 +3,7 @@
 
 mod accept;
 pub mod admin;
+pub mod admission;
 mod auth;
 pub(crate) mod batch;
 mod body_timeout;
@@ -79,6 +80,8 @@ pub struct AppState {
     pub origins: Arc<OriginPolicy>,
     /// Per-client rate limit, when configured.
     pub limiter: Option<Arc<limit::Limiter>>,
+    /// The log lines of the session limits (throttled).
+    pub limit_log: Arc<admission::LimitLog>,
     /// Whose `X-Forwarded-For` names the client (`server.trusted_proxies`).
     pub proxies: Arc<client::TrustedProxies>,
     /// Bearer validation (`None`: the endpoint is open, see `[auth]`): the

@@ -499,8 +499,9 @@ async fn run_one(st: AppState, h: String, sealed: String) {
     };
     st.supervisor.own(&session);
     // Used through another replica: this copy must not idle out (its expiry
-    // would stop the child and lose its state).
+    // would stop the child and lose its state), nor be ended as never used.
     session.touch();
+    session.mark_used();
     let mirror = Mirror {
         store: store.clone(),
         h: h.clone(),

@@ -153,11 +153,16 @@ async fn restore(
         session.add_task(&exposed, route);
     }
     count_drops(st, &session);
-    let taken = if confirmed {
-        st.sessions.adopt(Arc::new(session))
-    } else {
-        st.sessions.restore(Arc::new(session))
+    let session = Arc::new(session);
+    let take = |s: &Arc<Session>| match confirmed {
+        true => st.sessions.adopt(s.clone()),
+        false => st.sessions.restore(s.clone()),
     };
+    let mut taken = take(&session);
+    // At the cap, a session in use takes the place of one never used.
+    if taken.is_err() && super::admission::make_room(st, None).await {
+        taken = take(&session);
+    }
     match taken {
         Ok(Some(held)) => {
             count("restored");
@@ -174,7 +179,8 @@ async fn restore(
             Err(HttpError::unknown_session())
         }
         Err(full) => {
-            tracing::warn!(limit = full.limit, "session limit reached; restore refused");
+            st.limit_log
+                .refused("server.max_sessions (a restore)", full.limit);
             let retry = super::mcp::session_cap_retry_after(st);
             Err(HttpError::too_many_sessions().with_header(header::RETRY_AFTER, retry))
         }
@@ -298,6 +304,7 @@ async fn open_stream(
     ctx.set_revision(session.version());
     headers::protocol_version(h)?;
     session.touch();
+    session.mark_used();
     let slot = reserve_stream(st, &session)?;
     // The host (re-)attaches here: subscriptions whose holder is gone come
     // here (the host re-attaches within seconds when its replica dies).

@@ -59,6 +59,9 @@ pub struct Metrics {
     /// ready or free within `queue_timeout`). Each such call is also a
     /// `backend_busy` rejection.
     pub backend_connection_refusals: IntCounterVec,
+    /// Idle per-session connections closed to make room for another one, by
+    /// backend and the limit reached (`max_connections`, `per_client`).
+    pub backend_connections_reclaimed: IntCounterVec,
     /// Messages toward hosts that were dropped, by reason.
     pub dropped_messages: IntCounterVec,
     /// Request body bytes received from hosts.
@@ -79,6 +82,9 @@ pub struct Metrics {
     pub config_restart_required: IntGauge,
     /// `server.max_sessions`: the session cap (`mcpgate_sessions_active` reaches it).
     pub sessions_max: IntGauge,
+    /// Sessions never used after `initialize` that were ended to make room for
+    /// a new one, by the limit reached (`max_sessions`, `per_client`).
+    pub sessions_evicted: IntCounterVec,
     /// Session ids this process had to open because it did not hold the session
     /// (after a restart, or from another replica), by result: `restored`,
     /// `forged` (does not open), `ended` (ended here, or past its lifetime),
@@ -285,6 +291,12 @@ impl Metrics {
                 "Connections to per-session backends refused for a call, by backend and limit (max_connections, per_client, pool_wait).",
                 &["backend", "reason"],
             ),
+            backend_connections_reclaimed: counter_vec(
+                &r,
+                "mcpgate_backend_connections_reclaimed_total",
+                "Idle per-session connections closed to make room for another (reclaim_idle_after), by backend and limit (max_connections, per_client).",
+                &["backend", "reason"],
+            ),
             dropped_messages: counter_vec(
                 &r,
                 "mcpgate_dropped_messages_total",
@@ -338,6 +350,12 @@ impl Metrics {
                 &r,
                 "mcpgate_sessions_max",
                 "The session cap (server.max_sessions).",
+            ),
+            sessions_evicted: counter_vec(
+                &r,
+                "mcpgate_sessions_evicted_total",
+                "Never-used sessions ended to make room for a new one, by the limit reached (max_sessions, per_client).",
+                &["reason"],
             ),
             unroutable_backend_messages: counter_vec(
                 &r,
@@ -399,6 +417,9 @@ impl Metrics {
             .set(1);
         for result in ["success", "failure"] {
             m.config_reloads.with_label_values(&[result]);
+        }
+        for reason in ["max_sessions", "per_client"] {
+            m.sessions_evicted.with_label_values(&[reason]);
         }
         for result in ["resumed", "invalid", "elsewhere", "gone"] {
             m.input_required_retries

@@ -47,6 +47,8 @@ pub enum Rejection {
     Resume,
     /// 503: `server.max_sessions` reached.
     TooManySessions,
+    /// 429: the client holds `server.max_sessions_per_client` sessions.
+    TooManyClientSessions,
     /// 503: a new session while the gateway drains for shutdown.
     Draining,
     /// 503: a new session while the shared session store does not answer.
@@ -88,6 +90,7 @@ impl Rejection {
             Rejection::SessionUnknown => "session_unknown",
             Rejection::Resume => "resume",
             Rejection::TooManySessions => "too_many_sessions",
+            Rejection::TooManyClientSessions => "too_many_client_sessions",
             Rejection::Draining => "draining",
             Rejection::StoreUnavailable => "store_unavailable",
             Rejection::TooManyStreams => "too_many_streams",

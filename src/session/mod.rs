@@ -60,6 +60,10 @@ struct Live {
     /// When `initialize` created the session (connection mode `auto` decides by it).
     created: Instant,
     last_seen: Mutex<Instant>,
+    /// Whether the host used the session after `initialize`: a request, a
+    /// batch with one, a GET stream (notifications alone do not count). A
+    /// session never used may be ended to make room at the session limits.
+    used: AtomicBool,
     /// Per-session backend connections, by backend registry index.
     upstreams: Mutex<HashMap<usize, Arc<Slot>>>,
     /// Host requests being served, by host id (for cancellation).
@@ -152,6 +156,7 @@ impl Session {
             live: Live {
                 created: Instant::now(),
                 last_seen: Mutex::new(Instant::now()),
+                used: AtomicBool::new(false),
                 upstreams: Mutex::default(),
                 inflight: Mutex::default(),
                 client_requests: Mutex::default(),
@@ -361,6 +366,19 @@ impl Session {
         if let Ok(mut t) = self.live.last_seen.lock() {
             *t = Instant::now();
         }
+    }
+
+    /// Records that the host used the session (a request, or a GET stream).
+    pub fn mark_used(&self) {
+        if !self.live.used.load(Ordering::Relaxed) {
+            self.live.used.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// Whether the host used the session after `initialize`
+    /// ([`Session::mark_used`]).
+    pub fn is_used(&self) -> bool {
+        self.live.used.load(Ordering::Relaxed)
     }
 
     /// When the session was last used.

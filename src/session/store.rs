@@ -2,9 +2,9 @@
 //! replicas) and the default in-memory implementation with a cap, idle expiry,
 //! the absolute lifetime, and the memory of which sealed ids ended here.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use dashmap::DashMap;
@@ -13,21 +13,41 @@ use tokio::time::Instant;
 
 use super::Session;
 use super::token::{Identity, unix_now};
+use crate::auth::ClientKey;
 use crate::cluster::random_bytes;
 
-/// `initialize` was refused because the store holds `max_sessions` sessions.
+/// `initialize` was refused because the store holds `max_sessions` sessions,
+/// or the client's `max_sessions_per_client`.
 #[derive(Debug, Clone, Copy, thiserror::Error)]
 #[error("too many sessions (limit {limit})")]
 pub struct StoreFull {
     /// The configured cap.
     pub limit: usize,
+    /// Whether it is the client's share (`max_sessions_per_client`) rather
+    /// than the store's cap.
+    pub per_client: bool,
+}
+
+/// The client a session is counted against: its principal, or its address.
+fn client_of(session: &Session) -> Option<ClientKey> {
+    ClientKey::of(session.principal(), session.client())
 }
 
 /// Where host sessions live: in memory, and with `[cluster] redis` in front of
 /// the shared store as its near-cache.
 pub trait SessionStore: Send + Sync + 'static {
-    /// Adds a session. Errors with [`StoreFull`] at the cap.
+    /// Adds a session a host just initialized. Errors with [`StoreFull`] at
+    /// the cap or at its client's share.
     fn insert(&self, session: Arc<Session>) -> Result<(), StoreFull>;
+    /// Removes and returns the oldest session that was never used (no
+    /// request after `initialize`, [`Session::is_used`]) and was created at
+    /// least `older_than` ago: `client`'s (its principal, or address), or any
+    /// client's for `None`. `None` when there is no such session.
+    fn evict_unused(
+        &self,
+        client: Option<&ClientKey>,
+        older_than: Duration,
+    ) -> Option<Arc<Session>>;
     /// Looks a session up by `Mcp-Session-Id`.
     fn get(&self, id: &str) -> Option<Arc<Session>>;
     /// Removes a session.
@@ -52,9 +72,10 @@ pub trait SessionStore: Send + Sync + 'static {
     /// process's memory of what ended here, knows whether it ended (an idle
     /// expiry here only dropped the cached copy). `Ok(None)`: past its lifetime.
     fn adopt(&self, session: Arc<Session>) -> Result<Option<Arc<Session>>, StoreFull>;
-    /// Sets the cap (`server.max_sessions`, at a reload). Sessions held beyond a
+    /// Sets the cap (`server.max_sessions`) and each client's share
+    /// (`max_sessions_per_client`), at a reload. Sessions held beyond a
     /// lowered cap stay; new ones are refused until the count is below it.
-    fn set_limit(&self, limit: usize);
+    fn set_limits(&self, limit: usize, per_client: usize);
 }
 
 /// In-memory store (dashmap), the default.
@@ -70,6 +91,15 @@ pub struct MemoryStore {
     map: DashMap<Arc<str>, Arc<Session>, foldhash::fast::RandomState>,
     /// `server.max_sessions` (a reload may change it).
     limit: AtomicUsize,
+    /// `server.max_sessions_per_client` (a reload may change it).
+    per_client: AtomicUsize,
+    /// Sessions held by client (principal or address); also the lock that
+    /// orders inserts, so neither limit is overshot.
+    by_client: Mutex<HashMap<ClientKey, usize>>,
+    /// Sessions inserted (initialized here), oldest first: where the oldest
+    /// never-used one is looked for. Entries of sessions since used or gone
+    /// are dropped lazily (at the front, and when it outgrows the cap).
+    fresh: Mutex<VecDeque<Weak<Session>>>,
     max_lifetime: Duration,
     epoch: u32,
     /// Identities minted elsewhere that ended here → Unix second they expire.
@@ -78,12 +108,16 @@ pub struct MemoryStore {
 }
 
 impl MemoryStore {
-    /// A store that holds at most `limit` sessions, each for at most
+    /// A store that holds at most `limit` sessions (any number of them of one
+    /// client until [`SessionStore::set_limits`]), each for at most
     /// `max_lifetime` after its `initialize`; its epoch is random.
     pub fn new(limit: usize, max_lifetime: Duration) -> Self {
         MemoryStore {
             map: DashMap::with_hasher(foldhash::fast::RandomState::default()),
             limit: AtomicUsize::new(limit),
+            per_client: AtomicUsize::new(usize::MAX),
+            by_client: Mutex::default(),
+            fresh: Mutex::default(),
             max_lifetime,
             epoch: u32::from_be_bytes(random_bytes()),
             ended: Mutex::default(),
@@ -92,6 +126,28 @@ impl MemoryStore {
 
     fn limit(&self) -> usize {
         self.limit.load(Ordering::Relaxed)
+    }
+
+    fn counts(&self) -> std::sync::MutexGuard<'_, HashMap<ClientKey, usize>> {
+        self.by_client.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Holds `session` (the caller holds the count lock and checked the cap).
+    fn hold(&self, counts: &mut HashMap<ClientKey, usize>, session: Arc<Session>) -> Arc<Session> {
+        match self.map.entry(session.id.clone()) {
+            Entry::Occupied(e) => e.get().clone(),
+            Entry::Vacant(e) => {
+                if let Some(c) = client_of(&session) {
+                    *counts.entry(c).or_default() += 1;
+                }
+                e.insert(session).clone()
+            }
+        }
+    }
+
+    /// Whether `s` is held here (not ended) and was never used.
+    fn unused(&self, s: &Arc<Session>) -> bool {
+        !s.is_used() && !s.is_ended() && self.map.get(&s.id).is_some_and(|h| Arc::ptr_eq(&h, s))
     }
 
     fn outlived(&self, id: &Identity, now: u32) -> bool {
@@ -132,24 +188,82 @@ impl MemoryStore {
             return Ok(None);
         }
         let limit = self.limit();
+        // A session taken back is in use: only the store's cap applies, not
+        // the client's share (it is counted in it, though).
+        let mut counts = self.counts();
         if self.map.len() >= limit {
-            return Err(StoreFull { limit });
+            return Err(StoreFull {
+                limit,
+                per_client: false,
+            });
         }
-        Ok(Some(match self.map.entry(session.id.clone()) {
-            Entry::Occupied(e) => e.get().clone(),
-            Entry::Vacant(e) => e.insert(session).clone(),
-        }))
+        Ok(Some(self.hold(&mut counts, session)))
     }
 }
 
 impl SessionStore for MemoryStore {
     fn insert(&self, session: Arc<Session>) -> Result<(), StoreFull> {
+        let mut counts = self.counts();
+        let per_client = self.per_client.load(Ordering::Relaxed);
         let limit = self.limit();
-        if self.map.len() >= limit {
-            return Err(StoreFull { limit });
+        // A share as large as the cap is the cap.
+        if per_client < limit
+            && let Some(c) = client_of(&session)
+            && counts.get(&c).is_some_and(|n| *n >= per_client)
+        {
+            return Err(StoreFull {
+                limit: per_client,
+                per_client: true,
+            });
         }
-        self.map.insert(session.id.clone(), session);
+        if self.map.len() >= limit {
+            return Err(StoreFull {
+                limit,
+                per_client: false,
+            });
+        }
+        let weak = Arc::downgrade(&session);
+        self.hold(&mut counts, session);
+        drop(counts);
+        let mut fresh = self.fresh.lock().unwrap_or_else(|e| e.into_inner());
+        fresh.push_back(weak);
+        if fresh.len() > limit.saturating_mul(2).saturating_add(64) {
+            fresh.retain(|w| w.upgrade().is_some_and(|s| self.unused(&s)));
+        }
         Ok(())
+    }
+
+    fn evict_unused(
+        &self,
+        client: Option<&ClientKey>,
+        older_than: Duration,
+    ) -> Option<Arc<Session>> {
+        let now = Instant::now();
+        let mut fresh = self.fresh.lock().unwrap_or_else(|e| e.into_inner());
+        while let Some(front) = fresh.front() {
+            match front.upgrade() {
+                Some(s) if self.unused(&s) => break,
+                _ => {
+                    fresh.pop_front();
+                }
+            }
+        }
+        // Oldest first: the first one too young ends the search.
+        let mut found = None;
+        for (i, w) in fresh.iter().enumerate() {
+            let Some(s) = w.upgrade() else { continue };
+            if now.saturating_duration_since(s.created()) < older_than {
+                break;
+            }
+            if self.unused(&s) && (client.is_none() || client_of(&s).as_ref() == client) {
+                found = Some((i, s));
+                break;
+            }
+        }
+        let (i, s) = found?;
+        fresh.remove(i);
+        drop(fresh);
+        self.remove(&s.id)
     }
 
     fn get(&self, id: &str) -> Option<Arc<Session>> {
@@ -158,7 +272,17 @@ impl SessionStore for MemoryStore {
 
     fn remove(&self, id: &str) -> Option<Arc<Session>> {
         let mut ended = self.ended.lock().unwrap_or_else(|e| e.into_inner());
+        let mut counts = self.counts();
         let gone = self.map.remove(id).map(|(_, s)| s)?;
+        if let Some(c) = client_of(&gone)
+            && let Some(n) = counts.get_mut(&c)
+        {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                counts.remove(&c);
+            }
+        }
+        drop(counts);
         self.remember_end(&mut ended, gone.identity());
         Some(gone)
     }
@@ -205,8 +329,9 @@ impl SessionStore for MemoryStore {
         self.take_back(session, false)
     }
 
-    fn set_limit(&self, limit: usize) {
+    fn set_limits(&self, limit: usize, per_client: usize) {
         self.limit.store(limit, Ordering::Relaxed);
+        self.per_client.store(per_client, Ordering::Relaxed);
     }
 }
 
@@ -271,6 +396,54 @@ mod tests {
         assert_eq!(gone.len(), 1);
         assert_eq!(gone[0].id, old.id);
         assert!(store.restore(old).unwrap().is_none(), "past its lifetime");
+    }
+
+    fn at(session: Session, last: u8) -> Arc<Session> {
+        let ip = std::net::IpAddr::from([192, 0, 2, last]);
+        Arc::new(session.opened_by(Some(ip)))
+    }
+
+    fn fresh(store: &MemoryStore, last: u8) -> Arc<Session> {
+        let identity = Identity::mint(store.epoch());
+        let id: Arc<str> = format!("id-{:02x?}", identity.rand).into();
+        let s = Session::new(id, identity, ProtocolVersion::LATEST, json!({}), json!({}));
+        at(s, last)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_clients_share_and_the_oldest_never_used_session() {
+        const GRACE: Duration = Duration::from_secs(5);
+        let store = MemoryStore::new(4, DAY);
+        store.set_limits(4, 2);
+        let (oldest, used) = (fresh(&store, 1), fresh(&store, 1));
+        store.insert(oldest.clone()).unwrap();
+        store.insert(used.clone()).unwrap();
+        used.mark_used();
+        let full = store.insert(fresh(&store, 1)).unwrap_err();
+        assert!(full.per_client && full.limit == 2);
+        assert!(
+            store.evict_unused(None, GRACE).is_none(),
+            "nothing old enough"
+        );
+        store.insert(fresh(&store, 2)).unwrap();
+        tokio::time::advance(GRACE).await;
+        let other = fresh(&store, 2);
+        store.insert(other.clone()).unwrap();
+        let full = store.insert(fresh(&store, 3)).unwrap_err();
+        assert!(!full.per_client && full.limit == 4, "the cap");
+        let gone = store.evict_unused(None, GRACE).expect("the oldest");
+        assert!(Arc::ptr_eq(&gone, &oldest));
+        assert!(store.get(&oldest.id).is_none());
+        // Client 1 holds one session now: room for one more of its own.
+        store.insert(fresh(&store, 1)).unwrap();
+        let client2 = ClientKey::Address(std::net::IpAddr::from([192, 0, 2, 2]));
+        let gone = store.evict_unused(Some(&client2), GRACE).expect("2's");
+        assert!(!Arc::ptr_eq(&gone, &other), "the older of client 2's");
+        assert!(
+            store.evict_unused(Some(&client2), GRACE).is_none(),
+            "its other one is too young"
+        );
+        assert!(store.get(&used.id).is_some(), "a used session stays");
     }
 
     #[test]

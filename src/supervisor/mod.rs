@@ -12,6 +12,7 @@ mod listener;
 mod owner;
 mod pace;
 mod pool;
+mod reclaim;
 mod reload;
 mod sessions;
 mod subscriptions;

@@ -22,7 +22,8 @@
 //!   connection), at most the backend's `queue_timeout`, then gets "busy";
 //! - every start is counted against `max_connections` and the caller's
 //!   `max_connections_per_client` first (`BackendState::reserve_connection`):
-//!   a key at its client's share waits for one of its lanes, one with none is
+//!   a key at its client's share waits for one of its lanes, one with none
+//!   reclaims an idle session connection of the client (`reclaim.rs`) or is
 //!   refused at once;
 //! - after a failed start, the key's requests get that error at once for a
 //!   backoff (0.5 s doubling to 30 s), rather than each spawning again.
@@ -81,7 +82,8 @@ enum Found {
     /// Wait for a start to end or a lane to be let go of; the refusal, if the
     /// limits would refuse a start now.
     Wait(Option<ConnectionRefusal>),
-    Refused(ConnectionRefusal),
+    /// The limits refuse a start and the key has no connection to wait for.
+    Refused,
     Failed(BackendError),
 }
 
@@ -121,7 +123,7 @@ impl Lanes {
                 st.starting += 1;
                 Found::Start(ticket)
             }
-            Err(r) if st.conns.is_empty() && st.starting == 0 => Found::Refused(r),
+            Err(_) if st.conns.is_empty() && st.starting == 0 => Found::Refused,
             Err(r) => Found::Wait(Some(r)),
         }
     }
@@ -242,7 +244,14 @@ impl Supervisor {
                 Found::Ready(conn) => return Ok(conn),
                 Found::Failed(e) => return Err(e),
                 Found::Start(ticket) => break ticket,
-                Found::Refused(r) => return Err(self.refuse(&b, client.as_ref(), r)),
+                Found::Refused => match self.reserve_or_reclaim(&b, client.as_ref()).await {
+                    // Room was made: the key's first start.
+                    Ok(ticket) => {
+                        lanes.lock().starting += 1;
+                        break ticket;
+                    }
+                    Err(r) => return Err(self.refuse(&b, client.as_ref(), r)),
+                },
                 Found::Wait(r) => r,
             };
             let now = Instant::now();

@@ -92,7 +92,8 @@ pub fn reload_policy(
 /// and calls in progress keep going: a lowered cap ends no session.
 pub fn reload_server(sup: &Supervisor, server: &ServerConfig) {
     sup.server.store(Arc::new(server.clone()));
-    sup.sessions.set_limit(server.max_sessions);
+    sup.sessions
+        .set_limits(server.max_sessions, server.sessions_per_client());
     sup.metrics
         .sessions_max
         .set(i64::try_from(server.max_sessions).unwrap_or(i64::MAX));

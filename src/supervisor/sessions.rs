@@ -9,7 +9,8 @@
 //! (closed for idleness, or lost) is given the session's state again. A
 //! session's first connection to a backend is counted against the backend's
 //! `max_connections` and its client's `max_connections_per_client`; over
-//! either, the call gets "busy". Pooled connections are `pool.rs`'s.
+//! either, an idle connection is reclaimed (`reclaim.rs`) or, when none is,
+//! the call gets "busy". Pooled connections are `pool.rs`'s.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -97,8 +98,9 @@ impl Supervisor {
             return Ok(conn);
         }
         let client = host.client_key();
-        let ticket = b
-            .reserve_connection(client.as_ref())
+        let ticket = self
+            .reserve_or_reclaim(&b, client.as_ref())
+            .await
             .map_err(|r| self.refuse(&b, client.as_ref(), r))?;
         let caps = client_capabilities_for_backend(session.client_capabilities());
         let owner = Owner::Exclusive(session.id().clone());
@@ -444,7 +446,7 @@ fn upstream_of(conn: &Connection) -> Option<UpstreamSession> {
 /// Whether the session keeps state on backend `backend` that a new connection
 /// could not take over: subscriptions (updates would be missed meanwhile) or
 /// tasks (the backend holds their results).
-fn holds_state(record: &SessionRecord, backend: &str) -> bool {
+pub(super) fn holds_state(record: &SessionRecord, backend: &str) -> bool {
     record.subscriptions.iter().any(|(b, _)| b == backend)
         || record.tasks.values().any(|t| t.backend == backend)
 }
