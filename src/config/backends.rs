@@ -54,7 +54,8 @@ pub struct BackendConfig {
     /// session's own connection unused at least this long (no call in flight,
     /// no subscription or task of its session on it) is closed to make room:
     /// the client's least recently used one (for `max_connections`, any
-    /// client's). Its session's next call opens a fresh one. Default 60 s.
+    /// client's). Its session's next call opens a fresh one; what the backend kept
+    /// for that session is lost. Default 5 min.
     pub reclaim_idle_after: Duration,
     /// A session's own connection to a per_session backend (or an auto one
     /// once it serves sessions their own), stdio or http, unused this long is
@@ -200,7 +201,9 @@ pub struct RawBackend {
     /// subscription or task of its session on it — is closed to make room
     /// (the client's least recently used; for `max_connections`, any
     /// client's) instead of refusing the call; its session's next call opens
-    /// a fresh one (log level and subscriptions set again). Default 60 s.
+    /// a fresh one (log level and subscriptions set again); what the backend
+    /// kept for that session (a per_session backend's reason to be) is lost.
+    /// Default 5 min; up to `server.session_idle_timeout` to refuse instead.
     #[serde(default, with = "humantime_serde")]
     #[schemars(schema_with = "schema::duration")]
     pub reclaim_idle_after: Option<Duration>,

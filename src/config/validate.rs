@@ -151,7 +151,7 @@ pub(super) fn build(raw: RawConfig, p: &mut Vec<ConfigProblem>) -> Config {
                 .unwrap_or(std::time::Duration::from_secs(60)),
             reclaim_idle_after: b
                 .reclaim_idle_after
-                .unwrap_or(std::time::Duration::from_secs(60)),
+                .unwrap_or(std::time::Duration::from_secs(300)),
             idle_timeout: b.idle_timeout,
             headers_file: b.headers_file,
             upstream_auth: b.auth,

@@ -91,14 +91,18 @@ pub(super) async fn make_room(st: &AppState, client: Option<&ClientKey>) -> bool
     true
 }
 
-/// Ends an evicted session as a `DELETE` does: its record in the shared store
-/// first (no replica restores it), then its live state, in the background.
+/// Ends an evicted session's live state here, in the background. Without a
+/// shared store it ends as a `DELETE` ends it (its id is then 404). With one,
+/// only this replica's copy goes, as at idle expiry: "never used" is what this
+/// replica saw, and under a balancer without affinity the session may be in
+/// use on another replica; its record lives on (until its TTL) and a later
+/// request restores it on any replica.
 async fn end_evicted(st: &AppState, session: Arc<Session>) {
-    if let Some(store) = st.supervisor.shared() {
-        store.end(session.store_key()).await;
-    }
     let supervisor = st.supervisor.clone();
-    tokio::spawn(async move { supervisor.end_session(&session).await });
+    match st.supervisor.shared().is_some() {
+        true => tokio::spawn(async move { supervisor.end_session_here(&session).await }),
+        false => tokio::spawn(async move { supervisor.end_session(&session).await }),
+    };
 }
 
 /// The log lines of the session limits, throttled: under a flood each

@@ -330,7 +330,9 @@ impl Relay {
             // shared store, maybe a task another replica made (`tasks.rs`).
             tracing::debug!(backend = %conn.backend, "status of a task no session owns (yet); held");
             self.early.hold(idx, &original, params);
-            if conn.stdio_process().is_none() {
+            // Only a shared connection's statuses may belong to a session the
+            // index names: a per-session connection's are its owner's.
+            if conn.stdio_process().is_none() && conn.owner_key().is_none() {
                 self.find_task_elsewhere(conn.backend.clone(), idx, original);
             }
             return;

@@ -65,7 +65,12 @@ impl Supervisor {
             return;
         }
         let value = route.to_field();
-        let index = (route.process.is_none()).then_some((&*route.backend, &*route.original));
+        // The index routes statuses arriving on a *shared* connection; a
+        // per-session connection's statuses belong to its owner, and its task
+        // ids may repeat another session's (each backend session numbers its own).
+        let shared = self.catalog.backend(idx).shares_with(session.created());
+        let index =
+            (route.process.is_none() && shared).then_some((&*route.backend, &*route.original));
         let put = (store.tasks()).record(session.store_key(), exposed, &value, index);
         if put.await.is_err() {
             tracing::warn!(session = %session.log_id(), backend = %route.backend, "task not recorded in the shared store: other replicas will not know it");
