@@ -357,3 +357,37 @@ async fn an_early_status_on_a_per_session_connection_reaches_only_its_session() 
     }
     assert_eq!(redis.keys("mcpg:task:*"), Vec::<String>::new(), "no index");
 }
+
+#[tokio::test]
+async fn a_record_keeps_at_most_a_thousand_tasks_dropping_the_oldest() {
+    let (redis, _fake, a, _b) = setup().await;
+    let mut s = McpClient::new(&a.url);
+    s.initialize(json!({})).await;
+    let s = &s;
+    for batch in 0..(1003 / 17 + 1) {
+        let made = (0..17).map(|i| batch * 17 + i).filter(|n| *n < 1003);
+        futures_util::future::join_all(made.map(|_| create_task(s, 0.0))).await;
+    }
+    let records = redis.keys("mcpg:*:rec");
+    let fields = redis.cli(&["HKEYS", &records[0]]);
+    let tasks: Vec<&str> = (fields.lines()).filter(|f| f.starts_with("tk:")).collect();
+    assert_eq!(tasks.len(), 1000, "task fields");
+    // The three recorded first went: of the first batch (17 at once, in
+    // any order), every later task is kept.
+    let kept = |n: usize| tasks.contains(&format!("tk:fx:htask-{n}").as_str());
+    assert_eq!((1..=17).filter(|n| !kept(*n)).count(), 3, "{tasks:?}");
+    assert!((18..=1003).all(kept), "{tasks:?}");
+    assert_eq!(redis.keys("mcpg:task:*").len(), 1000, "index keys");
+    let queue = fields.lines().filter(|f| f.starts_with("tq:")).count();
+    assert_eq!(queue, 1000, "one number per kept task");
+    // Their index keys went with them: no other session is named.
+    let kept: Vec<String> = redis.keys("mcpg:task:*");
+    let h = redis.cli(&["GET", &kept[0]]);
+    assert!(records[0].contains(h.trim()), "{h} {records:?}");
+
+    // Ordinary calls still cost no store command.
+    let before = redis.request_commands();
+    let r = s.call_tool("fx__echo", json!({"text": "hi"})).await;
+    assert!(r.response["result"].is_object(), "{}", r.response);
+    assert_eq!(redis.request_commands(), before, "hot path");
+}
