@@ -6,7 +6,8 @@
 //! that reaches another replica's backend connection finds its session
 //! through the task's index key; a task held by a stdio child that is no
 //! more (it died with its replica) is refused with a clear error instead of
-//! being asked of another child. A real `redis-server`, two `mcpgate serve`
+//! being asked of another child; a per-session connection's early status
+//! reaches its own session only (the index is for shared connections). A real `redis-server`, two `mcpgate serve`
 //! replicas with the same keys; backends: the in-process fake HTTP server
 //! with server-wide tasks (`tests/support/http_tasks.rs`) and the fake stdio
 //! server with `--tasks`.
@@ -293,4 +294,100 @@ async fn a_task_of_a_stdio_child_that_died_with_its_replica_is_lost() {
             "{method} forwarded:\n{asked}"
         );
     }
+}
+
+/// The task statuses `stream` gets within `wait`.
+async fn statuses(stream: &mut common::SseStream, wait: Duration) -> Vec<Value> {
+    let mut got = Vec::new();
+    while let Some(m) = stream.next(wait).await {
+        if m["method"] == "notifications/tasks/status" {
+            got.push(m["params"].clone());
+        }
+    }
+    got
+}
+
+#[tokio::test]
+async fn an_early_status_on_a_per_session_connection_reaches_only_its_session() {
+    // Each backend session numbers its own tasks and announces each before
+    // its CreateTaskResult: both sessions' first task is htask-1.
+    let redis = TestRedis::start().await;
+    let fake = FakeHttp::start(FakeHttpOptions {
+        tasks: true,
+        session_tasks: true,
+        ..Default::default()
+    })
+    .await;
+    fake.add_tool(
+        json!({"name": "task_sleep", "inputSchema": {"type": "object"},
+                         "execution": {"taskSupport": "optional"}}),
+    );
+    let backend = format!(
+        "[backends.fx]\ntype = \"http\"\nurl = \"{}\"\nmode = \"per_session\"\n",
+        fake.url
+    );
+    let a = replica(Some(&redis), &backend).await;
+    let mut one = McpClient::new(&a.url);
+    one.initialize(json!({})).await;
+    let mut two = McpClient::new(&a.url);
+    two.initialize(json!({})).await;
+    let mut streams = [one.get_stream().await, two.get_stream().await];
+    for c in [&one, &two] {
+        let r = c.call_tool("fx__echo", json!({"text": "hi"})).await;
+        assert!(r.response["result"].is_object(), "{}", r.response);
+    }
+    let sids = sessions_of(&fake, "tools/call");
+    assert_eq!(sids.len(), 2, "{sids:?}");
+    assert_ne!(sids[0], sids[1], "a backend session each");
+    // Both connections listen (GET) before the tasks are made.
+    let end = Instant::now() + Duration::from_secs(5);
+    while sids.iter().any(|sid| fake.gets(sid).0 == 0) {
+        assert!(Instant::now() < end, "no GET streams:\n{}", a.log());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    for c in [&one, &two] {
+        assert_eq!(create_task(c, 5.0).await["taskId"], "fx:htask-1");
+    }
+    for (n, stream) in streams.iter_mut().enumerate() {
+        let got = statuses(stream, Duration::from_millis(1500)).await;
+        assert_eq!(got.len(), 1, "session {n}: {got:?}\n{}", a.log());
+        assert_eq!(got[0]["taskId"], "fx:htask-1", "{got:?}");
+        assert_eq!(got[0]["status"], "working", "{got:?}");
+    }
+    assert_eq!(redis.keys("mcpg:task:*"), Vec::<String>::new(), "no index");
+}
+
+#[tokio::test]
+async fn a_record_keeps_at_most_a_thousand_tasks_dropping_the_oldest() {
+    let (redis, _fake, a, _b) = setup().await;
+    let mut s = McpClient::new(&a.url);
+    s.initialize(json!({})).await;
+    let s = &s;
+    for batch in 0..(1003 / 17 + 1) {
+        let made = (0..17).map(|i| batch * 17 + i).filter(|n| *n < 1003);
+        futures_util::future::join_all(made.map(|_| create_task(s, 0.0))).await;
+    }
+    let records = redis.keys("mcpg:*:rec");
+    let fields = redis.cli(&["HKEYS", &records[0]]);
+    let tasks: Vec<&str> = (fields.lines()).filter(|f| f.starts_with("tk:")).collect();
+    assert_eq!(tasks.len(), 1000, "task fields");
+    // The three recorded first went: of the first batch (17 at once, in
+    // any order), every later task is kept.
+    let kept = |n: usize| tasks.contains(&format!("tk:fx:htask-{n}").as_str());
+    assert_eq!((1..=17).filter(|n| !kept(*n)).count(), 3, "{tasks:?}");
+    assert!((18..=1003).all(kept), "{tasks:?}");
+    assert_eq!(redis.keys("mcpg:task:*").len(), 1000, "index keys");
+    let queue = fields.lines().filter(|f| f.starts_with("tq:")).count();
+    assert_eq!(queue, 1000, "one number per kept task");
+    // Their index keys went with them: no other session is named.
+    let kept: Vec<String> = redis.keys("mcpg:task:*");
+    let h = redis.cli(&["GET", &kept[0]]);
+    assert!(records[0].contains(h.trim()), "{h} {records:?}");
+
+    // Ordinary calls still cost no store command.
+    let before = redis.request_commands();
+    let r = s.call_tool("fx__echo", json!({"text": "hi"})).await;
+    assert!(r.response["result"].is_object(), "{}", r.response);
+    assert_eq!(redis.request_commands(), before, "hot path");
 }

@@ -6,7 +6,8 @@
 //! the backend's name and its task id, so that a `notifications/tasks/status`
 //! that reaches another replica's connection to the backend finds its session.
 //! Both in one `EVAL`, only while the record exists; the index key expires
-//! with the record (its TTL then), and a later write slides it.
+//! with the record (its TTL then), and a later write slides it. A record
+//! keeps the last [`TASKS_MAX`] tasks (fields `tq`, `tq:N` number them).
 //!
 //! Reads: one `HGET` of the field when a replica's copy of the session lacks
 //! the task (`tasks/get|result|cancel`), one `HGETALL` per `tasks/list`, one
@@ -21,15 +22,37 @@ use sha2::{Digest, Sha256};
 use super::redis::record_key;
 use super::store::{Link, Unavailable, hex};
 
-/// KEYS: record, index key; ARGV: field, value, h, `1` to write the index.
-/// Writes the field and the index (with the record's TTL) while the record
-/// exists; whether it did.
+/// Most task fields one record keeps ([`TaskStore::record`]): past it, the
+/// oldest task's field and index key go.
+const TASKS_MAX: usize = 1000;
+
+/// KEYS: record, index key; ARGV: exposed id, value, h, `1` to write the
+/// index, the cap. Writes field `tk:EXPOSED` and the index (with the record's
+/// TTL) while the record exists; a new task also gets the next number `N`
+/// (field `tq`) and field `tq:N` = its index key (or nothing), a newline and
+/// its id; past the cap, task `N - cap`'s three go (its index key only while
+/// it still names `h`). Whether it wrote.
 const RECORD: &str = "if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end \
-     redis.call('HSET', KEYS[1], ARGV[1], ARGV[2]) \
-     if ARGV[4] ~= '1' then return 1 end \
-     local ttl = redis.call('PTTL', KEYS[1]) \
-     if ttl > 0 then redis.call('SET', KEYS[2], ARGV[3], 'PX', ttl) \
-     else redis.call('SET', KEYS[2], ARGV[3]) end return 1";
+     local new = redis.call('HSET', KEYS[1], 'tk:' .. ARGV[1], ARGV[2]) \
+     local ix = '' \
+     if ARGV[4] == '1' then ix = KEYS[2] \
+       local ttl = redis.call('PTTL', KEYS[1]) \
+       if ttl > 0 then redis.call('SET', KEYS[2], ARGV[3], 'PX', ttl) \
+       else redis.call('SET', KEYS[2], ARGV[3]) end end \
+     if new == 0 then return 1 end \
+     local n = redis.call('HINCRBY', KEYS[1], 'tq', 1) \
+     redis.call('HSET', KEYS[1], 'tq:' .. n, ix .. '\\n' .. ARGV[1]) \
+     local cap = tonumber(ARGV[5]) \
+     if n <= cap then return 1 end \
+     local f = 'tq:' .. (n - cap) \
+     local old = redis.call('HGET', KEYS[1], f) \
+     if not old then return 1 end \
+     local sep = string.find(old, '\\n', 1, true) \
+     if not sep then return 1 end \
+     local key = string.sub(old, 1, sep - 1) \
+     redis.call('HDEL', KEYS[1], f, 'tk:' .. string.sub(old, sep + 1)) \
+     if key ~= '' and redis.call('GET', key) == ARGV[3] then redis.call('DEL', key) end \
+     return 1";
 
 /// The record field prefix of tasks (as `session::TASK_FIELD`).
 const FIELD: &str = "tk:";
@@ -58,7 +81,9 @@ impl TaskStore {
     /// and, with `index` = (backend name, the backend's task id), its index
     /// (one `EVAL`); `Ok(false)`: no record (the session ended), nothing
     /// written. (A task held by one stdio child gets no index: another
-    /// child's ids are the same numbers.)
+    /// child's ids are the same numbers.) A record keeps at most
+    /// [`TASKS_MAX`] tasks: a new one past it drops the oldest's field and
+    /// index key.
     pub async fn record(
         &self,
         h: &str,
@@ -71,10 +96,10 @@ impl TaskStore {
         }
         let rec = record_key(h);
         let key = index.map_or_else(|| rec.clone(), |(b, o)| index_key(b, o));
-        let field = format!("{FIELD}{exposed}");
         let keys = [rec.as_str(), key.as_str()];
         let flag = if index.is_some() { "1" } else { "0" };
-        let args = [field.as_str(), route, h, flag];
+        let cap = TASKS_MAX.to_string();
+        let args = [exposed, route, h, flag, cap.as_str()];
         let put = self.link.redis.eval::<i64>(RECORD, &keys, &args);
         Ok(self.link.op("task", put).await? == 1)
     }

@@ -62,6 +62,8 @@ pub struct FakeHttpOptions {
     pub single_get: bool,
     /// Serve tasks, server-wide (`http_tasks.rs`).
     pub tasks: bool,
+    /// With `tasks`: per backend session, each announced early (`http_tasks.rs`).
+    pub session_tasks: bool,
 }
 
 /// Answers to the era probe, for the client face's `auto` cases.
@@ -93,6 +95,7 @@ impl Default for FakeHttpOptions {
             modern: false,
             single_get: false,
             tasks: false,
+            session_tasks: false,
         }
     }
 }
@@ -195,15 +198,7 @@ impl FakeHttp {
     /// backend session `sid` (`None`: of every session), unrelated to any
     /// request; returns how many streams it went to.
     pub fn notify(&self, sid: Option<&str>, method: &str, params: Value) -> usize {
-        let note = tools::message(None, method, params);
-        let Ok(s) = self.inner.sessions.lock() else {
-            return 0;
-        };
-        s.iter()
-            .filter(|(id, _)| sid.is_none_or(|sid| sid == id.as_str()))
-            .flat_map(|(_, sess)| sess.gets.values())
-            .filter(|tx| tx.send(note.clone()).is_ok())
-            .count()
+        notify_in(&self.inner, sid, method, params)
     }
 
     /// GETs on backend session `sid` answered so far: (with a stream, with
@@ -235,6 +230,19 @@ impl FakeHttp {
         let n = self.inner.next_session.load(Ordering::Relaxed);
         (1..n).map(|i| format!("fxs-{i}")).collect()
     }
+}
+
+/// [`FakeHttp::notify`].
+fn notify_in(inner: &Inner, sid: Option<&str>, method: &str, params: Value) -> usize {
+    let note = tools::message(None, method, params);
+    let Ok(s) = inner.sessions.lock() else {
+        return 0;
+    };
+    s.iter()
+        .filter(|(id, _)| sid.is_none_or(|sid| sid == id.as_str()))
+        .flat_map(|(_, sess)| sess.gets.values())
+        .filter(|tx| tx.send(note.clone()).is_ok())
+        .count()
 }
 
 fn record(inner: &Inner, method: &str, h: &HeaderMap, body: Option<Value>, status: StatusCode) {
@@ -438,10 +446,9 @@ async fn post_inner(inner: &Arc<Inner>, h: &HeaderMap, msg: Option<Value>) -> Re
     }
     let params = msg.get("params").cloned().unwrap_or_else(|| json!({}));
     let cursor = params.get("cursor").and_then(Value::as_str);
-    let task = inner
-        .opts
-        .tasks
-        .then(|| inner.tasks.handle(method, &params));
+    let scope = inner.opts.session_tasks.then_some(sid.as_str());
+    let announce = |p| notify_in(inner, Some(&sid), "notifications/tasks/status", p);
+    let task = (inner.opts.tasks).then(|| inner.tasks.handle(method, &params, scope, &announce));
     if let Some(Some(outcome)) = OptionFuture::from(task).await {
         return json_reply(&tools::response(&id, outcome));
     }
