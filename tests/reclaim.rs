@@ -170,6 +170,13 @@ async fn a_connection_in_use_or_holding_subscriptions_is_not_reclaimed() {
     assert!(running(watching));
     let slept = sleeper.await.unwrap();
     assert!(slept.get("result").is_some(), "the long call ends: {slept}");
+    // Its answer came just now: the connection is not idle (last used when
+    // the answer came, not when the call was sent 3 s ago).
+    let refused = echo(&c, "c").await;
+    assert!(
+        error_of(&refused).contains("max_connections_per_client"),
+        "a connection whose long call just ended is not reclaimed: {refused}"
+    );
     // Idle for reclaim_idle_after after its call: now it can go.
     tokio::time::sleep(Duration::from_millis(1300)).await;
     assert_eq!(text_of(&echo(&c, "c").await), "c");
@@ -218,4 +225,53 @@ async fn at_max_connections_the_least_recently_used_of_any_client_is_reclaimed()
         Some(1.0),
         "{text}"
     );
+}
+
+#[tokio::test]
+async fn at_max_connections_the_callers_own_idle_connection_goes_first() {
+    let gw = TestGateway::start(
+        r#"
+        [server]
+        metrics_listen = "127.0.0.1:0"
+        trusted_proxies = ["127.0.0.1/32"]
+        [backends.ps]
+        type = "stdio"
+        command = "${FAKE_STDIO}"
+        args = ["--log", "${TEST_DIR}/ps.log"]
+        mode = "per_session"
+        max_connections = 2
+        max_connections_per_client = 1
+        reclaim_idle_after = "1s"
+        "#,
+    )
+    .await;
+    // Another client's connection is the least recently used one.
+    let other = session_from(&gw, "192.0.2.2").await;
+    assert_eq!(text_of(&echo(&other, "o").await), "o");
+    let other_child = last_call_pid(&gw);
+    let a = session_from(&gw, "192.0.2.1").await;
+    assert_eq!(text_of(&echo(&a, "a").await), "a");
+    let a_child = last_call_pid(&gw);
+    tokio::time::sleep(Duration::from_millis(1300)).await;
+    // The backend is full and the caller's client at its share: closing the
+    // other client's connection would not let it in; its own goes, alone.
+    let c = session_from(&gw, "192.0.2.1").await;
+    assert_eq!(text_of(&echo(&c, "c").await), "c");
+    assert!(wait_for(Duration::from_secs(5), || gone(a_child)).await);
+    assert!(running(other_child), "the other client's connection stays");
+    let text = scrape(&gw).await;
+    let total: f64 = ["max_connections", "per_client"]
+        .iter()
+        .filter_map(|r| {
+            let labels = [("backend", "ps"), ("reason", *r)];
+            metric(
+                &text,
+                "mcpgate_backend_connections_reclaimed_total",
+                &labels,
+            )
+        })
+        .sum();
+    assert_eq!(total, 1.0, "one connection reclaimed: {text}");
+    assert_eq!(text_of(&echo(&other, "o2").await), "o2", "and not replaced");
+    assert_eq!(last_call_pid(&gw), other_child);
 }

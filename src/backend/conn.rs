@@ -84,7 +84,8 @@ pub struct Connection {
     /// Set when the backend was told something only one host may see (see
     /// [`Connection::retire`]).
     retired: std::sync::atomic::AtomicBool,
-    /// When the last request was sent (idle reaping of per-session connections).
+    /// Last use: handed to a call, a request sent or an answer received
+    /// ([`Connection::touch`]; idle reaping and reclaim).
     last_used: Mutex<tokio::time::Instant>,
     /// Why the connection closed (for the errors of requests it leaves unanswered).
     close_reason: OnceLock<String>,
@@ -194,7 +195,14 @@ impl Connection {
         self.handler.subject_token(self)
     }
 
-    /// How long since the last request was sent on this connection.
+    /// Marks the connection used now (handed to a call, request sent, answer got).
+    pub fn touch(&self) {
+        if let Ok(mut t) = self.last_used.lock() {
+            *t = tokio::time::Instant::now();
+        }
+    }
+
+    /// How long since the connection was last used ([`Connection::touch`]).
     pub fn idle_for(&self) -> Duration {
         self.last_used
             .lock()
@@ -281,9 +289,7 @@ impl Connection {
             None => method,
         };
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        if let Ok(mut t) = self.last_used.lock() {
-            *t = tokio::time::Instant::now();
-        }
+        self.touch();
         if call.as_ref().is_some_and(|c| c.wants_progress()) {
             modern::set_progress_token(&mut params, id);
         }
@@ -321,6 +327,8 @@ impl Connection {
             Some(s) => tokio::time::timeout(timeout, exchange.instrument(s.span().clone())).await,
             None => tokio::time::timeout(timeout, exchange).await,
         };
+        // Used until now (a long call ends not idle), before the entry goes.
+        self.touch();
         drop(guard);
         let result = match outcome {
             Ok(r) => r,
@@ -333,7 +341,9 @@ impl Connection {
             }
         };
         if let Some(s) = span {
-            let (error, code) = span_outcome(&result);
+            let (error, code) = result
+                .as_ref()
+                .map_or_else(|e| e.span_outcome(), |_| (None, None));
             s.finish(error.as_deref(), code);
         }
         result
@@ -457,6 +467,8 @@ impl Connection {
                     tracing::warn!(backend = %self.backend, id = ?r.id.as_ref().map(|i| i.logged().to_string()), "response with an id we never sent; dropped");
                     return;
                 };
+                // Before the entry goes: never nothing in flight and stale use.
+                self.touch();
                 let entry = self
                     .pending
                     .lock()
@@ -582,19 +594,5 @@ impl Drop for PendingGuard<'_> {
         if let Ok(mut p) = self.conn.pending.lock() {
             p.remove(&self.id);
         }
-    }
-}
-
-/// A CLIENT span's `error.type` and JSON-RPC code for the upstream `result`.
-fn span_outcome(result: &Result<RawJson, BackendError>) -> (Option<String>, Option<i64>) {
-    match result {
-        Ok(_) => (None, None),
-        Err(BackendError::Rpc(e)) => (Some(e.code.to_string()), Some(e.code)),
-        Err(BackendError::Timeout { .. }) => (Some("timeout".into()), None),
-        Err(BackendError::Cancelled) => (Some("cancelled".into()), None),
-        Err(BackendError::Busy { .. }) => (Some("backend_busy".into()), None),
-        Err(BackendError::HttpStatus { status, .. }) => (Some(status.to_string()), None),
-        Err(BackendError::Unavailable { .. }) => (Some("unavailable".into()), None),
-        Err(BackendError::Protocol { .. }) => (Some("protocol".into()), None),
     }
 }

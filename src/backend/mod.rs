@@ -121,6 +121,19 @@ impl BackendError {
             }
         }
     }
+
+    /// A CLIENT span's `error.type` and JSON-RPC code for this failure.
+    pub(crate) fn span_outcome(&self) -> (Option<String>, Option<i64>) {
+        match self {
+            BackendError::Rpc(e) => (Some(e.code.to_string()), Some(e.code)),
+            BackendError::Timeout { .. } => (Some("timeout".into()), None),
+            BackendError::Cancelled => (Some("cancelled".into()), None),
+            BackendError::Busy { .. } => (Some("backend_busy".into()), None),
+            BackendError::HttpStatus { status, .. } => (Some(status.to_string()), None),
+            BackendError::Unavailable { .. } => (Some("unavailable".into()), None),
+            BackendError::Protocol { .. } => (Some("protocol".into()), None),
+        }
+    }
 }
 
 /// The transport under a [`Connection`].

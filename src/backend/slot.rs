@@ -54,6 +54,34 @@ impl Slot {
         c.is_alive().then_some(c)
     }
 
+    /// [`Slot::current`] for a call that is about to use it: touched
+    /// ([`Connection::touch`]) under the lock [`Slot::take_idle`] takes, so a
+    /// connection handed out is never taken as idle before its request is in
+    /// flight (unless the idle limit is shorter than that moment).
+    pub fn current_for_use(&self) -> Option<Arc<Connection>> {
+        let current = self.current.lock().ok()?;
+        let c = current.as_ref().filter(|c| c.is_alive())?.clone();
+        c.touch();
+        Some(c)
+    }
+
+    /// Takes the connection out of the slot if it is `conn`, alive, has no
+    /// request in flight and was unused for at least `min_idle`
+    /// ([`Connection::idle_for`]); checked and taken under one lock, the one
+    /// [`Slot::current_for_use`] hands connections out under.
+    pub fn take_idle(&self, conn: &Arc<Connection>, min_idle: Duration) -> bool {
+        let Ok(mut current) = self.current.lock() else {
+            return false;
+        };
+        let idle = current.as_ref().is_some_and(|c| {
+            Arc::ptr_eq(c, conn) && c.is_alive() && c.in_flight() == 0 && c.idle_for() >= min_idle
+        });
+        if idle {
+            current.take();
+        }
+        idle
+    }
+
     /// Waits for any other caller's hold, then holds it until the guard is
     /// dropped: callers that do something before connecting (a per-session
     /// connection's reservation against `max_connections`) and after (its

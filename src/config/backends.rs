@@ -53,9 +53,10 @@ pub struct BackendConfig {
     /// `max_connections_per_client` (or the backend's `max_connections`), a
     /// session's own connection unused at least this long (no call in flight,
     /// no subscription or task of its session on it) is closed to make room:
-    /// the client's least recently used one (for `max_connections`, any
-    /// client's). Its session's next call opens a fresh one; what the backend kept
-    /// for that session is lost. Default 5 min.
+    /// the client's least recently used one (for `max_connections` too, else
+    /// any client's). Last use: handed to a call, a request sent or an answer
+    /// received; never less than 1 s. Its session's next call opens a fresh one;
+    /// what the backend kept for that session is lost. Default 5 min.
     pub reclaim_idle_after: Duration,
     /// A session's own connection to a per_session backend (or an auto one
     /// once it serves sessions their own), stdio or http, unused this long is

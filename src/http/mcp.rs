@@ -196,8 +196,9 @@ async fn frame(
     ctx.set_revision(session.version());
     headers::protocol_version(h)?;
     session.touch();
-    if !matches!(msg, Message::Notification(_)) {
-        session.mark_used();
+    // Refused when an eviction of the never-used session won the race.
+    if !matches!(msg, Message::Notification(_)) && !session.mark_used() {
+        return Err(HttpError::unknown_session());
     }
     Ok((Framed::One(session, msg), principal))
 }
@@ -237,8 +238,9 @@ async fn frame_batch(
     if items
         .iter()
         .any(|i| matches!(i, Ok(Message::Request(_) | Message::Response(_))))
+        && !session.mark_used()
     {
-        session.mark_used();
+        return Err(HttpError::unknown_session());
     }
     Ok((Framed::Batch(session, items), principal))
 }

@@ -460,7 +460,10 @@ async fn run_one(st: AppState, h: String, sealed: String) {
     if let Some(s) = held.as_ref().filter(|_| stopping) {
         st.supervisor.unmark(s);
     }
-    let held = held.filter(|_| !stopping);
+    // Used through another replica (refused if this copy is being evicted as
+    // never used): it must not idle out (its expiry would stop the child and
+    // lose its state), nor be ended as never used.
+    let held = held.filter(|s| !stopping && s.mark_used());
     if held.is_none() {
         // Let go first: the sender, seeing the refusal, claims it again.
         let _ = store.owner().release(&h).await;
@@ -498,10 +501,7 @@ async fn run_one(st: AppState, h: String, sealed: String) {
         return;
     };
     st.supervisor.own(&session);
-    // Used through another replica: this copy must not idle out (its expiry
-    // would stop the child and lose its state), nor be ended as never used.
     session.touch();
-    session.mark_used();
     let mirror = Mirror {
         store: store.clone(),
         h: h.clone(),

@@ -304,7 +304,9 @@ async fn open_stream(
     ctx.set_revision(session.version());
     headers::protocol_version(h)?;
     session.touch();
-    session.mark_used();
+    if !session.mark_used() {
+        return Err(HttpError::unknown_session());
+    }
     let slot = reserve_stream(st, &session)?;
     // The host (re-)attaches here: subscriptions whose holder is gone come
     // here (the host re-attaches within seconds when its replica dies).

@@ -55,15 +55,18 @@ struct Changes {
     tasks: std::collections::BTreeMap<String, TaskRoute>,
 }
 
+const FRESH: u8 = 0;
+const USED: u8 = 1;
+const EVICTING: u8 = 2;
+
 /// The process-bound part of a session.
 struct Live {
     /// When `initialize` created the session (connection mode `auto` decides by it).
     created: Instant,
     last_seen: Mutex<Instant>,
-    /// Whether the host used the session after `initialize`: a request, a
-    /// batch with one, a GET stream (notifications alone do not count). A
-    /// session never used may be ended to make room at the session limits.
-    used: AtomicBool,
+    /// `FRESH` until the host's first use after `initialize` (a request, a batch
+    /// with one, a GET stream), then `USED`; `EVICTING`: claimed to make room.
+    used: AtomicU8,
     /// Per-session backend connections, by backend registry index.
     upstreams: Mutex<HashMap<usize, Arc<Slot>>>,
     /// Host requests being served, by host id (for cancellation).
@@ -156,7 +159,7 @@ impl Session {
             live: Live {
                 created: Instant::now(),
                 last_seen: Mutex::new(Instant::now()),
-                used: AtomicBool::new(false),
+                used: AtomicU8::new(FRESH),
                 upstreams: Mutex::default(),
                 inflight: Mutex::default(),
                 client_requests: Mutex::default(),
@@ -368,17 +371,24 @@ impl Session {
         }
     }
 
-    /// Records that the host used the session (a request, or a GET stream).
-    pub fn mark_used(&self) {
-        if !self.live.used.load(Ordering::Relaxed) {
-            self.live.used.store(true, Ordering::Relaxed);
-        }
+    /// Records that the host used the session (a request, or a GET stream);
+    /// `false`: claimed for eviction ([`Session::claim_unused`]), answer 404.
+    pub fn mark_used(&self) -> bool {
+        matches!(self.leave_fresh(USED), Ok(_) | Err(USED))
     }
 
-    /// Whether the host used the session after `initialize`
-    /// ([`Session::mark_used`]).
-    pub fn is_used(&self) -> bool {
-        self.live.used.load(Ordering::Relaxed)
+    /// Whether the host never used the session and no eviction claimed it.
+    pub fn is_fresh(&self) -> bool {
+        self.live.used.load(Ordering::Acquire) == FRESH
+    }
+
+    /// Claims a fresh session for eviction; `false` once used (or claimed).
+    pub fn claim_unused(&self) -> bool {
+        self.leave_fresh(EVICTING).is_ok()
+    }
+
+    fn leave_fresh(&self, to: u8) -> Result<u8, u8> {
+        (self.live.used).compare_exchange(FRESH, to, Ordering::AcqRel, Ordering::Acquire)
     }
 
     /// When the session was last used.

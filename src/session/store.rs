@@ -40,9 +40,11 @@ pub trait SessionStore: Send + Sync + 'static {
     /// the cap or at its client's share.
     fn insert(&self, session: Arc<Session>) -> Result<(), StoreFull>;
     /// Removes and returns the oldest session that was never used (no
-    /// request after `initialize`, [`Session::is_used`]) and was created at
+    /// request after `initialize`, [`Session::is_fresh`]) and was created at
     /// least `older_than` ago: `client`'s (its principal, or address), or any
-    /// client's for `None`. `None` when there is no such session.
+    /// client's for `None`, claimed first ([`Session::claim_unused`]: a
+    /// request that looked it up meanwhile gets 404). `None` when there is no
+    /// such session.
     fn evict_unused(
         &self,
         client: Option<&ClientKey>,
@@ -145,9 +147,10 @@ impl MemoryStore {
         }
     }
 
-    /// Whether `s` is held here (not ended) and was never used.
+    /// Whether `s` is held here (not ended), was never used and is not
+    /// claimed for eviction.
     fn unused(&self, s: &Arc<Session>) -> bool {
-        !s.is_used() && !s.is_ended() && self.map.get(&s.id).is_some_and(|h| Arc::ptr_eq(&h, s))
+        s.is_fresh() && !s.is_ended() && self.map.get(&s.id).is_some_and(|h| Arc::ptr_eq(&h, s))
     }
 
     fn outlived(&self, id: &Identity, now: u32) -> bool {
@@ -255,7 +258,9 @@ impl SessionStore for MemoryStore {
             if now.saturating_duration_since(s.created()) < older_than {
                 break;
             }
-            if self.unused(&s) && (client.is_none() || client_of(&s).as_ref() == client) {
+            // Claimed under the `fresh` lock, exclusively with `mark_used`.
+            let theirs = client.is_none() || client_of(&s).as_ref() == client;
+            if theirs && self.unused(&s) && s.claim_unused() {
                 found = Some((i, s));
                 break;
             }
@@ -444,6 +449,30 @@ mod tests {
             "its other one is too young"
         );
         assert!(store.get(&used.id).is_some(), "a used session stays");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn eviction_and_first_use_exclude_each_other() {
+        let store = MemoryStore::new(4, DAY);
+        let (first, second) = (fresh(&store, 1), fresh(&store, 1));
+        store.insert(first.clone()).unwrap();
+        store.insert(second.clone()).unwrap();
+        // A request looked `first` up just before an eviction took it: its
+        // first use comes too late and is refused (the host gets 404).
+        let looked_up = store.get(&first.id).expect("held");
+        let gone = store
+            .evict_unused(None, Duration::ZERO)
+            .expect("the oldest");
+        assert!(Arc::ptr_eq(&gone, &first));
+        assert!(
+            !looked_up.mark_used(),
+            "a session being evicted is not used"
+        );
+        // Used first: no eviction claims it, and it stays used.
+        assert!(second.mark_used() && second.mark_used());
+        assert!(!second.claim_unused());
+        assert!(store.evict_unused(None, Duration::ZERO).is_none());
+        assert!(store.get(&second.id).is_some());
     }
 
     #[test]

@@ -2,10 +2,15 @@
 //! refusing the call while idle sessions (no `DELETE`, not yet expired) hold the
 //! client's `max_connections_per_client` or the backend's `max_connections`,
 //! the least recently used session connection that is reclaimable is closed —
-//! of the same client for the client's share, of any client for the backend's
-//! budget. Reclaimable: unused for at least the backend's `reclaim_idle_after`,
+//! of the same client for the client's share; for the backend's budget, of the
+//! same client too when it has one (were its client at its share, another
+//! client's would not let the call in and both would go), else of any client.
+//! Reclaimable: unused for at least the backend's `reclaim_idle_after`,
 //! no call in flight on it, and no subscription or task of its session on that
-//! backend (state a fresh connection could not take over). Its session keeps
+//! backend (state a fresh connection could not take over); checked and taken
+//! under the slot's lock, under which a call is handed the connection and
+//! touches it (so one handed out in the last second is never taken, even with
+//! a shorter `reclaim_idle_after`). Its session keeps
 //! working: its next call opens a fresh connection, given the session's log
 //! level (and subscriptions, none here) again (`sessions.rs`,
 //! `Supervisor::reestablish`), as after an `idle_timeout` close or a crash.
@@ -28,6 +33,11 @@ use crate::session::Session;
 /// At most this many connections are reclaimed for one new connection (one for
 /// the client's share, one for the backend's budget).
 const MAX_RECLAIMS: usize = 2;
+
+/// A connection handed to a call this recently is never reclaimed, whatever
+/// `reclaim_idle_after` says: the call's request may not be in flight yet
+/// (handing out touches the connection, `Slot::current_for_use`).
+const HANDED_OUT_GRACE: Duration = Duration::from_secs(1);
 
 /// How often a reservation is retried while a reclaimed connection closes (its
 /// ticket is dropped once it has).
@@ -73,13 +83,20 @@ impl Supervisor {
             if closing.is_none() || after_close > 3 {
                 let whose = match &refusal {
                     ConnectionRefusal::Client(_) => client,
-                    ConnectionRefusal::Backend(_) => None,
+                    // The caller's own first: when its client is at its share
+                    // too, another client's would not let it in.
+                    ConnectionRefusal::Backend(_) => client,
                     ConnectionRefusal::Pool(_) => return Err(refusal),
                 };
                 if reclaimed >= MAX_RECLAIMS {
                     return Err(refusal);
                 }
-                let Some(conn) = self.reclaim_one(b, whose, refusal.reason()) else {
+                let reason = refusal.reason();
+                let found = self.reclaim_one(b, whose, reason).or_else(|| {
+                    let any = matches!(refusal, ConnectionRefusal::Backend(_)) && whose.is_some();
+                    any.then(|| self.reclaim_one(b, None, reason)).flatten()
+                });
+                let Some(conn) = found else {
                     return Err(refusal);
                 };
                 reclaimed += 1;
@@ -105,7 +122,7 @@ impl Supervisor {
         client: Option<&ClientKey>,
         reason: &'static str,
     ) -> Option<Arc<Connection>> {
-        let min_idle = b.spec.config.reclaim_idle_after;
+        let min_idle = b.spec.config.reclaim_idle_after.max(HANDED_OUT_GRACE);
         let mut best: Option<Candidate> = None;
         for s in self.sessions.all() {
             if client.is_some() && ClientKey::of(s.principal(), s.client()).as_ref() != client {
@@ -138,11 +155,11 @@ impl Supervisor {
             slot,
             conn,
         } = best?;
-        // Still the session's, and still unused: take it out of the slot.
-        if conn.in_flight() > 0 || !slot.current().is_some_and(|c| Arc::ptr_eq(&c, &conn)) {
+        // Still the session's, and still unused: take it out of the slot, under
+        // the lock a call is handed it under.
+        if !slot.take_idle(&conn, min_idle) {
             return None;
         }
-        slot.take();
         self.metrics
             .backend_connections_reclaimed
             .with_label_values(&[&b.spec.name, reason])

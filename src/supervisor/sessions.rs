@@ -57,7 +57,8 @@ impl Supervisor {
             b.shared().current()
         } else {
             match host {
-                Host::Legacy(session) => session.slot(idx).and_then(|s| s.current()),
+                // Touched as it is handed out: reclaim does not take it as idle.
+                Host::Legacy(session) => session.slot(idx).and_then(|s| s.current_for_use()),
                 Host::Modern(_) => None,
             }
         };
@@ -89,12 +90,12 @@ impl Supervisor {
         let slot = session
             .slot(idx)
             .ok_or_else(|| BackendError::closed(&b.spec.name, "session state poisoned"))?;
-        if let Some(conn) = slot.current() {
+        if let Some(conn) = slot.current_for_use() {
             return Ok(conn);
         }
         // Concurrent first uses wait for one opening: only it is counted.
         let _opening = slot.opening().await;
-        if let Some(conn) = slot.current() {
+        if let Some(conn) = slot.current_for_use() {
             return Ok(conn);
         }
         let client = host.client_key();
@@ -357,13 +358,14 @@ impl Supervisor {
                     && c.idle_for() > limit
                     && !holds_state(record.get_or_insert_with(|| s.record()), &b.spec.name)
                 {
-                    idle.push((slot.clone(), c));
+                    idle.push((slot.clone(), c, limit));
                 }
             }
         }
-        for (slot, conn) in idle {
-            if slot.current().is_some_and(|c| Arc::ptr_eq(&c, &conn)) {
-                slot.take();
+        for (slot, conn, limit) in idle {
+            // Checked again under the slot's lock: a call may have been handed
+            // it meanwhile.
+            if slot.take_idle(&conn, limit) {
                 tracing::info!(backend = %conn.backend, "closing an idle per-session connection (idle_timeout)");
                 // With a store, a session's HTTP backend session is shared:
                 // it stays for the other replicas and for the next connection.
