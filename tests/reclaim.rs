@@ -275,3 +275,54 @@ async fn at_max_connections_the_callers_own_idle_connection_goes_first() {
     assert_eq!(text_of(&echo(&other, "o2").await), "o2", "and not replaced");
     assert_eq!(last_call_pid(&gw), other_child);
 }
+
+/// A 2026-07-28 backend's per-session connection keeps one request open for
+/// as long as it lives: its own `subscriptions/listen`. That is not a call in
+/// flight: counted as one, no such connection was ever reclaimed (nor closed
+/// at `idle_timeout`), and the default config's demo backend (2026-07-28,
+/// which serves the listen) kept refusing a client at its share (newcomer
+/// finding, 2026-12-07).
+#[tokio::test]
+async fn a_modern_backends_idle_connection_is_reclaimed_despite_its_standing_listen() {
+    let gw = TestGateway::start(&format!(
+        r#"
+        [server]
+        metrics_listen = "127.0.0.1:0"
+        [backends.demo]
+        type = "stdio"
+        command = "{}"
+        args = ["demo-server"]
+        mode = "per_session"
+        max_connections = 8
+        max_connections_per_client = 1
+        reclaim_idle_after = "1s"
+        "#,
+        env!("CARGO_BIN_EXE_mcpgate")
+    ))
+    .await;
+    let echo = |s: &McpClient, text: &'static str| {
+        let s = s.clone();
+        async move {
+            s.call_tool("demo__echo", json!({ "text": text }))
+                .await
+                .response
+        }
+    };
+    let a = gw.session().await;
+    assert_eq!(text_of(&echo(&a, "a").await), "a");
+    let b = gw.session().await;
+    let refused = echo(&b, "b").await;
+    assert!(
+        error_of(&refused).contains("max_connections_per_client"),
+        "{refused}"
+    );
+    tokio::time::sleep(Duration::from_millis(1300)).await;
+    assert_eq!(text_of(&echo(&b, "b").await), "b", "b is served");
+    let text = scrape(&gw).await;
+    let reclaimed = metric(
+        &text,
+        "mcpgate_backend_connections_reclaimed_total",
+        &[("backend", "demo"), ("reason", "per_client")],
+    );
+    assert_eq!(reclaimed, Some(1.0), "{text}");
+}

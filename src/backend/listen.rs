@@ -95,6 +95,15 @@ impl State {
     }
 }
 
+impl Connection {
+    /// Requests in flight on this connection other than its own standing
+    /// `subscriptions/listen` (open for as long as the connection lives, so
+    /// never a sign of use): what idle close and reclaim must wait for.
+    pub fn calls_in_flight(&self) -> usize {
+        self.in_flight().saturating_sub(state(self).open.len())
+    }
+}
+
 fn state(conn: &Connection) -> std::sync::MutexGuard<'_, State> {
     conn.watch
         .state

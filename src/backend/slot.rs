@@ -74,7 +74,10 @@ impl Slot {
             return false;
         };
         let idle = current.as_ref().is_some_and(|c| {
-            Arc::ptr_eq(c, conn) && c.is_alive() && c.in_flight() == 0 && c.idle_for() >= min_idle
+            Arc::ptr_eq(c, conn)
+                && c.is_alive()
+                && c.calls_in_flight() == 0
+                && c.idle_for() >= min_idle
         });
         if idle {
             current.take();

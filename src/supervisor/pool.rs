@@ -197,7 +197,7 @@ impl Pool {
             let limit = limit(*idx);
             let mut st = lanes.lock();
             st.conns.retain(|c| {
-                let unused = c.in_flight() == 0 && Arc::strong_count(c) == 1;
+                let unused = c.calls_in_flight() == 0 && Arc::strong_count(c) == 1;
                 if unused && c.idle_for() > limit {
                     idle.push(c.clone());
                     return false;
@@ -310,7 +310,7 @@ impl Supervisor {
 /// Closes a connection taken out of the pool once no request is in flight on
 /// it (each ends by its answer, its cancel or the backend's call timeout).
 async fn close_when_done(conn: Arc<Connection>) {
-    while conn.is_alive() && conn.in_flight() > 0 {
+    while conn.is_alive() && conn.calls_in_flight() > 0 {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     tracing::debug!(backend = %conn.backend, "closing a pooled connection that holds a host's roots");

@@ -135,7 +135,7 @@ impl Supervisor {
                 continue;
             };
             let idle = conn.idle_for();
-            if conn.in_flight() > 0
+            if conn.calls_in_flight() > 0
                 || idle < min_idle
                 || best.as_ref().is_some_and(|b| b.idle >= idle)
                 || holds_state(&s.record(), &b.spec.name)

@@ -354,7 +354,7 @@ impl Supervisor {
                     continue;
                 };
                 if let Some(c) = slot.current()
-                    && c.in_flight() == 0
+                    && c.calls_in_flight() == 0
                     && c.idle_for() > limit
                     && !holds_state(record.get_or_insert_with(|| s.record()), &b.spec.name)
                 {
