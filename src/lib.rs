@@ -189,6 +189,7 @@ impl Gateway {
             .and_then(http::limit::Limiter::new)
             .map(Arc::new);
         let auth_now = auth.as_ref().map(|h| h.current());
+        let limit_log: Arc<http::admission::LimitLog> = Arc::default();
         let state = AppState {
             server: server.clone(),
             routes: Arc::new(http::Routes::new(
@@ -204,7 +205,7 @@ impl Gateway {
             metrics: metrics.clone(),
             sealer,
             limiter: limiter.clone(),
-            limit_log: Arc::default(),
+            limit_log: limit_log.clone(),
             proxies: Arc::new(http::client::TrustedProxies::new(&server.trusted_proxies)),
             origins: Arc::new(OriginPolicy::new(
                 local_addr,
@@ -238,6 +239,7 @@ impl Gateway {
                 catalog: catalog.clone(),
                 server: live_server.clone(),
                 limiter: limiter.clone(),
+                limit_log,
                 wake: reaper.clone(),
             },
             stop.clone(),
@@ -465,6 +467,8 @@ struct Reaping {
     catalog: Arc<Catalog>,
     server: Arc<ArcSwap<ServerConfig>>,
     limiter: Arc<ArcSwapOption<http::limit::Limiter>>,
+    /// The session limits' throttled lines: summaries owed are written.
+    limit_log: Arc<http::admission::LimitLog>,
     /// Notified by a reload: the period is computed again.
     wake: Arc<tokio::sync::Notify>,
 }
@@ -495,6 +499,7 @@ async fn reap_idle(supervisor: Arc<Supervisor>, reaping: Reaping, stop: Cancella
                 if let Some(l) = &*reaping.limiter.load() {
                     l.forget_idle();
                 }
+                reaping.limit_log.flush();
             }
             () = reaping.wake.notified() => {}
             _ = stop.cancelled() => return,

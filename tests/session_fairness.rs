@@ -6,8 +6,10 @@
 //! session that was never used (no request after `initialize`) and is older
 //! than a few seconds is ended to make room — the client's own at its share,
 //! any at the global cap — and its id then gets 404 (the host re-initializes).
-//! With a shared store its record ends too. Refusals are logged once, then
-//! summarized.
+//! With a shared store only that replica's copy goes (never used *here* may be
+//! in use on another replica; its record restores it). Refusals are logged
+//! once, then summarized, also when no later refusal comes to write the
+//! summary.
 
 mod common;
 
@@ -180,4 +182,47 @@ mode = "per_session"
         &[("reason", "max_sessions")],
     );
     assert_eq!(evicted, Some(2.0), "the restore made room too: {text}");
+}
+
+/// A flood's refusals after the first line are reported once the window
+/// closes, whether or not a later refusal comes (a newcomer's flood of 568
+/// refusals was logged as `refused=1`: nothing came after it to write the rest).
+#[tokio::test]
+async fn refusals_after_the_first_line_are_summarized_without_a_later_one() {
+    let config = r#"
+[server]
+listen = "127.0.0.1:0"
+max_sessions = 1
+max_sessions_per_client = 1
+[backends.fx]
+type = "stdio"
+command = "${FAKE_STDIO}"
+mode = "per_session"
+pool_idle_timeout = "2s"
+"#;
+    let gw = Served::start(config).await;
+    let used = opened(&gw.url, None).await;
+    assert_eq!(ping(&used).await, 200);
+    for _ in 0..3 {
+        let (refused, _) = initialize(&gw.url, None).await;
+        assert_eq!(refused.status, 503, "{refused:?}");
+    }
+    let summary = "more new sessions were refused since the last such line";
+    assert!(!gw.log().contains(summary), "{}", gw.log());
+    // The window (10 s) closes; the idle sweep (every 0.5 s here) writes it.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while !gw.log().contains(summary) && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let log = gw.log();
+    let line = log
+        .lines()
+        .find(|l| l.contains(summary))
+        .unwrap_or_else(|| panic!("no summary:\n{log}"));
+    assert!(line.contains(r#""refused":2"#), "{line}");
+    let warned = log
+        .lines()
+        .filter(|l| l.contains("session limit reached"))
+        .count();
+    assert_eq!(warned, 2, "the first line and one summary:\n{log}");
 }

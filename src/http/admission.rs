@@ -159,6 +159,42 @@ impl LimitLog {
     }
 }
 
+impl LimitLog {
+    /// Writes the summaries still owed: events counted after a window's line
+    /// when no later event came to write them once the window closed (a flood
+    /// of 568 refusals was logged as `refused=1`). Called by the idle sweep,
+    /// so such a line comes within a sweep period (at most 30 s) of its window.
+    pub fn flush(&self) {
+        let now = Instant::now();
+        if let Some(count) = owed(&self.refusals, now) {
+            tracing::warn!(
+                refused = count,
+                "session limit reached; {count} more new sessions were refused since the last such line"
+            );
+        }
+        if let Some(count) = owed(&self.evictions, now) {
+            tracing::info!(
+                evicted = count,
+                "{count} more sessions never used after initialize were ended to make room since the last such line"
+            );
+        }
+    }
+}
+
+/// Events counted but not yet in a line, once `throttle`'s window closed at
+/// `now` (then a line is written: the window starts again).
+fn owed(throttle: &Mutex<Throttle>, now: Instant) -> Option<u64> {
+    let mut t = throttle.lock().unwrap_or_else(|e| e.into_inner());
+    let closed = t
+        .last
+        .is_none_or(|last| now.saturating_duration_since(last) >= SUMMARY_EVERY);
+    if t.unlogged == 0 || !closed {
+        return None;
+    }
+    t.last = Some(now);
+    Some(std::mem::take(&mut t.unlogged))
+}
+
 /// Counts an event at `now`: `Some(events to report)` when a line is due.
 fn due(throttle: &Mutex<Throttle>, now: Instant) -> Option<u64> {
     let mut t = throttle.lock().unwrap_or_else(|e| e.into_inner());
@@ -194,5 +230,21 @@ mod tests {
         assert_eq!(due(&log, Instant::now()), None);
         tokio::time::advance(SUMMARY_EVERY).await;
         assert_eq!(due(&log, Instant::now()), Some(2));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn what_no_later_event_reported_is_flushed_once_the_window_closed() {
+        let log = Mutex::new(Throttle::default());
+        assert_eq!(owed(&log, Instant::now()), None, "nothing counted");
+        assert_eq!(due(&log, Instant::now()), Some(1));
+        for _ in 0..567 {
+            assert_eq!(due(&log, Instant::now()), None);
+        }
+        assert_eq!(owed(&log, Instant::now()), None, "the window is open");
+        tokio::time::advance(SUMMARY_EVERY).await;
+        assert_eq!(owed(&log, Instant::now()), Some(567), "the rest, once");
+        assert_eq!(owed(&log, Instant::now()), None);
+        tokio::time::advance(SUMMARY_EVERY).await;
+        assert_eq!(owed(&log, Instant::now()), None, "nothing new");
     }
 }
