@@ -210,8 +210,8 @@ pool_idle_timeout = "2s"
     let summary = "more new sessions were refused since the last such line";
     assert!(!gw.log().contains(summary), "{}", gw.log());
     // The window (10 s) closes; the idle sweep (every 0.5 s here) writes it.
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    while !gw.log().contains(summary) && std::time::Instant::now() < deadline {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while !gw.log().contains(summary) && tokio::time::Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
     let log = gw.log();
