@@ -48,6 +48,17 @@ async fn a_lone_surrogate_escape_is_read_as_the_replacement_character() {
     assert_eq!(r.status, 200, "{r:?}");
     let v = r.json();
     assert!(v["result"]["tools"].is_array(), "{v}");
+    // In a method name: a string, read as U+FFFD, so a method nobody serves
+    // (not "method must be a string").
+    let r = s
+        .post(
+            &[],
+            r#"{"jsonrpc":"2.0","id":"m1","method":"tools/\ud800","params":{}}"#,
+        )
+        .await;
+    let v = r.json();
+    assert_eq!(v["id"], "m1", "{v}");
+    assert_eq!(v["error"]["code"], -32601, "{v}");
     // An id could not be echoed back as sent: refused, with no id to echo.
     let r = s
         .post(&[], r#"{"jsonrpc":"2.0","id":"a\ud800","method":"ping"}"#)

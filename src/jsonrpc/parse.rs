@@ -283,7 +283,8 @@ fn params_value(raw: &RawValue) -> Result<Value, EnvelopeError> {
     })
 }
 
-/// A `method` member's string (escapes decoded); `None` for any other JSON type.
+/// A `method` member's string (escapes decoded, a lone surrogate escape read
+/// as U+FFFD like everywhere else); `None` for any other JSON type.
 fn method_name(raw: &RawValue) -> Option<Cow<'_, str>> {
     if !raw.get().starts_with('"') {
         return None;
@@ -292,6 +293,10 @@ fn method_name(raw: &RawValue) -> Option<Cow<'_, str>> {
         Ok(plain) => Some(Cow::Borrowed(plain)),
         Err(_) => serde_json::from_str::<String>(raw.get())
             .ok()
+            .or_else(|| {
+                let repaired = super::surrogates::repair(raw.get().as_bytes())?;
+                serde_json::from_slice::<String>(&repaired).ok()
+            })
             .map(Cow::Owned),
     }
 }
