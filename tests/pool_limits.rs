@@ -15,7 +15,7 @@ mod common;
 use std::time::Duration;
 
 use common::modern_host::{answer, modern};
-use common::{McpClient, TestGateway, gone, logged_pids, metric, scrape, text_of, wait_for};
+use common::{TestGateway, gone, logged_pids, metric, scrape, text_of, wait_for};
 use serde_json::{Value, json};
 
 /// `n` concurrent stateless `tools/call`s of `ps__echo`; their answers.
@@ -94,22 +94,6 @@ async fn a_cold_burst_to_a_modern_stdio_backend_waits_for_the_starting_children(
     );
 }
 
-/// A 2025-11-25 session opened by a client at `addr` (`X-Forwarded-For` from
-/// the trusted loopback proxy).
-async fn session_from(gw: &TestGateway, addr: &str) -> McpClient {
-    let mut c = gw.client();
-    let body = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-        "protocolVersion": "2025-11-25", "capabilities": {},
-        "clientInfo": {"name": "it", "version": "0"}}});
-    let raw = c.post(&[("x-forwarded-for", addr)], body.to_string()).await;
-    assert_eq!(raw.status, 200, "{raw:?}");
-    c.session = raw.header("mcp-session-id").map(str::to_owned);
-    c.version = Some("2025-11-25".into());
-    let ack = c.notify("notifications/initialized", None).await;
-    assert_eq!(ack.status, 202);
-    c
-}
-
 #[tokio::test]
 async fn one_client_over_its_share_is_refused_while_another_still_connects() {
     let gw = TestGateway::start(
@@ -130,7 +114,7 @@ async fn one_client_over_its_share_is_refused_while_another_still_connects() {
     let greedy = "203.0.113.7";
     let mut own = Vec::new();
     for _ in 0..3 {
-        own.push(session_from(&gw, greedy).await);
+        own.push(gw.session_from(greedy).await);
     }
     for s in &own[..2] {
         let r = s.call_tool("ps__echo", json!({"text": "ok"})).await;
@@ -145,7 +129,7 @@ async fn one_client_over_its_share_is_refused_while_another_still_connects() {
         r.response
     );
     // Another client is not refused: the budget is not the first one's.
-    let other = session_from(&gw, "198.51.100.9").await;
+    let other = gw.session_from("198.51.100.9").await;
     let r = other.call_tool("ps__echo", json!({"text": "mine"})).await;
     assert_eq!(text_of(&r.response), "mine", "{}", r.response);
     let text = scrape(&gw).await;
@@ -326,7 +310,7 @@ async fn a_pooled_connection_is_charged_to_and_used_by_its_own_client() {
     }
     // The first client has used nothing since: its connection closed idle,
     // and its share is free for a session of its own.
-    let s = session_from(&gw, first).await;
+    let s = gw.session_from(first).await;
     let r = s.call_tool("ps__echo", json!({"text": "mine"})).await;
     assert_eq!(text_of(&r.response), "mine", "{}", r.response);
 }

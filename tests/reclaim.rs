@@ -37,22 +37,6 @@ async fn echo(s: &McpClient, text: &str) -> Value {
         .response
 }
 
-/// A 2025-11-25 session opened by a client at `addr` (`X-Forwarded-For` from
-/// the trusted loopback proxy).
-async fn session_from(gw: &TestGateway, addr: &str) -> McpClient {
-    let mut c = gw.client();
-    let body = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-        "protocolVersion": "2025-11-25", "capabilities": {},
-        "clientInfo": {"name": "it", "version": "0"}}});
-    let raw = c.post(&[("x-forwarded-for", addr)], body.to_string()).await;
-    assert_eq!(raw.status, 200, "{raw:?}");
-    c.session = raw.header("mcp-session-id").map(str::to_owned);
-    c.version = Some("2025-11-25".into());
-    let ack = c.notify("notifications/initialized", None).await;
-    assert_eq!(ack.status, 202);
-    c
-}
-
 #[tokio::test]
 async fn a_clients_idle_connection_is_reclaimed_for_its_next_session() {
     let gw = TestGateway::start(
@@ -201,13 +185,13 @@ async fn at_max_connections_the_least_recently_used_of_any_client_is_reclaimed()
         "#,
     )
     .await;
-    let a = session_from(&gw, "192.0.2.1").await;
+    let a = gw.session_from("192.0.2.1").await;
     assert_eq!(text_of(&echo(&a, "a").await), "a");
     let a_child = last_call_pid(&gw);
-    let b = session_from(&gw, "192.0.2.1").await;
+    let b = gw.session_from("192.0.2.1").await;
     assert_eq!(text_of(&echo(&b, "b").await), "b");
     let b_child = last_call_pid(&gw);
-    let other = session_from(&gw, "192.0.2.2").await;
+    let other = gw.session_from("192.0.2.2").await;
     let refused = echo(&other, "o").await;
     assert!(error_of(&refused).contains("max_connections"), "{refused}");
     tokio::time::sleep(Duration::from_millis(1300)).await;
@@ -246,16 +230,16 @@ async fn at_max_connections_the_callers_own_idle_connection_goes_first() {
     )
     .await;
     // Another client's connection is the least recently used one.
-    let other = session_from(&gw, "192.0.2.2").await;
+    let other = gw.session_from("192.0.2.2").await;
     assert_eq!(text_of(&echo(&other, "o").await), "o");
     let other_child = last_call_pid(&gw);
-    let a = session_from(&gw, "192.0.2.1").await;
+    let a = gw.session_from("192.0.2.1").await;
     assert_eq!(text_of(&echo(&a, "a").await), "a");
     let a_child = last_call_pid(&gw);
     tokio::time::sleep(Duration::from_millis(1300)).await;
     // The backend is full and the caller's client at its share: closing the
     // other client's connection would not let it in; its own goes, alone.
-    let c = session_from(&gw, "192.0.2.1").await;
+    let c = gw.session_from("192.0.2.1").await;
     assert_eq!(text_of(&echo(&c, "c").await), "c");
     assert!(wait_for(Duration::from_secs(5), || gone(a_child)).await);
     assert!(running(other_child), "the other client's connection stays");

@@ -7,15 +7,13 @@
 //! `serde_json::Value`. Anything else takes the full route (`Dispatch::route`),
 //! which also answers every error.
 
-use std::borrow::Cow;
-
 use serde::{Deserialize, Deserializer};
 use serde_json::value::RawValue;
 
 use super::rewrite::ResultKind;
 use super::{Dispatch, Upstream};
 use crate::config::ArgumentLogging;
-use crate::jsonrpc::{Params, RawJson};
+use crate::jsonrpc::{self, Params, RawJson};
 use crate::mcp::Method;
 use crate::request::RequestContext;
 use crate::session::Host;
@@ -40,19 +38,6 @@ struct Top<'a> {
 /// Deserializes a member that is present (even as `null`) into `Some`.
 fn present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<&'de RawValue>, D::Error> {
     <&'de RawValue>::deserialize(d).map(Some)
-}
-
-/// A member's string value (escapes decoded); `None` for any other JSON type.
-fn string(raw: &RawValue) -> Option<Cow<'_, str>> {
-    if !raw.get().starts_with('"') {
-        return None;
-    }
-    match serde_json::from_str::<&str>(raw.get()) {
-        Ok(plain) => Some(Cow::Borrowed(plain)),
-        Err(_) => serde_json::from_str::<String>(raw.get())
-            .ok()
-            .map(Cow::Owned),
-    }
 }
 
 impl Dispatch {
@@ -86,7 +71,7 @@ impl Dispatch {
         let (backend, params, kind, headers) = match method {
             Method::ToolsCall | Method::PromptsGet => {
                 let member = top.name?;
-                let name = string(member)?;
+                let name = jsonrpc::string_member(member)?;
                 let view = self.view_for(host);
                 let (table, kind) = if *method == Method::ToolsCall {
                     (&view.tools, ResultKind::ToolCall)
@@ -111,7 +96,7 @@ impl Dispatch {
             }
             Method::ResourcesRead => {
                 let member = top.uri?;
-                let uri = string(member)?;
+                let uri = jsonrpc::string_member(member)?;
                 let (backend, original) = self.view_for(host).route_uri(&uri)?;
                 let params = spliced(member, &original)?;
                 ctx.set_route(&self.catalog.backend(backend).spec.name, Some(&uri));

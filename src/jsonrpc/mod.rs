@@ -21,7 +21,7 @@ mod raw;
 mod surrogates;
 pub use id::{Id, LoggedId};
 pub use params::Params;
-pub use parse::{classify_raw, classify_raw_in, parse_message, parse_message_in};
+pub use parse::{classify_raw, classify_raw_in, parse_message, parse_message_in, string_member};
 pub use raw::{Encoded, RawJson, result_encoded};
 
 /// Parse error: the body is not JSON (JSON-RPC 2.0 §5.1).

@@ -200,7 +200,7 @@ fn classify<M: MethodName>(
         if !version_ok {
             return Err(invalid("jsonrpc must be \"2.0\""));
         }
-        let Some(method) = method_name(method) else {
+        let Some(method) = string_member(method) else {
             return Err(invalid("method must be a string"));
         };
         if env.result.is_some() || env.error.is_some() {
@@ -283,9 +283,10 @@ fn params_value(raw: &RawValue) -> Result<Value, EnvelopeError> {
     })
 }
 
-/// A `method` member's string (escapes decoded, a lone surrogate escape read
-/// as U+FFFD like everywhere else); `None` for any other JSON type.
-fn method_name(raw: &RawValue) -> Option<Cow<'_, str>> {
+/// A member's string value (escapes decoded, a lone surrogate escape read as
+/// U+FFFD like everywhere else), borrowed when it has no escape; `None` for
+/// any other JSON type.
+pub fn string_member(raw: &RawValue) -> Option<Cow<'_, str>> {
     if !raw.get().starts_with('"') {
         return None;
     }

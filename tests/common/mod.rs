@@ -182,6 +182,22 @@ impl TestGateway {
     }
 
     /// A client with an initialized 2025-11-25 session and no client capabilities.
+    /// A 2025-11-25 session opened by a client at `addr` (`X-Forwarded-For`,
+    /// for a gateway that trusts the loopback proxy).
+    pub async fn session_from(&self, addr: &str) -> McpClient {
+        let mut c = self.client();
+        let body = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {},
+            "clientInfo": {"name": "it", "version": "0"}}});
+        let raw = c.post(&[("x-forwarded-for", addr)], body.to_string()).await;
+        assert_eq!(raw.status, 200, "{raw:?}");
+        c.session = raw.header("mcp-session-id").map(str::to_owned);
+        c.version = Some("2025-11-25".into());
+        let ack = c.notify("notifications/initialized", None).await;
+        assert_eq!(ack.status, 202);
+        c
+    }
+
     pub async fn session(&self) -> McpClient {
         self.session_with(json!({})).await
     }
